@@ -1,0 +1,88 @@
+"""The contract every replay buffer keeps: ``ReplayBuffer`` and ``BufferInfo``.
+
+Shapes (B = sample_batch_size, T = num_steps, D = a leaf's shape):
+``get_next(None, None)`` -> [D]; ``(B, None)`` -> [B, D]; ``(B, T)`` -> [B, T, D];
+``time_stacked=False`` gives a tuple of T items of [D] or [B, D] instead.
+``get_next`` returns ``(items, BufferInfo(ids, probabilities))``; ids are logical ids
+shaped like the items' leading dims, probabilities one per sampled element.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from replaybuf.errors import ArgumentError
+
+__all__ = ["BufferInfo", "ReplayBuffer", "check_positive"]
+
+
+class BufferInfo(NamedTuple):
+    """What a read returns beside the items.
+
+    ids: the logical id of every item returned (an id counts adds and survives
+        wraparound: step ``t`` of stream ``s`` has id ``t * batch_size + s``).
+    probabilities: the probability with which each sampled element was drawn; ``()`` in a
+        deterministic pass, where nothing is drawn.
+    """
+
+    ids: Any
+    probabilities: Any
+
+
+def check_positive(name: str, value: Any, allow_none: bool = True) -> None:
+    """Raise ArgumentError unless ``value`` is a positive int (or None when allowed)."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1:
+        return
+    expected = "a positive int or None" if allow_none else "a positive int"
+    raise ArgumentError(f"{name}: expected {expected}, got {value!r}")
+
+
+class ReplayBuffer(abc.ABC):
+    """Abstract base: a store of items matching ``data_spec`` that is sampled back out."""
+
+    @property
+    @abc.abstractmethod
+    def data_spec(self) -> Any:
+        """The nest of specs every stored item matches."""
+
+    @property
+    @abc.abstractmethod
+    def capacity(self) -> int:
+        """How many items the buffer holds before it overwrites the oldest."""
+
+    @abc.abstractmethod
+    def add_batch(self, items: Any) -> None:
+        """Add a batch of items (every leaf has a leading batch dimension)."""
+
+    @abc.abstractmethod
+    def get_next(
+        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+    ) -> tuple[Any, BufferInfo]:
+        """Sample an item, a batch of items, or a batch of windows of ``num_steps`` items."""
+
+    @abc.abstractmethod
+    def as_dataset(
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        num_parallel_calls: int | None = None,
+        single_deterministic_pass: bool = False,
+    ) -> Any:
+        """An iterable of samples (random mode, endless) or of every item once (deterministic)."""
+
+    @abc.abstractmethod
+    def gather_all(self) -> Any:
+        """Every stored item, shaped [batch_size, n, D], oldest first."""
+
+    @abc.abstractmethod
+    def clear(self) -> None:
+        """Forget every item; the capacity stays allocated."""
+
+    @abc.abstractmethod
+    def num_frames(self) -> int:
+        """How many items are stored now."""

@@ -1,0 +1,51 @@
+"""The exceptions replaybuf raises, in one tree.
+
+    ReplayBufferError                 base of everything replaybuf raises on purpose
+    ├── SpecError (ValueError)        a data_spec that cannot be built (a list in it, a bad shape)
+    ├── SpecMismatchError (ValueError)
+    │                                 an item or batch that does not match the data_spec
+    │                                 (structure, shape, dtype, batch size); nothing is written
+    ├── EmptyBufferError (ValueError) sampling or reading more than is stored
+    ├── ArgumentError (ValueError)    an argument outside its range (sample_batch_size=0, ...)
+    └── PriorityError (ValueError)    a priority that is zero, negative or NaN, or an id
+                                      that names no stored item
+
+Every error that comes from user input is also a ValueError, so code written against
+TF-Agents' ``except ValueError`` keeps working. Messages name the field path, what was
+expected and what came: ``observation/camera: expected shape (3, 2) float32, got (3, 3)``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArgumentError",
+    "EmptyBufferError",
+    "PriorityError",
+    "ReplayBufferError",
+    "SpecError",
+    "SpecMismatchError",
+]
+
+
+class ReplayBufferError(Exception):
+    """Base class of every error replaybuf raises on purpose."""
+
+
+class SpecError(ReplayBufferError, ValueError):
+    """A data_spec that cannot be built: a list in the nest, a negative dimension, ..."""
+
+
+class SpecMismatchError(ReplayBufferError, ValueError):
+    """An item that does not match the data_spec; the buffer is left exactly as it was."""
+
+
+class EmptyBufferError(ReplayBufferError, ValueError):
+    """Sampling from an empty buffer, or asking for longer windows than are stored."""
+
+
+class ArgumentError(ReplayBufferError, ValueError):
+    """An argument outside its allowed range."""
+
+
+class PriorityError(ReplayBufferError, ValueError):
+    """A priority that is not finite and positive, or an id that names no stored item."""

@@ -1,0 +1,154 @@
+"""Flattening items against a data_spec, with field paths, and validating batches.
+
+``FlatSpec`` is computed once per buffer; ``FlatSpec.flatten_batch`` is on every add's hot
+path, so arrays that already match (the common case) pass with three attribute checks per
+leaf and anything else goes through a slow path that converts safely or raises a
+``SpecMismatchError`` naming the field, what was expected and what came.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import optree
+
+from replaybuf.errors import SpecMismatchError
+from replaybuf.specs import ArraySpec, as_data_spec
+
+__all__ = ["FlatSpec", "to_numpy"]
+
+_NDARRAY = np.ndarray
+
+
+def _path_string(path: tuple[Any, ...], spec: ArraySpec) -> str:
+    """``observation/camera`` for dict keys; tuple positions also show the spec's name."""
+    if not path:
+        return spec.name or "item"
+    text = "/".join(str(p) for p in path)
+    if spec.name and spec.name != str(path[-1]):
+        text += f" ({spec.name})"
+    return text
+
+
+def to_numpy(value: Any) -> Any:
+    """A NumPy view of a framework tensor (TensorFlow, PyTorch, JAX); other values as given."""
+    if isinstance(value, _NDARRAY):
+        return value
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor
+        return value.detach().cpu().numpy()
+    if hasattr(value, "numpy") and callable(value.numpy):  # tf.Tensor (eager)
+        return value.numpy()
+    if hasattr(value, "__array__"):
+        return np.asarray(value)
+    return value
+
+
+class FlatSpec:
+    """A data_spec flattened once: its treespec, leaf specs and field paths."""
+
+    def __init__(self, data_spec: Any):
+        self.data_spec = as_data_spec(data_spec)
+        paths, leaves, self.treespec = optree.tree_flatten_with_path(self.data_spec)
+        self.leaves: list[ArraySpec] = leaves
+        self.paths: list[str] = [_path_string(p, s) for p, s in zip(paths, leaves)]
+        self._checks = [(s.shape, s.dtype) for s in leaves]
+
+    def unflatten(self, leaves: Sequence[Any]) -> Any:
+        """Rebuild a nest shaped like the data_spec from its flat leaves."""
+        return optree.tree_unflatten(self.treespec, leaves)
+
+    def flatten(self, items: Any) -> list[Any]:
+        """The leaves of ``items``, which must have the data_spec's structure."""
+        try:
+            return self.treespec.flatten_up_to(items)
+        except (ValueError, TypeError) as err:
+            expected = optree.tree_map(lambda s: s.describe(), self.data_spec)
+            raise SpecMismatchError(
+                f"items: expected the structure of the data_spec {expected}, "
+                f"got {_describe_nest(items)} ({err})"
+            ) from None
+
+    def flatten_batch(self, items: Any, batch_size: int | None) -> list[np.ndarray]:
+        """Validated NumPy leaves of a batch: each shaped ``[n] + spec.shape``, spec dtype.
+
+        ``batch_size`` fixes n; None lets n be any size shared by every leaf. Raises
+        SpecMismatchError before anything is written.
+        """
+        leaves = self.flatten(items)
+        out = []
+        for leaf, (shape, dtype), index in zip(leaves, self._checks, range(len(leaves))):
+            if (
+                leaf.__class__ is _NDARRAY
+                and leaf.dtype is dtype
+                and leaf.shape[1:] == shape
+                and (batch_size is None or leaf.shape[0] == batch_size)
+                and leaf.ndim == len(shape) + 1
+            ):
+                out.append(leaf)
+            else:
+                out.append(self._coerce(index, leaf, batch_size))
+        if batch_size is None and out:
+            sizes = {a.shape[0] for a in out}
+            if len(sizes) > 1:
+                detail = ", ".join(f"{p}: {a.shape[0]}" for p, a in zip(self.paths, out))
+                raise SpecMismatchError(f"items: every field needs the same batch size, got {detail}")
+        return out
+
+    def _coerce(self, index: int, value: Any, batch_size: int | None) -> np.ndarray:
+        spec, path = self.leaves[index], self.paths[index]
+        outer = "[n]" if batch_size is None else f"[{batch_size}]"
+        array = to_numpy(value)
+        typed = hasattr(array, "dtype")
+        try:
+            array = np.asarray(array)
+        except (ValueError, TypeError) as err:
+            raise SpecMismatchError(f"{path}: expected {outer} + {spec.describe()}, got {value!r} ({err})") from None
+        if array.dtype == object or array.dtype.kind in "USV":
+            raise SpecMismatchError(f"{path}: expected dtype {spec.dtype.name}, got {array.dtype} data")
+        if array.dtype != spec.dtype:
+            # NumPy arrays and tensors carry a dtype, so only lossless casts are taken;
+            # Python numbers are weakly typed (1.5 into float32 is fine, 1.5 into int32 is not).
+            rule = "safe" if typed else "same_kind"
+            if not np.can_cast(array.dtype, spec.dtype, casting=rule):
+                raise SpecMismatchError(
+                    f"{path}: expected dtype {spec.dtype.name}, got {array.dtype.name} "
+                    f"(not a safe cast; convert it explicitly if the loss is intended)"
+                )
+            cast = array.astype(spec.dtype)
+            if not typed and spec.dtype.kind in "iu" and not np.array_equal(cast, array):
+                raise SpecMismatchError(f"{path}: values {value!r} do not fit in {spec.dtype.name}")
+            array = cast
+        expected_ndim = len(spec.shape) + 1
+        if array.ndim == len(spec.shape) and array.shape == spec.shape:
+            raise SpecMismatchError(
+                f"{path}: expected a batch {outer} + {spec.describe()}, got one unbatched item of "
+                f"shape {array.shape}; add_batch takes a batch: add a leading dimension "
+                f"(x[None] or np.expand_dims(x, 0)) to add a single item"
+            )
+        if (
+            array.ndim != expected_ndim
+            or array.shape[1:] != spec.shape
+            or (batch_size is not None and array.shape[0] != batch_size)
+        ):
+            want = f"({batch_size}, {', '.join(map(str, spec.shape))})" if batch_size is not None else (
+                f"(n, {', '.join(map(str, spec.shape))})"
+            )
+            want = want.replace(", )", ")")
+            raise SpecMismatchError(
+                f"{path}: expected shape {want} {spec.dtype.name} (a batch of {outer[1:-1]} items of "
+                f"{spec.describe()}), got {array.shape} {array.dtype.name}"
+            )
+        return array
+
+
+def _describe_nest(items: Any) -> str:
+    def leaf(x: Any) -> str:
+        shape = getattr(x, "shape", None)
+        return f"{tuple(shape)}" if shape is not None else type(x).__name__
+
+    try:
+        return str(optree.tree_map(leaf, items))
+    except Exception:  # a structure optree cannot walk: name its type
+        return type(items).__name__

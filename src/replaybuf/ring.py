@@ -1,0 +1,56 @@
+"""Id arithmetic for ``batch_size`` parallel streams of ``max_length`` items each.
+
+Step ``t`` of stream ``s`` has id ``t * batch_size + s`` and lives in slot
+``id % capacity`` (capacity = batch_size * max_length), so one add of a step to every
+stream writes one contiguous run of slots and ids never need wraparound logic: a window of
+T steps starting at id ``i`` is ``i, i + B, ..., i + (T - 1) B``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from replaybuf.errors import EmptyBufferError
+
+__all__ = ["StreamRing"]
+
+
+class StreamRing:
+    """Counters of a segmented ring: how many steps each stream has received."""
+
+    def __init__(self, batch_size: int, max_length: int):
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.capacity = batch_size * max_length
+        self.steps = 0  # steps added to every stream since the last clear
+
+    def first_valid_step(self) -> int:
+        return max(0, self.steps - self.max_length)
+
+    def num_valid_steps(self) -> int:
+        return min(self.steps, self.max_length)
+
+    def window_starts(self, num_steps: int, what: str = "buffer") -> tuple[int, int]:
+        """``[low, high)``: the steps at which a window of ``num_steps`` may start."""
+        low, high = self.first_valid_step(), self.steps - num_steps + 1
+        if high <= low:
+            if self.steps == 0:
+                raise EmptyBufferError(
+                    f"The {what} is empty. Make sure to add items before sampling the buffer."
+                )
+            raise EmptyBufferError(
+                f"num_steps={num_steps}: each stream holds only {self.num_valid_steps()} steps "
+                f"(max_length={self.max_length}); add more steps or ask for shorter windows"
+            )
+        return low, high
+
+    def window_ids(self, first_ids: np.ndarray, num_steps: int | None) -> np.ndarray:
+        """Ids of windows starting at ``first_ids``: shape ``first_ids.shape + [num_steps]``."""
+        if num_steps is None:
+            return first_ids
+        return first_ids[..., None] + np.arange(num_steps, dtype=np.int64) * self.batch_size
+
+    def stream_ids(self) -> np.ndarray:
+        """Ids of every stored item, ``[batch_size, num_valid_steps]``, oldest first."""
+        steps = np.arange(self.first_valid_step(), self.steps, dtype=np.int64)
+        return steps[None, :] * self.batch_size + np.arange(self.batch_size, dtype=np.int64)[:, None]

@@ -1,0 +1,26 @@
+"""Samplers choose which ids to read; they never know where the bytes live."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from replaybuf.ring import StreamRing
+
+__all__ = ["UniformSampler"]
+
+
+class UniformSampler:
+    """A step uniformly over the valid window starts and a stream uniformly (TF-Agents' rule).
+
+    Ids of valid starts form the contiguous run ``[low * B, high * B)``, so one draw of
+    integers gives both the step and the stream; every element has probability
+    ``1 / (valid starts * batch_size)``.
+    """
+
+    def sample(
+        self, rng: np.random.Generator, ring: StreamRing, size: int | None, num_steps: int | None, what: str
+    ) -> tuple[np.ndarray, float]:
+        low, high = ring.window_starts(num_steps or 1, what)
+        batch = ring.batch_size
+        first_ids = rng.integers(low * batch, high * batch, size=size if size is not None else ())
+        return first_ids, 1.0 / ((high - low) * batch)

@@ -1,0 +1,173 @@
+"""Specs: the shape and dtype of every leaf of an item, and conversions into them.
+
+A data_spec is a nest (tuple, namedtuple or dict) of ``ArraySpec`` leaves. Specs from
+TensorFlow (``tf.TensorSpec``, ``tf.BoundedTensorSpec``) and Gymnasium spaces are converted
+with :func:`as_data_spec`; dtypes may be NumPy, TensorFlow or PyTorch dtypes or names.
+Nothing here imports a framework: foreign objects are recognised by their attributes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from replaybuf.errors import SpecError
+
+__all__ = ["ArraySpec", "BoundedArraySpec", "TensorSpec", "as_data_spec", "as_numpy_dtype"]
+
+
+def as_numpy_dtype(dtype: Any) -> np.dtype:
+    """The NumPy dtype for a NumPy, TensorFlow or PyTorch dtype, a type, or a name."""
+    numpy_dtype = getattr(dtype, "as_numpy_dtype", None)  # tf.DType
+    if numpy_dtype is not None:
+        return np.dtype(numpy_dtype)
+    if type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype":
+        name = str(dtype).removeprefix("torch.")
+        try:
+            return np.dtype(name)
+        except TypeError:
+            raise SpecError(f"torch dtype {dtype} has no NumPy equivalent") from None
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise SpecError(f"expected a dtype (NumPy, TensorFlow, PyTorch or a name), got {dtype!r}") from None
+
+
+def _as_shape(shape: Any) -> tuple[int, ...]:
+    as_list = getattr(shape, "as_list", None)  # tf.TensorShape
+    if as_list is not None:
+        shape = as_list()
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise SpecError(f"expected a shape (a tuple of ints), got {shape!r}") from None
+    for dim in dims:
+        if dim is None or not isinstance(dim, (int, np.integer)) or dim < 0:
+            raise SpecError(f"expected a fully defined shape of non-negative ints, got {shape!r}")
+    return tuple(int(d) for d in dims)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArraySpec:
+    """The shape and dtype (and an optional name) of one leaf of an item."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", _as_shape(self.shape))
+        object.__setattr__(self, "dtype", as_numpy_dtype(self.dtype))
+
+    def __repr__(self) -> str:
+        name = f", name={self.name!r}" if self.name else ""
+        return f"{type(self).__name__}(shape={self.shape}, dtype={self.dtype.name}{name})"
+
+    def describe(self) -> str:
+        """``(3, 2) float32``: the form error messages use."""
+        return f"{self.shape} {self.dtype.name}"
+
+    def zeros(self, outer_shape: tuple[int, ...] = ()) -> np.ndarray:
+        """An array of zeros of this spec, with leading ``outer_shape`` dimensions."""
+        return np.zeros(tuple(outer_shape) + self.shape, self.dtype)
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class BoundedArraySpec(ArraySpec):
+    """An ArraySpec with inclusive bounds, as TF-Agents' BoundedArraySpec."""
+
+    minimum: Any = None
+    maximum: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for bound in ("minimum", "maximum"):
+            value = getattr(self, bound)
+            if value is None:
+                raise SpecError(f"BoundedArraySpec needs a {bound}")
+            try:
+                array = np.broadcast_to(np.asarray(value, self.dtype), self.shape).copy()
+            except ValueError:
+                raise SpecError(
+                    f"BoundedArraySpec {bound}: expected a value broadcastable to {self.shape}, "
+                    f"got shape {np.shape(value)}"
+                ) from None
+            array.flags.writeable = False
+            object.__setattr__(self, bound, array)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is type(self)
+            and (self.shape, self.dtype, self.name) == (other.shape, other.dtype, other.name)
+            and np.array_equal(self.minimum, other.minimum)
+            and np.array_equal(self.maximum, other.maximum)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype, self.name))
+
+    def __repr__(self) -> str:
+        return (
+            f"BoundedArraySpec(shape={self.shape}, dtype={self.dtype.name}, name={self.name!r}, "
+            f"minimum={self.minimum.tolist()}, maximum={self.maximum.tolist()})"
+        )
+
+
+TensorSpec = ArraySpec
+"""The framework-neutral name TF-Agents users know; the same class as ArraySpec."""
+
+
+def as_data_spec(spec: Any, _path: str = "data_spec") -> Any:
+    """Convert a nest of specs (ours, ``tf.TensorSpec``, Gymnasium spaces) to ArraySpecs.
+
+    Tuples, namedtuples and dicts are kept as they are; a Gymnasium ``Dict`` space becomes
+    a dict and a ``Tuple`` space a tuple. A Python list is rejected: in items a list is
+    ambiguous with array data, so specs use tuples.
+    """
+    if isinstance(spec, list):
+        raise SpecError(
+            f"{_path}: a Python list is not allowed in a spec (it is ambiguous with array "
+            "data); use a tuple instead"
+        )
+    if isinstance(spec, ArraySpec):
+        return spec
+    if isinstance(spec, tuple):
+        children = [as_data_spec(child, f"{_path}/{i}") for i, child in enumerate(spec)]
+        return type(spec)(*children) if hasattr(spec, "_fields") else tuple(children)
+    if isinstance(spec, Mapping):
+        return type(spec)((key, as_data_spec(value, f"{_path}/{key}")) for key, value in spec.items())
+    if _is_gym_space(spec):
+        return _from_gym_space(spec, _path)
+    if hasattr(spec, "shape") and hasattr(spec, "dtype"):  # tf.TensorSpec and friends
+        name = getattr(spec, "name", None)
+        if hasattr(spec, "minimum") and hasattr(spec, "maximum"):
+            return BoundedArraySpec(spec.shape, spec.dtype, name, spec.minimum, spec.maximum)
+        return ArraySpec(spec.shape, spec.dtype, name)
+    raise SpecError(f"{_path}: expected an ArraySpec, a tf.TensorSpec or a Gymnasium space, got {spec!r}")
+
+
+def _is_gym_space(obj: Any) -> bool:
+    return any(cls.__module__.startswith("gymnasium.spaces") for cls in type(obj).__mro__)
+
+
+def _from_gym_space(space: Any, path: str) -> Any:
+    kind = type(space).__name__
+    if kind == "Box":
+        return BoundedArraySpec(space.shape, space.dtype, None, space.low, space.high)
+    if kind == "Discrete":
+        low = int(space.start)
+        return BoundedArraySpec((), space.dtype, None, low, low + int(space.n) - 1)
+    if kind == "MultiDiscrete":
+        return BoundedArraySpec(space.shape, space.dtype, None, space.start, space.start + space.nvec - 1)
+    if kind == "MultiBinary":
+        return BoundedArraySpec(space.shape, space.dtype, None, 0, 1)
+    if kind == "Dict":
+        return {key: _from_gym_space(sub, f"{path}/{key}") for key, sub in space.spaces.items()}
+    if kind == "Tuple":
+        return tuple(_from_gym_space(sub, f"{path}/{i}") for i, sub in enumerate(space.spaces))
+    raise SpecError(f"{path}: Gymnasium space {kind} has no fixed-shape array spec")

@@ -1,0 +1,207 @@
+"""The NumPy buffers: ``UniformReplayBuffer`` (segmented) and ``PyUniformReplayBuffer``."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive
+from replaybuf.dataset import DeterministicPass, RandomDataset, plan_deterministic_pass
+from replaybuf.nest import FlatSpec
+from replaybuf.ring import StreamRing
+from replaybuf.samplers import UniformSampler
+from replaybuf.storage import RecordStorage
+
+__all__ = ["PyUniformReplayBuffer", "UniformReplayBuffer"]
+
+
+class UniformReplayBuffer(ReplayBuffer):
+    """``batch_size`` streams of ``max_length`` items in host memory, sampled uniformly.
+
+    The NumPy twin of TF-Agents' TFUniformReplayBuffer: ``add_batch`` writes one step to
+    every stream (leading dimension == batch_size), ``get_next`` draws a step and a stream
+    uniformly and returns windows of ``num_steps`` consecutive items of one stream that
+    never pass the write head. Thread-safe: adds and reads hold one lock, so no read sees
+    a half-written item.
+
+    Args:
+        data_spec: a nest (tuple, namedtuple, dict) of ArraySpec, tf.TensorSpec or
+            Gymnasium spaces describing one item.
+        batch_size: the number of parallel streams (one per environment copy).
+        max_length: items kept per stream; capacity is batch_size * max_length.
+        seed: seed of the sampling random generator.
+        dataset_drop_remainder: in a deterministic pass, drop windows and stream groups
+            shorter than asked for.
+        dataset_window_shift: in a deterministic pass, the step between window starts
+            (default num_steps: windows do not overlap).
+    """
+
+    _name = "UniformReplayBuffer"
+
+    def __init__(
+        self,
+        data_spec: Any,
+        batch_size: int = 1,
+        max_length: int = 1000,
+        *,
+        seed: int | None = None,
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+    ):
+        check_positive("batch_size", batch_size, allow_none=False)
+        check_positive("max_length", max_length, allow_none=False)
+        check_positive("dataset_window_shift", dataset_window_shift)
+        self._flat = FlatSpec(data_spec)
+        self._ring = StreamRing(int(batch_size), int(max_length))
+        self._storage = RecordStorage(self._flat.leaves, self._ring.capacity)
+        self._sampler = UniformSampler()
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.RLock()
+        self._drop_remainder = bool(dataset_drop_remainder)
+        self._window_shift = dataset_window_shift
+
+    # -- the common API -------------------------------------------------------------------
+    @property
+    def data_spec(self) -> Any:
+        return self._flat.data_spec
+
+    @property
+    def capacity(self) -> int:
+        return self._ring.capacity
+
+    @property
+    def batch_size(self) -> int:
+        return self._ring.batch_size
+
+    @property
+    def max_length(self) -> int:
+        return self._ring.max_length
+
+    def add_batch(self, items: Any) -> None:
+        """Add one step to every stream: each leaf shaped ``[batch_size] + spec.shape``.
+
+        Raises:
+            SpecMismatchError: the structure, a shape or a dtype does not match the
+                data_spec; nothing is written.
+        """
+        arrays = self._flat.flatten_batch(items, self._ring.batch_size)
+        with self._lock:
+            ring = self._ring
+            self._storage.write((ring.steps % ring.max_length) * ring.batch_size, arrays)
+            ring.steps += 1
+
+    def get_next(
+        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+    ) -> tuple[Any, BufferInfo]:
+        """Sample uniformly; see the module docstring of ``replaybuf.buffer`` for shapes.
+
+        Raises:
+            EmptyBufferError: nothing is stored, or no stream holds ``num_steps`` items.
+            ArgumentError: sample_batch_size or num_steps is not a positive int.
+        """
+        check_positive("sample_batch_size", sample_batch_size)
+        check_positive("num_steps", num_steps)
+        with self._lock:
+            first_ids, probability = self._sampler.sample(
+                self._rng, self._ring, sample_batch_size, num_steps, self._name
+            )
+            ids = self._ring.window_ids(first_ids, num_steps)
+            leaves = self._storage.read(ids % self._ring.capacity)
+        probabilities = np.full(() if sample_batch_size is None else sample_batch_size, probability, np.float32)
+        items = self._flat.unflatten(leaves)
+        if not time_stacked and num_steps is not None:
+            items = _unstack_time(self._flat, leaves, num_steps, batched=sample_batch_size is not None)
+        return items, BufferInfo(ids, probabilities)
+
+    def as_dataset(
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        num_parallel_calls: int | None = None,
+        single_deterministic_pass: bool = False,
+    ) -> RandomDataset | DeterministicPass:
+        """An iterable of ``(items, BufferInfo)``.
+
+        Random mode (default) is endless and sees later adds; ``num_parallel_calls`` > 0
+        samples in a background thread with that many batches queued. With
+        ``single_deterministic_pass=True`` every stored item is yielded once, stream by
+        stream (``sample_batch_size`` streams at a time) in time order, cut into windows
+        of ``num_steps``; ids are fixed when the iterator is created.
+
+        Raises:
+            ArgumentError: a non-positive argument; in a deterministic pass,
+                sample_batch_size > batch_size or num_steps > max_length.
+        """
+        check_positive("sample_batch_size", sample_batch_size)
+        check_positive("num_steps", num_steps)
+        check_positive("num_parallel_calls", num_parallel_calls)
+        if single_deterministic_pass:
+
+            def plan() -> list[np.ndarray]:
+                with self._lock:
+                    return plan_deterministic_pass(
+                        self._ring, sample_batch_size, num_steps, self._window_shift, self._drop_remainder
+                    )
+
+            return DeterministicPass(plan, self._read_ids)
+        return RandomDataset(lambda: self.get_next(sample_batch_size, num_steps), num_parallel_calls)
+
+    def gather_all(self) -> Any:
+        """Every stored item, ``[batch_size, n, ...]`` oldest first (valid items only)."""
+        with self._lock:
+            ids = self._ring.stream_ids()
+            leaves = self._storage.read(ids % self._ring.capacity)
+        return self._flat.unflatten(leaves)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._ring.steps = 0
+
+    def num_frames(self) -> int:
+        return self._ring.num_valid_steps() * self._ring.batch_size
+
+    # -- internals ---------------------------------------------------------------------------
+    def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
+        with self._lock:
+            leaves = self._storage.read(ids % self._ring.capacity)
+        return self._flat.unflatten(leaves), BufferInfo(ids, ())
+
+
+def _unstack_time(flat: FlatSpec, leaves: list[np.ndarray], num_steps: int, batched: bool) -> tuple:
+    axis = 1 if batched else 0
+    return tuple(flat.unflatten([leaf.take(t, axis=axis) for leaf in leaves]) for t in range(num_steps))
+
+
+class PyUniformReplayBuffer(UniformReplayBuffer):
+    """One FIFO stream of ``capacity`` items in NumPy arrays (TF-Agents' PyUniformReplayBuffer).
+
+    ``add_batch`` takes a batch of any size and appends its items in order; an unbatched
+    item is an error that says how to add one.
+    """
+
+    _name = "PyUniformReplayBuffer"
+
+    def __init__(self, data_spec: Any, capacity: int, *, seed: int | None = None):
+        super().__init__(data_spec, batch_size=1, max_length=capacity, seed=seed)
+
+    def add_batch(self, items: Any) -> None:
+        """Append ``n`` items (each leaf shaped ``[n] + spec.shape``, n >= 0) in order.
+
+        Raises:
+            SpecMismatchError: the structure, a shape or a dtype does not match, or the
+                leaves disagree on n; nothing is written.
+        """
+        arrays = self._flat.flatten_batch(items, None)
+        count = arrays[0].shape[0] if arrays else 0
+        capacity = self._ring.capacity
+        with self._lock:
+            ring = self._ring
+            if count > capacity:  # only the newest `capacity` items survive
+                arrays = [a[count - capacity :] for a in arrays]
+                ring.steps += count - capacity
+                count = capacity
+            if count:
+                self._storage.write(ring.steps % capacity, arrays)
+                ring.steps += count
