@@ -7,8 +7,10 @@
     │                                 (structure, shape, dtype, batch size); nothing is written
     ├── EmptyBufferError (ValueError) sampling or reading more than is stored
     ├── ArgumentError (ValueError)    an argument outside its range (sample_batch_size=0, ...)
-    └── PriorityError (ValueError)    a priority that is zero, negative or NaN, or an id
-                                      that names no stored item
+    ├── PriorityError (ValueError)    a priority that is zero, negative or NaN, or an id
+    │                                 that names no stored item
+    └── CheckpointError (ValueError)  a checkpoint or storage folder that is missing, corrupt,
+                                      truncated, or made for another buffer; nothing is loaded
 
 Every error that comes from user input is also a ValueError, so code written against
 TF-Agents' ``except ValueError`` keeps working. Messages name the field path, what was
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 __all__ = [
     "ArgumentError",
+    "CheckpointError",
     "EmptyBufferError",
     "PriorityError",
     "ReplayBufferError",
@@ -49,3 +52,7 @@ class ArgumentError(ReplayBufferError, ValueError):
 
 class PriorityError(ReplayBufferError, ValueError):
     """A priority that is not finite and positive, or an id that names no stored item."""
+
+
+class CheckpointError(ReplayBufferError, ValueError):
+    """A checkpoint that cannot be loaded (missing, corrupt, another spec); nothing is loaded."""
