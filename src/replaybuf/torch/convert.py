@@ -1,0 +1,107 @@
+"""Turning items into validated torch tensors on the buffer's device, before any write.
+
+Torch leaves are checked on their metadata alone (dtype and shape), so a CUDA tensor is
+never copied to the host to be validated; NumPy and Python leaves go through the core's
+checks (``FlatSpec.flatten_batch``). Every leaf is validated before the first one is moved,
+and each is moved (and, where a safe cast is needed, cast) in one ``Tensor.to`` call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from replaybuf.errors import SpecError, SpecMismatchError
+from replaybuf.nest import FlatSpec
+from replaybuf.specs import ArraySpec, as_numpy_dtype
+
+__all__ = ["as_torch_dtype", "to_device_batch"]
+
+
+def as_torch_dtype(dtype: Any) -> torch.dtype:
+    """The torch dtype for a NumPy, TensorFlow or PyTorch dtype, or a name ('float32').
+
+    Raises:
+        SpecError: the dtype has no PyTorch equivalent (a string or object dtype).
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    numpy_dtype = as_numpy_dtype(dtype)
+    try:
+        return torch.from_numpy(np.empty(0, numpy_dtype)).dtype
+    except TypeError:
+        raise SpecError(f"dtype {numpy_dtype} has no PyTorch equivalent") from None
+
+
+def to_device_batch(
+    flat: FlatSpec, items: Any, batch_size: int | None, device: torch.device
+) -> list[torch.Tensor]:
+    """Validated leaves of a batch on ``device``: each ``[n] + spec.shape`` of the spec dtype.
+
+    ``batch_size`` fixes n; None lets n be any size shared by every leaf.
+
+    Raises:
+        SpecMismatchError: the structure, a shape, a dtype or n does not match; nothing
+            has been moved or written.
+    """
+    leaves = flat.flatten(items)
+    tensors = {
+        i: _check_tensor(flat.paths[i], flat.leaves[i], leaf, batch_size)
+        for i, leaf in enumerate(leaves)
+        if isinstance(leaf, torch.Tensor)
+    }
+    if tensors:  # validated tensors stand in as zero-copy arrays for the core's checks
+        leaves = [_stand_in(flat.leaves[i], tensors[i]) if i in tensors else leaf for i, leaf in enumerate(leaves)]
+        arrays = flat.flatten_batch(flat.unflatten(leaves), batch_size)
+    else:
+        arrays = flat.flatten_batch(items, batch_size)
+    out = []
+    for i, (spec, array) in enumerate(zip(flat.leaves, arrays)):
+        dtype = as_torch_dtype(spec.dtype)
+        if i in tensors:
+            out.append(tensors[i].detach().to(device=device, dtype=dtype))
+        else:
+            out.append(_from_numpy(array).to(device=device, dtype=dtype))
+    return out
+
+
+def _check_tensor(path: str, spec: ArraySpec, tensor: torch.Tensor, batch_size: int | None) -> torch.Tensor:
+    outer = "[n]" if batch_size is None else f"[{batch_size}]"
+    try:
+        got = as_numpy_dtype(tensor.dtype)
+    except SpecError:
+        raise SpecMismatchError(f"{path}: expected dtype {spec.dtype.name}, got {tensor.dtype}") from None
+    if got != spec.dtype and not np.can_cast(got, spec.dtype, casting="safe"):
+        raise SpecMismatchError(
+            f"{path}: expected dtype {spec.dtype.name}, got {tensor.dtype} "
+            "(not a safe cast; convert it explicitly if the loss is intended)"
+        )
+    shape = tuple(tensor.shape)
+    if shape == spec.shape:
+        raise SpecMismatchError(
+            f"{path}: expected a batch {outer} + {spec.describe()}, got one unbatched item of "
+            f"shape {shape}; add a leading dimension (x[None] or x.unsqueeze(0)) to add a single item"
+        )
+    if len(shape) != len(spec.shape) + 1 or shape[1:] != spec.shape or (
+        batch_size is not None and shape[0] != batch_size
+    ):
+        want = ("n" if batch_size is None else str(batch_size),) + tuple(map(str, spec.shape))
+        raise SpecMismatchError(
+            f"{path}: expected shape ({', '.join(want)}) {spec.dtype.name} (a batch of "
+            f"{outer[1:-1]} items of {spec.describe()}), got {shape} {tensor.dtype}"
+        )
+    return tensor
+
+
+def _stand_in(spec: ArraySpec, tensor: torch.Tensor) -> np.ndarray:
+    """A zero-stride array with the tensor's (already checked) shape and the spec dtype."""
+    return np.broadcast_to(np.zeros((), spec.dtype), (tensor.shape[0],) + spec.shape)
+
+
+def _from_numpy(array: np.ndarray) -> torch.Tensor:
+    """A tensor sharing ``array``'s memory where torch allows it, else of a copy."""
+    if not array.flags.writeable or any(s < 0 for s in array.strides):
+        array = np.array(array)
+    return torch.from_numpy(array)
