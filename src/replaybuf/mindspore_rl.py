@@ -1,0 +1,254 @@
+"""The MindSpore RL ``ReplayBuffer`` API on PyTorch device storage.
+
+A FIFO ring of ``capacity`` rows, one tensor per column (``shapes[i]``, ``types[i]``), that
+stays on the device (a GPU when there is one), so ``insert`` and ``sample`` never copy
+between host and device. Two cursors describe it, as in MindSpore: ``count`` (valid rows)
+and ``head`` (the slot of the oldest row, which moves once rows are overwritten)::
+
+    capacity 6: insert 2 rows -> head 0, count 2; insert 4 -> head 0, count 6 (full);
+    insert 2 more -> the oldest two are overwritten, head 2, count 6
+
+It is made of the parts of ``replaybuf.torch.TorchPyUniformReplayBuffer`` (the ring of
+ids, the device storage, the validation that writes nothing on bad input, a generator on
+the device), assembled here without its TF-Agents-shaped surface.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from replaybuf.buffer import check_positive
+from replaybuf.errors import ArgumentError, EmptyBufferError, SpecMismatchError
+from replaybuf.nest import FlatSpec
+from replaybuf.ring import StreamRing
+from replaybuf.specs import ArraySpec
+from replaybuf.torch.convert import as_torch_dtype, to_device_batch
+from replaybuf.torch.storage import TorchStorage
+from replaybuf.torch.uniform import as_device, make_generator
+
+__all__ = ["ReplayBuffer"]
+
+_CONFIG_KEYS = ("capacity", "data_shape", "data_type", "sample_size")
+_IGNORED_CONFIG_KEYS = ("number", "type")  # MindSpore's algorithm config names the class and count
+
+
+class ReplayBuffer:
+    """MindSpore RL's ReplayBuffer: a device-side FIFO of rows, sampled ``batch_size`` at a time.
+
+    Args:
+        batch_size: rows returned by ``sample()``.
+        capacity: rows kept; inserting into a full buffer overwrites the oldest rows.
+        shapes: the shape of one row of each column, e.g. ``[(4,), (1,), (1,), (4,)]``.
+        types: the dtype of each column: NumPy dtypes, torch dtypes or names ('float32').
+        device: where the rows live; default CUDA when available, else the CPU.
+        ordered: ``sample()`` draws row positions in age order and remaps them through
+            ``head``; the default draws raw slots (the same distribution, one op fewer).
+        seed: seed of the sampling generator.
+
+    Raises:
+        ArgumentError: batch_size or capacity is not a positive int, or shapes and types
+            differ in length.
+        SpecError: a shape or dtype cannot be used (a dtype without a PyTorch equivalent).
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        capacity: int,
+        shapes: Sequence[Any],
+        types: Sequence[Any],
+        *,
+        device: Any = None,
+        ordered: bool = False,
+        seed: int | None = None,
+    ):
+        check_positive("batch_size", batch_size, allow_none=False)
+        check_positive("capacity", capacity, allow_none=False)
+        shapes, types = list(shapes), list(types)
+        if len(shapes) != len(types):
+            raise ArgumentError(
+                f"shapes and types: expected one dtype per shape, got {len(shapes)} shapes and {len(types)} types"
+            )
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self._batch_size = int(batch_size)
+        self._ordered = bool(ordered)
+        self._flat = FlatSpec(tuple(ArraySpec(shape, dtype) for shape, dtype in zip(shapes, types)))
+        self._types = [as_torch_dtype(spec.dtype) for spec in self._flat.leaves]
+        self._device = as_device(device)
+        self._ring = StreamRing(1, int(capacity))
+        self._storage = TorchStorage(self._flat.leaves, int(capacity), self._device)
+        self._generator = make_generator(self._device, seed)
+        self._lock = threading.RLock()
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], **kwargs: Any) -> ReplayBuffer:
+        """Build from MindSpore's config form: ``capacity``, ``data_shape``, ``data_type``,
+        ``sample_size`` (``number`` and ``type`` are accepted and ignored); keyword
+        arguments (device, ordered, seed) are passed on.
+
+        Raises:
+            ArgumentError: a required key is missing or an unknown key is present.
+        """
+        missing = [key for key in _CONFIG_KEYS if key not in config]
+        unknown = [key for key in config if key not in _CONFIG_KEYS + _IGNORED_CONFIG_KEYS]
+        if missing or unknown:
+            raise ArgumentError(
+                f"config: expected the keys {list(_CONFIG_KEYS)}, missing {missing}, unknown {unknown}"
+            )
+        return cls(config["sample_size"], config["capacity"], config["data_shape"], config["data_type"], **kwargs)
+
+    # -- properties ------------------------------------------------------------------------
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def capacity(self) -> int:
+        return self._ring.capacity
+
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        return [spec.shape for spec in self._flat.leaves]
+
+    @property
+    def types(self) -> list[torch.dtype]:
+        return list(self._types)
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def ordered(self) -> bool:
+        return self._ordered
+
+    @property
+    def head(self) -> int:
+        """The slot of the oldest valid row."""
+        return self._ring.first_valid_step() % self._ring.capacity
+
+    @property
+    def count(self) -> int:
+        """How many valid rows are stored."""
+        return self._ring.num_valid_steps()
+
+    # -- the MindSpore API -------------------------------------------------------------------
+    def insert(self, exp: Sequence[Any]) -> None:
+        """Insert one row (each tensor shaped as declared) or a batch of rows (one more
+        leading dimension, the same on every tensor); the oldest rows are overwritten once
+        full. Tensors may be torch tensors on any device, NumPy arrays or lists.
+
+        Raises:
+            SpecMismatchError: not one tensor per column, or a shape or dtype that does not
+                match; nothing is written.
+        """
+        columns = self._as_batch(exp)
+        try:
+            tensors = to_device_batch(self._flat, columns, None, self._device)
+        except SpecMismatchError as err:
+            raise SpecMismatchError(f"insert: tensor {err}") from None
+        count = tensors[0].shape[0] if tensors else 0
+        capacity = self._ring.capacity
+        with self._lock:
+            ring = self._ring
+            if count > capacity:  # only the newest `capacity` rows survive
+                tensors = [t[count - capacity :] for t in tensors]
+                ring.steps += count - capacity
+                count = capacity
+            if count:
+                self._storage.write(ring.steps % capacity, tensors)
+                ring.steps += count
+
+    def get_item(self, index: Any) -> tuple[torch.Tensor, ...]:
+        """The ``index``-th oldest valid row (0 is the oldest), one tensor per column.
+
+        Raises:
+            ArgumentError: index is not an int in ``[0, size())``.
+        """
+        if isinstance(index, torch.Tensor) and index.dim() == 0 and not index.is_floating_point():
+            index = int(index)
+        if not isinstance(index, (int, np.integer)) or isinstance(index, bool):
+            raise ArgumentError(f"get_item: expected an int index, got {index!r}")
+        with self._lock:
+            count = self.count
+            if not 0 <= index < count:
+                raise ArgumentError(
+                    f"get_item: index {int(index)} is out of range; the buffer holds {count} rows "
+                    f"(valid indices 0..{count - 1})"
+                )
+            slot = (self.head + int(index)) % self._ring.capacity
+            return tuple(column[slot].clone() for column in self._storage.tensors)
+
+    def sample(self) -> tuple[torch.Tensor, ...]:
+        """``batch_size`` rows drawn uniformly at random (with replacement), on the device.
+
+        Raises:
+            EmptyBufferError: nothing is stored.
+        """
+        with self._lock:
+            count = self.count
+            if count == 0:
+                raise EmptyBufferError(
+                    "The ReplayBuffer is empty. Make sure to insert rows before sampling the buffer."
+                )
+            shape = (self._batch_size,)
+            slots = torch.randint(0, count, shape, generator=self._generator, device=self._device)
+            if self._ordered:  # positions in age order -> slots
+                slots = torch.remainder(slots + self.head, self._ring.capacity)
+            return tuple(self._storage.read(slots))
+
+    def reset(self) -> None:
+        """Forget every row; the storage stays allocated."""
+        with self._lock:
+            self._ring.steps = 0
+
+    def size(self) -> int:
+        """How many valid rows are stored."""
+        return self.count
+
+    def full(self) -> bool:
+        """Whether the next insert overwrites the oldest rows."""
+        return self.count == self._ring.capacity
+
+    # -- internals ---------------------------------------------------------------------------
+    def _as_batch(self, exp: Sequence[Any]) -> tuple[Any, ...]:
+        """``exp`` as a tuple of batches: one row gets a leading dimension of 1."""
+        leaves = self._flat.leaves
+        if not isinstance(exp, (list, tuple)) or len(exp) != len(leaves):
+            got = f"{len(exp)} tensors" if isinstance(exp, (list, tuple)) else type(exp).__name__
+            raise SpecMismatchError(f"insert: expected a list of {len(leaves)} tensors (one per column), got {got}")
+        ndims = [x.dim() if isinstance(x, torch.Tensor) else np.ndim(x) for x in exp]
+        rows = [ndim == len(spec.shape) for ndim, spec in zip(ndims, leaves)]
+        if all(rows):
+            for i, (x, spec) in enumerate(zip(exp, leaves)):
+                if tuple(x.shape if isinstance(x, torch.Tensor) else np.shape(x)) != spec.shape:
+                    raise SpecMismatchError(
+                        f"insert: tensor {i}: expected one row of shape {spec.shape} (or a batch of "
+                        f"rows, (n,) + {spec.shape}), got shape {tuple(np.shape(x))}"
+                    )
+            return tuple(_one_row_batch(x) for x in exp)
+        if any(rows):
+            kinds = ", ".join(f"tensor {i}: {'one row' if row else 'a batch'}" for i, row in enumerate(rows))
+            raise SpecMismatchError(
+                f"insert: expected every tensor to be one row or every tensor a batch of rows, got {kinds}"
+            )
+        sizes = [x.shape[0] if isinstance(x, torch.Tensor) else np.shape(x)[0] if n else None for x, n in zip(exp, ndims)]
+        if len(set(sizes)) > 1:
+            detail = ", ".join(f"tensor {i}: {n}" for i, n in enumerate(sizes))
+            raise SpecMismatchError(f"insert: every tensor needs the same number of rows, got {detail}")
+        return tuple(exp)
+
+
+def _one_row_batch(row: Any) -> Any:
+    """``row`` with a leading dimension of 1; Python numbers and lists stay weakly typed."""
+    if isinstance(row, torch.Tensor):
+        return row.unsqueeze(0)
+    if hasattr(row, "dtype"):
+        return np.asarray(row)[None]
+    return [row]
