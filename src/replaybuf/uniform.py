@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
 import numpy as np
 
+from replaybuf import checkpoint
 from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive
 from replaybuf.dataset import DeterministicPass, RandomDataset, plan_deterministic_pass
+from replaybuf.errors import CheckpointError
+from replaybuf.memmap_storage import open_storage
 from replaybuf.nest import FlatSpec
-from replaybuf.ring import StreamRing
 from replaybuf.samplers import UniformSampler
-from replaybuf.storage import RecordStorage
+from replaybuf.state import check_rng_state, check_spec_state, read_run, require, spec_state
 
 __all__ = ["PyUniformReplayBuffer", "UniformReplayBuffer"]
 
@@ -36,6 +39,11 @@ class UniformReplayBuffer(ReplayBuffer):
             shorter than asked for.
         dataset_window_shift: in a deterministic pass, the step between window starts
             (default num_steps: windows do not overlap).
+        storage: ``"memory"`` (default) or ``"memmap"``: records in a memory-mapped file
+            under ``path`` that survives the process (see docs/persistence.md).
+        path: the folder of a ``"memmap"`` storage; reopening it recovers the items.
+
+    Checkpoints: ``state_dict()`` / ``load_state_dict(state)``, ``save(path)`` / ``load(path)``.
     """
 
     _name = "UniformReplayBuffer"
@@ -49,13 +57,14 @@ class UniformReplayBuffer(ReplayBuffer):
         seed: int | None = None,
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
+        storage: str = "memory",
+        path: str | os.PathLike | None = None,
     ):
         check_positive("batch_size", batch_size, allow_none=False)
         check_positive("max_length", max_length, allow_none=False)
         check_positive("dataset_window_shift", dataset_window_shift)
         self._flat = FlatSpec(data_spec)
-        self._ring = StreamRing(int(batch_size), int(max_length))
-        self._storage = RecordStorage(self._flat.leaves, self._ring.capacity)
+        self._ring, self._storage = open_storage(storage, path, self._flat, int(batch_size), int(max_length))
         self._sampler = UniformSampler()
         self._rng = np.random.default_rng(seed)
         self._lock = threading.RLock()
@@ -162,6 +171,81 @@ class UniformReplayBuffer(ReplayBuffer):
     def num_frames(self) -> int:
         return self._ring.num_valid_steps() * self._ring.batch_size
 
+    # -- checkpoints (docs/persistence.md) ----------------------------------------------------
+    def state_dict(self) -> dict:
+        """A plain snapshot (copies) of the items, counters and RNG; see ``load_state_dict``.
+
+        ``items`` holds each leaf's stored items in id order (oldest first, valid items
+        only); subclasses extend the dict via ``super().state_dict()``.
+        """
+        with self._lock:
+            ring = self._ring
+            first = ring.first_valid_step()
+            count = (ring.steps - first) * ring.batch_size
+            leaves = read_run(self._storage.fields, (first % ring.max_length) * ring.batch_size, count)
+            return {
+                "class": type(self).__name__,
+                "spec": spec_state(self._flat),
+                "batch_size": ring.batch_size,
+                "max_length": ring.max_length,
+                "steps": ring.steps,
+                "items": {str(i): leaf for i, leaf in enumerate(leaves)},
+                "rng": self._rng.bit_generator.state,
+            }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a ``state_dict()``: later samples equal the original's for the same calls.
+
+        Raises:
+            CheckpointError: a state of another class, data_spec or geometry, or malformed;
+                the buffer is left unchanged.
+        """
+        ring = self._ring
+        if require(state, "class", str) != type(self).__name__:
+            raise CheckpointError(f"state: saved from a {state['class']}, cannot load into a {type(self).__name__}")
+        check_spec_state(self._flat, require(state, "spec", dict))
+        for key in ("batch_size", "max_length"):
+            if require(state, key, int) != getattr(ring, key):
+                raise CheckpointError(f"state[{key!r}]: saved {state[key]}, this buffer has {getattr(ring, key)}")
+        steps, items = require(state, "steps", int), require(state, "items", dict)
+        leaves = [items.get(str(i)) for i in range(len(self._flat.leaves))]
+        count = leaves[0].shape[0] if leaves and isinstance(leaves[0], np.ndarray) else 0
+        first = steps - count // ring.batch_size
+        if steps < 0 or count % ring.batch_size or not max(0, steps - ring.max_length) <= first <= steps:
+            raise CheckpointError(f"state: {count} items do not fit steps={steps} of this buffer's streams")
+        for leaf, spec, path in zip(leaves, self._flat.leaves, self._flat.paths):
+            if not isinstance(leaf, np.ndarray) or leaf.shape != (count, *spec.shape) or leaf.dtype != spec.dtype:
+                got = f"{leaf.shape} {leaf.dtype}" if isinstance(leaf, np.ndarray) else type(leaf).__name__
+                raise CheckpointError(f"state['items'] {path}: expected ({count}, *{spec.shape}) {spec.dtype}, got {got}")
+        check_rng_state(self._rng, require(state, "rng", dict))
+        if first > max(0, steps - ring.max_length) and not hasattr(ring, "floor"):
+            raise CheckpointError("state: its oldest items were lost in a crash; load it into storage='memmap'")
+        with self._lock:
+            ring.steps = 0
+            if count:
+                self._storage.write((first % ring.max_length) * ring.batch_size, leaves)
+            ring.steps = steps
+            if hasattr(ring, "floor"):
+                ring.floor = first if first > max(0, steps - ring.max_length) else 0
+            self._rng.bit_generator.state = state["rng"]
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write ``state_dict()`` to the checkpoint folder ``path`` atomically (a new version).
+
+        Raises:
+            CheckpointError: ``path`` exists and is not a checkpoint folder.
+        """
+        checkpoint.write_state(path, self.state_dict())
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Replace this buffer's state with the checkpoint at ``path``, verified first.
+
+        Raises:
+            CheckpointError: no checkpoint there, a corrupt or truncated file, or a state
+                this buffer cannot take; the buffer is left unchanged.
+        """
+        self.load_state_dict(checkpoint.read_state(path))
+
     # -- internals ---------------------------------------------------------------------------
     def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
         with self._lock:
@@ -183,8 +267,16 @@ class PyUniformReplayBuffer(UniformReplayBuffer):
 
     _name = "PyUniformReplayBuffer"
 
-    def __init__(self, data_spec: Any, capacity: int, *, seed: int | None = None):
-        super().__init__(data_spec, batch_size=1, max_length=capacity, seed=seed)
+    def __init__(
+        self,
+        data_spec: Any,
+        capacity: int,
+        *,
+        seed: int | None = None,
+        storage: str = "memory",
+        path: str | os.PathLike | None = None,
+    ):
+        super().__init__(data_spec, batch_size=1, max_length=capacity, seed=seed, storage=storage, path=path)
 
     def add_batch(self, items: Any) -> None:
         """Append ``n`` items (each leaf shaped ``[n] + spec.shape``, n >= 0) in order.
@@ -198,10 +290,10 @@ class PyUniformReplayBuffer(UniformReplayBuffer):
         capacity = self._ring.capacity
         with self._lock:
             ring = self._ring
-            if count > capacity:  # only the newest `capacity` items survive
-                arrays = [a[count - capacity :] for a in arrays]
-                ring.steps += count - capacity
+            skip = max(0, count - capacity)  # only the newest `capacity` items survive
+            if skip:
+                arrays = [a[skip:] for a in arrays]
                 count = capacity
-            if count:
-                self._storage.write(ring.steps % capacity, arrays)
-                ring.steps += count
+            if count:  # counters move after the data, so a crash never exposes unwritten slots
+                self._storage.write((ring.steps + skip) % capacity, arrays)
+                ring.steps += skip + count
