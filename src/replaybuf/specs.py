@@ -136,13 +136,13 @@ def as_data_spec(spec: Any, _path: str = "data_spec") -> Any:
         )
     if isinstance(spec, ArraySpec):
         return spec
+    if _is_gym_space(spec):
+        return _from_gym_space(spec, _path)
     if isinstance(spec, tuple):
         children = [as_data_spec(child, f"{_path}/{i}") for i, child in enumerate(spec)]
         return type(spec)(*children) if hasattr(spec, "_fields") else tuple(children)
     if isinstance(spec, Mapping):
         return type(spec)((key, as_data_spec(value, f"{_path}/{key}")) for key, value in spec.items())
-    if _is_gym_space(spec):
-        return _from_gym_space(spec, _path)
     if hasattr(spec, "shape") and hasattr(spec, "dtype"):  # tf.TensorSpec and friends
         name = getattr(spec, "name", None)
         if hasattr(spec, "minimum") and hasattr(spec, "maximum"):
