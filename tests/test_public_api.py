@@ -1,0 +1,29 @@
+"""The public names, and that importing replaybuf imports no framework."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import replaybuf
+
+CORE_NAMES = {
+    "ArgumentError", "ArraySpec", "BoundedArraySpec", "BufferInfo", "EmptyBufferError",
+    "PriorityError", "PyUniformReplayBuffer", "ReplayBuffer", "ReplayBufferError", "SpecError",
+    "SpecMismatchError", "TensorSpec", "UniformReplayBuffer", "as_data_spec",
+}
+
+
+def test_all_names_the_public_api():
+    assert CORE_NAMES <= set(replaybuf.__all__)
+    for name in replaybuf.__all__:
+        assert hasattr(replaybuf, name), name
+
+
+def test_import_pulls_in_no_framework():
+    code = (
+        "import sys, replaybuf; "
+        "print(sorted(m for m in ('tensorflow', 'torch', 'gymnasium', 'jax') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
