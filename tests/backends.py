@@ -9,10 +9,15 @@ so a skip there is a failure to investigate).
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
+import pytest
 
 import replaybuf
 
@@ -35,7 +40,61 @@ def _numpy_py_uniform(data_spec, batch_size, max_length, seed):
     return replaybuf.PyUniformReplayBuffer(data_spec, capacity=max_length, seed=seed)
 
 
+def _torch_uniform(data_spec, batch_size, max_length, seed):
+    torch_backend = pytest.importorskip("replaybuf.torch")
+    return torch_backend.TorchUniformReplayBuffer(
+        data_spec, batch_size=batch_size, max_length=max_length, device="cpu", seed=seed
+    )
+
+
+def _torch_py_uniform(data_spec, batch_size, max_length, seed):
+    assert batch_size == 1, "single_stream backends are only built with batch_size=1"
+    torch_backend = pytest.importorskip("replaybuf.torch")
+    return torch_backend.TorchPyUniformReplayBuffer(data_spec, capacity=max_length, device="cpu", seed=seed)
+
+
+def _torch_to_numpy(value):
+    """A torch tensor (on any device) as NumPy; anything else through np.asarray."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+
+def _tf_uniform(data_spec, batch_size, max_length, seed):
+    tf_backend = pytest.importorskip("replaybuf.tf")
+    return tf_backend.TFUniformReplayBuffer(data_spec, batch_size=batch_size, max_length=max_length, seed=seed)
+
+
+def _tf_to_numpy(value):
+    """A tf.Tensor as NumPy (through .numpy()); anything else through np.asarray."""
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+
+# memmap storages live in folders under one temporary root, removed when the tests exit
+# (a factory cannot take pytest's tmp_path).
+_MEMMAP_ROOT = tempfile.mkdtemp(prefix="replaybuf-memmap-")
+atexit.register(shutil.rmtree, _MEMMAP_ROOT, ignore_errors=True)
+
+
+def _numpy_memmap(data_spec, batch_size, max_length, seed):
+    path = os.path.join(tempfile.mkdtemp(dir=_MEMMAP_ROOT), "buffer")
+    return replaybuf.UniformReplayBuffer(
+        data_spec, batch_size=batch_size, max_length=max_length, seed=seed, storage="memmap", path=path
+    )
+
+
+def _numpy_py_memmap(data_spec, batch_size, max_length, seed):
+    assert batch_size == 1, "single_stream backends are only built with batch_size=1"
+    path = os.path.join(tempfile.mkdtemp(dir=_MEMMAP_ROOT), "buffer")
+    return replaybuf.PyUniformReplayBuffer(data_spec, capacity=max_length, seed=seed, storage="memmap", path=path)
+
+
 BACKENDS: list[Backend] = [
     Backend("numpy", _numpy_uniform),
     Backend("numpy-py", _numpy_py_uniform, single_stream=True),
+    Backend("numpy-memmap", _numpy_memmap),
+    Backend("numpy-py-memmap", _numpy_py_memmap, single_stream=True),
+    Backend("torch-cpu", _torch_uniform, _torch_to_numpy),
+    Backend("torch-py-cpu", _torch_py_uniform, _torch_to_numpy, single_stream=True),
+    Backend("tf", _tf_uniform, _tf_to_numpy),
 ]
