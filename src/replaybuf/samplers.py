@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from replaybuf.ring import StreamRing
@@ -24,3 +26,14 @@ class UniformSampler:
         batch = ring.batch_size
         first_ids = rng.integers(low * batch, high * batch, size=size if size is not None else ())
         return first_ids, 1.0 / ((high - low) * batch)
+
+    def draw(
+        self, rng: np.random.Generator, ring: StreamRing, size: int | None, num_steps: int | None, what: str
+    ) -> tuple[np.ndarray, Any, dict]:
+        """``(ids, probability, extras)``: the ids of the sampled items or windows.
+
+        Every sampler used by ``UniformReplayBuffer.get_next`` has this method; ``extras``
+        (e.g. ``mask``, ``weights``) become attributes of the returned ``SampleInfo``.
+        """
+        first_ids, probability = self.sample(rng, ring, size, num_steps, what)
+        return ring.window_ids(first_ids, num_steps), probability, {}

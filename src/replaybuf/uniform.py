@@ -11,7 +11,9 @@ import numpy as np
 from replaybuf import checkpoint
 from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive
 from replaybuf.dataset import DeterministicPass, RandomDataset, plan_deterministic_pass
+from replaybuf.episodes import EpisodeIndex, EpisodeSampler, episode_markers
 from replaybuf.errors import CheckpointError
+from replaybuf.info import SampleInfo
 from replaybuf.memmap_storage import open_storage
 from replaybuf.nest import FlatSpec
 from replaybuf.samplers import UniformSampler
@@ -42,6 +44,13 @@ class UniformReplayBuffer(ReplayBuffer):
         storage: ``"memory"`` (default) or ``"memmap"``: records in a memory-mapped file
             under ``path`` that survives the process (see docs/persistence.md).
         path: the folder of a ``"memmap"`` storage; reopening it recovers the items.
+        respect_episodes: windows never cross an episode's end (docs/episodes.md); those
+            that would are never sampled, unless ``pad_episode_ends``.
+        pad_episode_ends: with respect_episodes, windows crossing an end are padded past
+            it instead (repeating the last real item) and ``info.mask`` says which steps
+            are real (``info`` is then a ``SampleInfo``).
+        episode_end_field: the path of a scalar field whose nonzero value ends an episode
+            (e.g. ``"done"``); default: the ``step_type`` / ``next_step_type`` fields.
 
     Checkpoints: ``state_dict()`` / ``load_state_dict(state)``, ``save(path)`` / ``load(path)``.
     """
@@ -59,13 +68,20 @@ class UniformReplayBuffer(ReplayBuffer):
         dataset_window_shift: int | None = None,
         storage: str = "memory",
         path: str | os.PathLike | None = None,
+        respect_episodes: bool = False,
+        pad_episode_ends: bool = False,
+        episode_end_field: str | None = None,
     ):
         check_positive("batch_size", batch_size, allow_none=False)
         check_positive("max_length", max_length, allow_none=False)
         check_positive("dataset_window_shift", dataset_window_shift)
         self._flat = FlatSpec(data_spec)
         self._ring, self._storage = open_storage(storage, path, self._flat, int(batch_size), int(max_length))
-        self._sampler = UniformSampler()
+        self._sampler: Any = UniformSampler()
+        self._episodes = None
+        if respect_episodes:
+            self._episodes = EpisodeIndex(self._ring, episode_markers(self._flat, episode_end_field))
+            self._sampler = EpisodeSampler(self._episodes, pad=bool(pad_episode_ends))
         self._rng = np.random.default_rng(seed)
         self._lock = threading.RLock()
         self._drop_remainder = bool(dataset_drop_remainder)
@@ -99,6 +115,8 @@ class UniformReplayBuffer(ReplayBuffer):
         with self._lock:
             ring = self._ring
             self._storage.write((ring.steps % ring.max_length) * ring.batch_size, arrays)
+            if self._episodes is not None:
+                self._episodes.record(arrays)
             ring.steps += 1
 
     def get_next(
@@ -113,15 +131,17 @@ class UniformReplayBuffer(ReplayBuffer):
         check_positive("sample_batch_size", sample_batch_size)
         check_positive("num_steps", num_steps)
         with self._lock:
-            first_ids, probability = self._sampler.sample(
+            ids, probability, extras = self._sampler.draw(
                 self._rng, self._ring, sample_batch_size, num_steps, self._name
             )
-            ids = self._ring.window_ids(first_ids, num_steps)
             leaves = self._storage.read(ids % self._ring.capacity)
-        probabilities = np.full(() if sample_batch_size is None else sample_batch_size, probability, np.float32)
+        shape = () if sample_batch_size is None else (sample_batch_size,)
+        probabilities = np.broadcast_to(np.asarray(probability, np.float32), shape).copy()
         items = self._flat.unflatten(leaves)
         if not time_stacked and num_steps is not None:
             items = _unstack_time(self._flat, leaves, num_steps, batched=sample_batch_size is not None)
+        if extras:
+            return items, SampleInfo(ids, probabilities, **extras)
         return items, BufferInfo(ids, probabilities)
 
     def as_dataset(
@@ -167,6 +187,8 @@ class UniformReplayBuffer(ReplayBuffer):
     def clear(self) -> None:
         with self._lock:
             self._ring.steps = 0
+            if self._episodes is not None:
+                self._episodes.clear()
 
     def num_frames(self) -> int:
         return self._ring.num_valid_steps() * self._ring.batch_size
@@ -191,6 +213,7 @@ class UniformReplayBuffer(ReplayBuffer):
                 "steps": ring.steps,
                 "items": {str(i): leaf for i, leaf in enumerate(leaves)},
                 "rng": self._rng.bit_generator.state,
+                **({"episodes": self._episodes.state_dict()} if self._episodes is not None else {}),
             }
 
     def load_state_dict(self, state: dict) -> None:
@@ -220,6 +243,8 @@ class UniformReplayBuffer(ReplayBuffer):
         check_rng_state(self._rng, require(state, "rng", dict))
         if first > max(0, steps - ring.max_length) and not hasattr(ring, "floor"):
             raise CheckpointError("state: its oldest items were lost in a crash; load it into storage='memmap'")
+        if self._episodes is not None:
+            self._episodes.check_state(state.get("episodes"))
         with self._lock:
             ring.steps = 0
             if count:
@@ -228,6 +253,8 @@ class UniformReplayBuffer(ReplayBuffer):
             if hasattr(ring, "floor"):
                 ring.floor = first if first > max(0, steps - ring.max_length) else 0
             self._rng.bit_generator.state = state["rng"]
+            if self._episodes is not None:
+                self._episodes.load_state_dict(state.get("episodes"))
 
     def save(self, path: str | os.PathLike) -> None:
         """Write ``state_dict()`` to the checkpoint folder ``path`` atomically (a new version).
