@@ -1,0 +1,288 @@
+"""state_dict / load_state_dict, save / load folders, and what a bad checkpoint raises."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import replaybuf
+from replaybuf import checkpoint
+from replaybuf.errors import ArgumentError, CheckpointError
+from conformance_data import SPEC, fields_for_ids, step_batch
+
+
+ID = str(replaybuf.nest.FlatSpec(SPEC).paths.index("id"))  # the key of the "id" leaf in state["items"]
+
+
+def uniform(batch_size=2, max_length=5, seed=7, **kwargs):
+    return replaybuf.UniformReplayBuffer(SPEC, batch_size=batch_size, max_length=max_length, seed=seed, **kwargs)
+
+
+def py_uniform(capacity=7, seed=7, **kwargs):
+    return replaybuf.PyUniformReplayBuffer(SPEC, capacity=capacity, seed=seed, **kwargs)
+
+
+def fill(buffer, steps, start=0):
+    for step in range(start, start + steps):
+        buffer.add_batch(step_batch(step, buffer.batch_size))
+
+
+def samples(buffer, n=5):
+    """A trace of what the buffer returns next: sampled ids and items."""
+    out = []
+    for _ in range(n):
+        items, info = buffer.get_next(4, 2)
+        out.append((info.ids.tolist(), items["id"].tolist()))
+    return out
+
+
+def assert_same_buffer(a, b):
+    """Same contents, counters and, from here on, the same samples."""
+    assert a.num_frames() == b.num_frames()
+    np.testing.assert_array_equal(a.gather_all()["id"], b.gather_all()["id"])
+    np.testing.assert_array_equal(a.gather_all()["observation"]["camera"], b.gather_all()["observation"]["camera"])
+    assert samples(a) == samples(b)
+
+
+@given(batch_size=st.integers(1, 4), max_length=st.integers(2, 6), steps=st.integers(2, 20), draws=st.integers(0, 3))
+@settings(max_examples=40, deadline=None)
+def test_state_dict_round_trip_continues_exactly(batch_size, max_length, steps, draws):
+    original = uniform(batch_size, max_length)
+    fill(original, steps)
+    for _ in range(draws):  # move the RNG away from its seed
+        original.get_next(3)
+    restored = uniform(batch_size, max_length, seed=12345)
+    restored.load_state_dict(original.state_dict())
+    assert_same_buffer(original, restored)
+    fill(original, 3, start=steps)
+    fill(restored, 3, start=steps)
+    assert_same_buffer(original, restored)
+
+
+def test_state_dict_is_plain_and_a_snapshot():
+    buffer = uniform()
+    fill(buffer, 3)
+    state = buffer.state_dict()
+    assert state["steps"] == 3 and state["class"] == "UniformReplayBuffer"
+    ids = state["items"][ID].copy()
+    np.testing.assert_array_equal(ids, np.arange(6))  # id order, oldest first, valid items only
+    fill(buffer, 4, start=3)
+    np.testing.assert_array_equal(state["items"][ID], ids)
+
+
+def test_py_uniform_round_trip_through_a_folder(tmp_path):
+    original = py_uniform(capacity=7)
+    original.add_batch(fields_for_ids(np.arange(10)))  # wraps
+    original.get_next(2)
+    original.save(tmp_path / "ckpt")
+    restored = py_uniform(capacity=7, seed=0)
+    restored.load(tmp_path / "ckpt")
+    assert_same_buffer(original, restored)
+
+
+def test_empty_buffer_round_trip(tmp_path):
+    original = uniform()
+    original.save(tmp_path / "ckpt")
+    restored = uniform(seed=1)
+    fill(restored, 2)
+    restored.load(tmp_path / "ckpt")
+    assert restored.num_frames() == 0
+    with pytest.raises(replaybuf.EmptyBufferError):
+        restored.get_next()
+
+
+def test_saves_replace_the_previous_version_and_files_need_no_replaybuf(tmp_path):
+    buffer = uniform()
+    fill(buffer, 2)
+    buffer.save(tmp_path)
+    fill(buffer, 6, start=2)
+    buffer.save(tmp_path)
+    pointer = json.loads((tmp_path / "CURRENT").read_text())
+    assert sorted(os.listdir(tmp_path)) == ["CURRENT", pointer["current"]]
+    folder = tmp_path / pointer["current"]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    entry = manifest["state"]["items"][ID]
+    ids = np.load(folder / entry["__npy__"], allow_pickle=False)
+    np.testing.assert_array_equal(ids, np.arange(6, 16))
+    restored = uniform(seed=3)
+    restored.load(folder)  # a version folder loads directly too
+    assert_same_buffer(buffer, restored)
+
+
+def test_memmap_and_memory_buffers_share_the_state_format(tmp_path):
+    memory = uniform()
+    fill(memory, 9)
+    disk = uniform(storage="memmap", path=tmp_path / "disk")
+    disk.load_state_dict(memory.state_dict())
+    assert_same_buffer(memory, disk)
+    disk.save(tmp_path / "ckpt")
+    back = uniform()
+    back.load(tmp_path / "ckpt")
+    assert_same_buffer(disk, back)
+
+
+def test_memmap_reopen_keeps_items(tmp_path):
+    first = py_uniform(capacity=5, storage="memmap", path=tmp_path / "rb")
+    first.add_batch(fields_for_ids(np.arange(8)))
+    del first
+    again = py_uniform(capacity=5, storage="memmap", path=tmp_path / "rb")
+    np.testing.assert_array_equal(again.gather_all()["id"], [[3, 4, 5, 6, 7]])
+    again.clear()
+    assert py_uniform(capacity=5, storage="memmap", path=tmp_path / "rb").num_frames() == 0
+
+
+# -- refused states: CheckpointError, and the buffer keeps what it had ---------------------------
+def broken_states():
+    good = uniform()
+    fill(good, 3)
+
+    def edit(change):
+        state = good.state_dict()
+        change(state)
+        return state
+
+    return {
+        "class": edit(lambda s: s.update({"class": "PyUniformReplayBuffer"})),
+        "spec": edit(lambda s: s["spec"].update({"dtypes": ["<f8"] * 4})),
+        "geometry": edit(lambda s: s.update({"max_length": 9})),
+        "missing key": edit(lambda s: s.pop("steps")),
+        "item shape": edit(lambda s: s["items"].update({"1": np.zeros((6, 4), np.float32)})),
+        "item count": edit(lambda s: s["items"].update({k: v[:3] for k, v in s["items"].items()})),
+        "steps": edit(lambda s: s.update({"steps": -1})),
+        "rng": edit(lambda s: s.update({"rng": {"bit_generator": "MT19937"}})),
+        "not a dict": [1, 2],
+    }
+
+
+@pytest.mark.parametrize("name", sorted(broken_states()))
+def test_bad_state_is_refused_and_nothing_changes(name):
+    buffer = uniform()
+    fill(buffer, 4, start=10)
+    before = buffer.state_dict()
+    with pytest.raises(CheckpointError):
+        buffer.load_state_dict(broken_states()[name])
+    after = buffer.state_dict()
+    assert after["steps"] == before["steps"] and after["rng"] == before["rng"]
+    np.testing.assert_array_equal(after["items"]["0"], before["items"]["0"])
+
+
+def test_unsaveable_state_raises_argument_error(tmp_path):
+    with pytest.raises(ArgumentError, match="object arrays"):
+        checkpoint.write_state(tmp_path, {"x": np.array([object()])})
+    with pytest.raises(ArgumentError, match="set"):
+        checkpoint.write_state(tmp_path, {"x": {1, 2}})
+    with pytest.raises(ArgumentError, match="keys must be strings"):
+        checkpoint.write_state(tmp_path, {1: 2})
+
+
+# -- corrupt folders ------------------------------------------------------------------------------
+@pytest.fixture
+def saved(tmp_path):
+    buffer = uniform()
+    fill(buffer, 7)
+    buffer.save(tmp_path / "ckpt")
+    folder = tmp_path / "ckpt" / json.loads((tmp_path / "ckpt" / "CURRENT").read_text())["current"]
+    return tmp_path / "ckpt", folder
+
+
+def flip_byte(path, offset):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def npy_files(folder):
+    return sorted(folder.glob("*.npy"))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "flip data byte",
+        "flip header byte",
+        "truncate array",
+        "extend array",
+        "delete array",
+        "truncate manifest",
+        "edit manifest",
+        "corrupt pointer",
+        "pointer to nothing",
+    ],
+)
+def test_corrupt_checkpoint_is_refused_and_nothing_is_loaded(saved, damage):
+    root, folder = saved
+    target = npy_files(folder)[1]
+    if damage == "flip data byte":
+        flip_byte(target, target.stat().st_size - 3)
+    elif damage == "flip header byte":
+        flip_byte(target, 20)
+    elif damage == "truncate array":
+        target.write_bytes(target.read_bytes()[:-5])
+    elif damage == "extend array":
+        target.write_bytes(target.read_bytes() + b"\0")
+    elif damage == "delete array":
+        target.unlink()
+    elif damage == "truncate manifest":
+        manifest = folder / "manifest.json"
+        manifest.write_bytes(manifest.read_bytes()[:100])
+    elif damage == "edit manifest":
+        manifest = folder / "manifest.json"
+        manifest.write_text(manifest.read_text().replace('"steps": 7', '"steps": 6'))
+    elif damage == "corrupt pointer":
+        (root / "CURRENT").write_text('{"current": "v0000')
+    elif damage == "pointer to nothing":
+        (root / "CURRENT").write_text('{"current": "v000099"}')
+    buffer = uniform()
+    fill(buffer, 2, start=50)
+    with pytest.raises(CheckpointError):
+        buffer.load(root)
+    np.testing.assert_array_equal(buffer.gather_all()["id"], [[100, 102], [101, 103]])
+
+
+def test_missing_checkpoint_and_foreign_folders(tmp_path):
+    with pytest.raises(CheckpointError, match="no replaybuf checkpoint"):
+        uniform().load(tmp_path / "nothing")
+    (tmp_path / "mine.txt").write_text("keep me")
+    with pytest.raises(CheckpointError, match="not a replaybuf checkpoint folder"):
+        uniform().save(tmp_path)
+    assert (tmp_path / "mine.txt").read_text() == "keep me"
+    with pytest.raises(CheckpointError, match="existing file"):
+        uniform().save(tmp_path / "mine.txt")
+
+
+def test_newer_format_version_is_refused(saved):
+    root, folder = saved
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["format_version"] = 99
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="format_version 99"):
+        uniform().load(folder)
+
+
+# -- storage arguments -----------------------------------------------------------------------------
+def test_storage_arguments_are_checked(tmp_path):
+    with pytest.raises(ArgumentError, match="storage"):
+        uniform(storage="disk")
+    with pytest.raises(ArgumentError, match="path"):
+        uniform(storage="memmap")
+    with pytest.raises(ArgumentError, match="path"):
+        uniform(path=tmp_path)
+
+
+def test_memmap_folder_of_another_buffer_is_refused(tmp_path):
+    uniform(storage="memmap", path=tmp_path / "rb")
+    with pytest.raises(CheckpointError, match="max_length"):
+        uniform(max_length=6, storage="memmap", path=tmp_path / "rb")
+    with pytest.raises(CheckpointError, match="spec"):
+        replaybuf.UniformReplayBuffer(
+            {"x": replaybuf.ArraySpec((), np.float32)}, 2, 5, storage="memmap", path=tmp_path / "rb"
+        )
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "data.bin").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="not a memmap buffer folder"):
+        uniform(storage="memmap", path=tmp_path / "other")
