@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import replaybuf
+import replaybuf.prioritized
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class Backend:
     to_numpy: Callable[[Any], np.ndarray] = np.asarray
     # PyUniform-like buffers hold one stream whatever batch_size the test wanted.
     single_stream: bool = False
+    # Draws uniformly, so every probability is 1 / (valid starts); prioritized ones do not.
+    uniform_probabilities: bool = True
 
 
 def _numpy_uniform(data_spec, batch_size, max_length, seed):
@@ -89,6 +92,12 @@ def _numpy_py_memmap(data_spec, batch_size, max_length, seed):
     return replaybuf.PyUniformReplayBuffer(data_spec, capacity=max_length, seed=seed, storage="memmap", path=path)
 
 
+def _numpy_prioritized(data_spec, batch_size, max_length, seed):
+    return replaybuf.prioritized.PrioritizedReplayBuffer(
+        data_spec, batch_size=batch_size, max_length=max_length, seed=seed
+    )
+
+
 BACKENDS: list[Backend] = [
     Backend("numpy", _numpy_uniform),
     Backend("numpy-py", _numpy_py_uniform, single_stream=True),
@@ -97,4 +106,5 @@ BACKENDS: list[Backend] = [
     Backend("torch-cpu", _torch_uniform, _torch_to_numpy),
     Backend("torch-py-cpu", _torch_py_uniform, _torch_to_numpy, single_stream=True),
     Backend("tf", _tf_uniform, _tf_to_numpy),
+    Backend("numpy-prioritized", _numpy_prioritized, uniform_probabilities=False),
 ]

@@ -1,0 +1,349 @@
+"""``TFUniformReplayBuffer``: TF-Agents' segmented uniform buffer on tf.Variables.
+
+Storage is one variable per leaf of the data_spec, ``[capacity] + leaf.shape``, plus one
+int64 counter of the steps each stream has received. Step ``t`` of stream ``s`` has id
+``t * batch_size + s`` and lives in slot ``id % capacity`` (the NumPy buffer's convention),
+so one add writes one contiguous run of ``batch_size`` rows per leaf and one sample is one
+draw of ``sample_batch_size`` integers and one gather per leaf.
+
+Every read and write runs inside one ``tf.CriticalSection``, eagerly, in a ``tf.function``
+and in ``tf.data``: no read sees a half-written step. An add writes its rows before the
+counter moves, after the batch was checked against the data_spec, so a rejected add
+changes nothing. Eager calls run precompiled graphs, so an eager call costs one function
+call, not one op dispatch per leaf.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive
+from replaybuf.errors import EmptyBufferError
+from replaybuf.nest import FlatSpec
+from replaybuf.ring import StreamRing
+from replaybuf.tf import datasets
+from replaybuf.tf.convert import convert_batch
+
+__all__ = ["TFUniformReplayBuffer"]
+
+EMPTY_MESSAGE = "TFUniformReplayBuffer is empty. Make sure to add items before sampling the buffer."
+
+
+class _Compiled:
+    """Per-buffer cache of eager entry points, kept out of the checkpoint's object graph."""
+
+    def __init__(self) -> None:
+        self.functions: dict[Any, Any] = {}
+
+
+class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
+    """``batch_size`` streams of ``max_length`` items in tf.Variables, sampled uniformly.
+
+    A drop-in for TF-Agents' ``TFUniformReplayBuffer``: ``add_batch`` takes one step of
+    every stream (leading dimension ``batch_size``; NumPy arrays, Python numbers or
+    tensors), ``get_next`` and ``as_dataset`` sample windows of ``num_steps`` consecutive
+    items of one stream that never pass the write head, and the buffer is a ``tf.Module``:
+    ``tf.train.Checkpoint(rb=buffer)`` saves and restores its contents and counters.
+
+    Args:
+        data_spec: a nest (tuple, namedtuple, dict) of tf.TensorSpec, ArraySpec or
+            Gymnasium spaces describing one item.
+        batch_size: the number of parallel streams (one per environment copy).
+        max_length: items kept per stream; capacity is batch_size * max_length.
+        scope: the name of the module and of its variables' name scope.
+        device: where the variables live and the ops run (TF-Agents' default ``cpu:*``).
+        dataset_drop_remainder: in a deterministic pass, drop windows and stream groups
+            shorter than asked for.
+        dataset_window_shift: in a deterministic pass, the step between window starts
+            (default num_steps: windows do not overlap).
+        stateful_dataset: accepted for TF-Agents compatibility and reported by the
+            property of that name; datasets here always read the live variables.
+        seed: seed of the sampling generator (a ``tf.random.Generator``, checkpointed
+            with the buffer); None draws a nondeterministic seed.
+
+    Raises:
+        ArgumentError: batch_size, max_length or dataset_window_shift is not a positive int.
+        SpecError: data_spec is not a nest of specs (a list in it, an unknown dimension).
+    """
+
+    def __init__(
+        self,
+        data_spec: Any,
+        batch_size: int,
+        max_length: int = 1000,
+        *,
+        scope: str = "TFUniformReplayBuffer",
+        device: str = "cpu:*",
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+        stateful_dataset: bool = False,
+        seed: int | None = None,
+    ):
+        check_positive("batch_size", batch_size, allow_none=False)
+        check_positive("max_length", max_length, allow_none=False)
+        check_positive("dataset_window_shift", dataset_window_shift)
+        super().__init__(name=scope)
+        self._flat = FlatSpec(data_spec)
+        self._batch_size = int(batch_size)
+        self._max_length = int(max_length)
+        self._capacity = self._batch_size * self._max_length
+        self._device = device
+        self._drop_remainder = bool(dataset_drop_remainder)
+        self._window_shift = dataset_window_shift
+        self._stateful_dataset = bool(stateful_dataset)
+        with tf.device(device), self.name_scope:
+            self._storage = [
+                tf.Variable(tf.zeros((self._capacity,) + s.shape, s.dtype), trainable=False, name=f"leaf_{i}")
+                for i, s in enumerate(self._flat.leaves)
+            ]
+            self._steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
+            self._rng = (
+                tf.random.Generator.from_non_deterministic_state()
+                if seed is None
+                else tf.random.Generator.from_seed(seed)
+            )
+            self._lock = tf.CriticalSection(name="lock")
+        self._compiled = _Compiled()
+        signature = [tf.TensorSpec((self._batch_size,) + s.shape, s.dtype) for s in self._flat.leaves]
+        self._compiled.functions["add"] = tf.function(self._write, input_signature=[signature])
+
+    # -- properties ---------------------------------------------------------------------------
+    @property
+    def data_spec(self) -> Any:
+        return self._flat.data_spec
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def max_length(self) -> int:
+        return self._max_length
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    @property
+    def stateful_dataset(self) -> bool:
+        return self._stateful_dataset
+
+    # -- writing ----------------------------------------------------------------------------
+    def add_batch(self, items: Any) -> Any:
+        """Add one step to every stream: each leaf shaped ``[batch_size] + spec.shape``.
+
+        Works eagerly and inside ``tf.function`` (returns the written step's index as a
+        tensor there, so a driver can depend on it).
+
+        Raises:
+            SpecMismatchError: the structure, a static shape or a dtype does not match the
+                data_spec (checked before anything is written; eagerly, values that cannot
+                be cast safely too).
+        """
+        leaves = convert_batch(self._flat, items, self._batch_size)
+        if tf.inside_function():
+            return self._write(leaves)
+        self._compiled.functions["add"](leaves)
+        return None
+
+    def _write(self, leaves: list[Any]) -> tf.Tensor:
+        def write() -> tf.Tensor:
+            step = self._steps.read_value()
+            start = (step % self._max_length) * self._batch_size
+            writes = [var[start : start + self._batch_size].assign(x) for var, x in zip(self._storage, leaves)]
+            with tf.control_dependencies(writes):
+                bump = self._steps.assign_add(1, read_value=False)
+            with tf.control_dependencies([bump]):
+                return tf.identity(step)
+
+        with tf.device(self._device), tf.name_scope("add_batch"):
+            return self._lock.execute(write)
+
+    # -- reading ----------------------------------------------------------------------------
+    def get_next(
+        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+    ) -> tuple[Any, BufferInfo]:
+        """Sample uniformly: a step over the valid window starts, and a stream.
+
+        Shapes as in ``replaybuf.buffer``; ids int64, probabilities float32, both tensors.
+
+        Raises:
+            EmptyBufferError: (eagerly) nothing is stored, or no stream holds ``num_steps``
+                items. Inside a graph the same conditions raise
+                ``tf.errors.InvalidArgumentError`` when the graph runs.
+            ArgumentError: sample_batch_size or num_steps is not a positive int.
+        """
+        check_positive("sample_batch_size", sample_batch_size)
+        check_positive("num_steps", num_steps)
+        if tf.inside_function():
+            leaves, ids, probabilities = self._sample(sample_batch_size, num_steps)
+        else:
+            leaves, ids, probabilities = self._eager("sample", sample_batch_size, num_steps)
+        if not time_stacked and num_steps is not None:
+            axis = 0 if sample_batch_size is None else 1
+            per_leaf = [tf.unstack(leaf, num=num_steps, axis=axis) for leaf in leaves]
+            items: Any = tuple(self._flat.unflatten([steps[t] for steps in per_leaf]) for t in range(num_steps))
+        else:
+            items = self._flat.unflatten(leaves)
+        return items, BufferInfo(ids, probabilities)
+
+    def _sample(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[list, tf.Tensor, tf.Tensor]:
+        size = num_steps or 1
+        shape = () if sample_batch_size is None else (sample_batch_size,)
+        batch = self._batch_size
+
+        def sample() -> tuple[list, tf.Tensor, tf.Tensor]:
+            steps = self._steps.read_value()
+            low = tf.maximum(steps - self._max_length, 0)
+            high = steps - size + 1
+            checks = [
+                tf.debugging.assert_positive(steps, message=EMPTY_MESSAGE),
+                tf.debugging.assert_greater(
+                    high,
+                    low,
+                    message=f"num_steps={size}: the streams hold fewer steps than a window needs; "
+                    "add more steps or ask for shorter windows",
+                ),
+            ]
+            with tf.control_dependencies(checks):
+                first = self._rng.uniform(shape, low * batch, high * batch, dtype=tf.int64)
+            ids = first if num_steps is None else first[..., None] + tf.range(num_steps, dtype=tf.int64) * batch
+            slots = ids % self._capacity
+            leaves = [tf.gather(var, slots) for var in self._storage]
+            probability = 1.0 / tf.cast((high - low) * batch, tf.float32)
+            return leaves, ids, tf.fill(shape, probability)
+
+        with tf.device(self._device), tf.name_scope("get_next"):
+            return self._lock.execute(sample)
+
+    def _read_ids(self, ids: tf.Tensor) -> list[tf.Tensor]:
+        """The leaves stored under ``ids`` (any shape), read under the lock."""
+
+        def read() -> list[tf.Tensor]:
+            slots = ids % self._capacity
+            return [tf.gather(var, slots) for var in self._storage]
+
+        with tf.device(self._device), tf.name_scope("read"):
+            return self._lock.execute(read)
+
+    def _stream_ids(self) -> tf.Tensor:
+        """Ids of every stored item, ``[batch_size, n]`` oldest first, for the steps now."""
+        steps = self._steps.read_value()
+        start = tf.maximum(steps - self._max_length, 0)
+        step_ids = tf.range(start, steps, dtype=tf.int64)[None, :] * self._batch_size
+        return step_ids + tf.range(self._batch_size, dtype=tf.int64)[:, None]
+
+    def gather_all(self) -> Any:
+        """Every stored item, ``[batch_size, n] + D``, oldest first (valid items only)."""
+        if tf.inside_function():
+            leaves = self._gather_all()
+        else:
+            leaves = self._eager("gather_all")
+        return self._flat.unflatten(leaves)
+
+    def _gather_all(self) -> list[tf.Tensor]:
+        def gather() -> list[tf.Tensor]:
+            slots = self._stream_ids() % self._capacity
+            return [tf.gather(var, slots) for var in self._storage]
+
+        with tf.device(self._device), tf.name_scope("gather_all"):
+            return self._lock.execute(gather)
+
+    def as_dataset(
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        num_parallel_calls: int | None = None,
+        single_deterministic_pass: bool = False,
+    ) -> tf.data.Dataset:
+        """A ``tf.data.Dataset`` of ``(items, BufferInfo(ids, probabilities))``.
+
+        Random mode (default) is endless and samples on every element, so it sees later
+        adds; ``num_parallel_calls`` (an int or ``tf.data.AUTOTUNE``) samples that many
+        elements ahead in parallel. With ``single_deterministic_pass=True`` every stored
+        item is yielded once, stream by stream (``sample_batch_size`` streams at a time) in
+        time order, cut into windows of ``num_steps`` (see ``dataset_window_shift`` and
+        ``dataset_drop_remainder``); the ids are fixed when an iterator reads its first
+        element, and ``probabilities`` is ``()``. Element shapes are static where the
+        arguments fix them. Sampling an empty buffer raises
+        ``tf.errors.InvalidArgumentError`` from the iterator.
+
+        Raises:
+            ArgumentError: a non-positive argument; in a deterministic pass,
+                sample_batch_size > batch_size or num_steps > max_length (all data would
+                be dropped, or no window fits).
+        """
+        check_positive("sample_batch_size", sample_batch_size)
+        check_positive("num_steps", num_steps)
+        if num_parallel_calls != tf.data.AUTOTUNE:
+            check_positive("num_parallel_calls", num_parallel_calls)
+        if single_deterministic_pass:
+            datasets.check_pass_arguments(
+                self._batch_size, self._max_length, sample_batch_size, num_steps, self._drop_remainder
+            )
+            plan = datasets.PassPlan(
+                self._batch_size,
+                self._max_length,
+                sample_batch_size,
+                num_steps,
+                self._window_shift,
+                self._drop_remainder,
+            )
+            return datasets.deterministic_pass(
+                plan, self._steps.read_value, self._read_ids, self._flat.unflatten, EMPTY_MESSAGE
+            )
+        return datasets.random_dataset(
+            lambda: self._sample(sample_batch_size, num_steps), self._flat.unflatten, num_parallel_calls
+        )
+
+    # -- housekeeping ---------------------------------------------------------------------------
+    def clear(self, clear_all_variables: bool = False) -> Any:
+        """Forget every item (the counter goes back to 0); with ``clear_all_variables``
+        also zero the storage variables, so no old bytes stay in memory or checkpoints."""
+        if tf.inside_function():
+            return self._clear(clear_all_variables)
+        self._eager("clear", bool(clear_all_variables))
+        return None
+
+    def _clear(self, clear_all_variables: bool) -> tf.Tensor:
+        def clear() -> tf.Tensor:
+            resets = [self._steps.assign(0, read_value=False)]
+            if clear_all_variables:
+                resets += [var.assign(tf.zeros_like(var), read_value=False) for var in self._storage]
+            with tf.control_dependencies(resets):
+                return tf.constant(0, tf.int64)
+
+        with tf.device(self._device), tf.name_scope("clear"):
+            return self._lock.execute(clear)
+
+    def num_frames(self) -> tf.Tensor:
+        """How many items are stored now: an int64 scalar tensor (as in TF-Agents)."""
+        return tf.minimum(self._steps.read_value(), self._max_length) * self._batch_size
+
+    # -- eager entry points -----------------------------------------------------------------------
+    def _eager(self, what: str, *args: Any) -> Any:
+        """Run ``what`` through a graph compiled once per argument set.
+
+        Translates the graph's emptiness checks into EmptyBufferError.
+        """
+        key = (what,) + args
+        function = self._compiled.functions.get(key)
+        if function is None:
+            body = {"sample": self._sample, "gather_all": self._gather_all, "clear": self._clear}[what]
+            function = tf.function(lambda: body(*args), autograph=False)
+            self._compiled.functions[key] = function
+        try:
+            return function()
+        except tf.errors.InvalidArgumentError as err:
+            if what != "sample":
+                raise
+            ring = StreamRing(self._batch_size, self._max_length)
+            ring.steps = int(self._steps.numpy())
+            ring.window_starts(args[1] or 1, "TFUniformReplayBuffer")
+            raise EmptyBufferError(err.message.split("\n")[0]) from None

@@ -1,0 +1,139 @@
+"""``tf.data`` pipelines over a buffer: endless random samples, or one ordered pass.
+
+Both are plain datasets built from a sampling or reading function, so they work eagerly,
+inside ``tf.function`` and under ``tf.distribute``, and keep static element shapes where
+the arguments fix them. The deterministic pass follows ``replaybuf.dataset.plan_deterministic_pass``:
+streams in groups of ``sample_batch_size``, each group in time order, cut into windows of
+``num_steps`` that start every ``window_shift`` steps; the plan is computed from the step
+counter when an iterator reads its first element (TF-Agents' moment), as tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import tensorflow as tf
+
+from replaybuf.buffer import BufferInfo
+from replaybuf.errors import ArgumentError
+
+__all__ = ["PassPlan", "check_pass_arguments", "deterministic_pass", "random_dataset"]
+
+
+def random_dataset(
+    sample: Callable[[], tuple[list, tf.Tensor, tf.Tensor]], unflatten: Callable, num_parallel_calls: int | None
+) -> tf.data.Dataset:
+    """Call ``sample`` for every element; ``num_parallel_calls`` elements in flight."""
+
+    def element(_: tf.Tensor) -> tuple[Any, BufferInfo]:
+        leaves, ids, probabilities = sample()
+        return unflatten(leaves), BufferInfo(ids, probabilities)
+
+    parallel = num_parallel_calls is not None
+    dataset = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat().map(
+        element, num_parallel_calls=num_parallel_calls, deterministic=None if not parallel else False
+    )
+    if parallel:
+        return dataset
+    # Sample when asked, never ahead: tf.data would otherwise add a prefetch that serves
+    # elements drawn before the latest adds.
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    return dataset.with_options(options)
+
+
+def check_pass_arguments(
+    batch_size: int, max_length: int, sample_batch_size: int | None, num_steps: int | None, drop_remainder: bool
+) -> None:
+    """TF-Agents' ValueErrors (as ArgumentError) for a pass that could yield nothing whole."""
+    dropped = " and dataset_drop_remainder is True: ALL data would be dropped" if drop_remainder else ""
+    if sample_batch_size is not None and sample_batch_size > batch_size:
+        raise ArgumentError(
+            f"sample_batch_size ({sample_batch_size}) > batch_size ({batch_size}){dropped}; a "
+            "deterministic pass groups streams, so there are not enough streams: decrease "
+            "sample_batch_size"
+        )
+    if num_steps is not None and num_steps > max_length:
+        raise ArgumentError(
+            f"num_steps ({num_steps}) > max_length ({max_length}){dropped}; no window fits in a "
+            "stream: decrease num_steps or increase max_length"
+        )
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """The static shape of a deterministic pass; ``windows``/``element_ids`` give its ids."""
+
+    batch_size: int
+    max_length: int
+    sample_batch_size: int | None
+    num_steps: int | None
+    window_shift: int | None
+    drop_remainder: bool
+
+    @property
+    def group(self) -> int:
+        return self.sample_batch_size or 1
+
+    @property
+    def size(self) -> int:
+        return self.num_steps or 1
+
+    @property
+    def shift(self) -> int:
+        return self.window_shift or self.size
+
+    @property
+    def num_groups(self) -> int:
+        if self.drop_remainder:
+            return self.batch_size // self.group
+        return -(-self.batch_size // self.group)
+
+    def num_windows(self, first: tf.Tensor, steps: tf.Tensor) -> tf.Tensor:
+        span = steps - first
+        if self.drop_remainder:
+            return tf.where(span >= self.size, (span - self.size) // self.shift + 1, tf.zeros_like(span))
+        return (span + self.shift - 1) // self.shift
+
+    def element_ids(self, k: tf.Tensor, first: tf.Tensor, steps: tf.Tensor, windows: tf.Tensor) -> tf.Tensor:
+        """The ids of element ``k`` of the pass: stream group ``k // windows``, window ``k % windows``."""
+        group, window = k // windows, k % windows
+        start = first + window * self.shift
+        step_ids = tf.range(start, tf.minimum(start + self.size, steps), dtype=tf.int64) * self.batch_size
+        low = group * self.group
+        streams = tf.range(low, tf.minimum(low + self.group, self.batch_size), dtype=tf.int64)
+        ids = streams[:, None] + step_ids[None, :]
+        whole_groups = self.drop_remainder or self.batch_size % self.group == 0
+        ids.set_shape(
+            [self.group if whole_groups else None, self.size if self.drop_remainder or self.size == 1 else None]
+        )
+        if self.num_steps is None:
+            ids = ids[:, 0]
+        if self.sample_batch_size is None:
+            ids = ids[0]
+        return ids
+
+
+def deterministic_pass(
+    plan: PassPlan,
+    read_steps: Callable[[], tf.Tensor],
+    read: Callable[[tf.Tensor], list],
+    unflatten: Callable,
+    empty_message: str,
+) -> tf.data.Dataset:
+    """One ordered pass over what is stored when an iterator reads its first element."""
+
+    def elements(_: tf.Tensor) -> tf.data.Dataset:
+        steps = read_steps()
+        with tf.control_dependencies([tf.debugging.assert_positive(steps, message=empty_message)]):
+            first = tf.maximum(steps - plan.max_length, 0)
+        windows = plan.num_windows(first, steps)
+        total = plan.num_groups * windows
+        return tf.data.Dataset.range(total).map(lambda k: plan.element_ids(k, first, steps, windows))
+
+    def element(ids: tf.Tensor) -> tuple[Any, BufferInfo]:
+        return unflatten(read(ids)), BufferInfo(ids, ())
+
+    return tf.data.Dataset.range(1).flat_map(elements).map(element)
