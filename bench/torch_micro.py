@@ -1,0 +1,118 @@
+"""Micro-benchmark of the PyTorch buffer on the CPU, beside its peers, in one run.
+
+  sample: 256 random items of 84x84x4 uint8 (Atari frames) from
+    - TorchUniformReplayBuffer.get_next(256)                 (device='cpu')
+    - UniformReplayBuffer.get_next(256) + torch.from_numpy    (NumPy buffer, handed to torch)
+    - torch.index_select on a plain tensor of the same frames (the floor: one gather)
+    - x[idx] and NumPy take on the same frames                 (what naive code does)
+  insert: single steps (batch_size=1) of a frame, and of a CartPole-sized item.
+
+Figures are medians of repeated runs; MB/s counts the sampled bytes. Run:
+    .venv/bin/python bench/torch_micro.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from replaybuf import ArraySpec, UniformReplayBuffer
+from replaybuf.torch import TorchUniformReplayBuffer
+
+FRAME = (84, 84, 4)
+SAMPLE = 256
+
+
+def median_seconds(fn: Callable[[], object], number: int, repeat: int) -> float:
+    fn()  # warm up
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - start) / number)
+    return statistics.median(times)
+
+
+def bench_sample(streams: int, steps: int, number: int, repeat: int) -> list[tuple[str, float]]:
+    spec = {"frame": ArraySpec(FRAME, np.uint8)}
+    ours = TorchUniformReplayBuffer(spec, streams, steps, seed=0)
+    host = UniformReplayBuffer(spec, streams, steps, seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(steps):  # fill every slot, so no page is faulted in while sampling
+        frames = rng.integers(0, 256, (streams,) + FRAME, dtype=np.uint8)
+        ours.add_batch({"frame": frames})
+        host.add_batch({"frame": frames})
+    plain = torch.from_numpy(rng.integers(0, 256, (streams * steps,) + FRAME, dtype=np.uint8))
+    plain_np = plain.numpy()
+    generator = torch.Generator().manual_seed(0)
+
+    def idx() -> torch.Tensor:
+        return torch.randint(0, streams * steps, (SAMPLE,), generator=generator)
+
+    cases = {
+        "torch buffer get_next(256)": lambda: ours.get_next(SAMPLE),
+        "numpy buffer get_next(256) + torch.from_numpy": lambda: torch.from_numpy(host.get_next(SAMPLE)[0]["frame"]),
+        "plain torch.index_select (floor)": lambda: torch.index_select(plain, 0, idx()),
+        "plain x[idx] (naive torch)": lambda: plain[idx()],
+        "plain NumPy take": lambda: plain_np.take(idx().numpy(), axis=0),
+    }
+    nbytes = SAMPLE * int(np.prod(FRAME))
+    return [(name, nbytes / median_seconds(fn, number, repeat) / 1e6) for name, fn in cases.items()]
+
+
+def bench_insert(number: int, repeat: int) -> list[tuple[str, float]]:
+    frame_spec = {"frame": ArraySpec(FRAME, np.uint8), "action": ArraySpec((), np.int64)}
+    small_spec = {
+        "observation": ArraySpec((4,), np.float32),
+        "action": ArraySpec((), np.int64),
+        "reward": ArraySpec((), np.float32),
+        "discount": ArraySpec((), np.float32),
+    }
+    frame_np = {"frame": np.ones((1,) + FRAME, np.uint8), "action": np.zeros(1, np.int64)}
+    small_np = {
+        "observation": np.ones((1, 4), np.float32),
+        "action": np.zeros(1, np.int64),
+        "reward": np.ones(1, np.float32),
+        "discount": np.ones(1, np.float32),
+    }
+    frame_t = {k: torch.from_numpy(v) for k, v in frame_np.items()}
+    small_t = {k: torch.from_numpy(v) for k, v in small_np.items()}
+    results = []
+    for label, spec, items in (
+        ("frame, NumPy in", frame_spec, frame_np),
+        ("frame, torch in", frame_spec, frame_t),
+        ("CartPole item, NumPy in", small_spec, small_np),
+        ("CartPole item, torch in", small_spec, small_t),
+    ):
+        ours = TorchUniformReplayBuffer(spec, 1, 1000)
+        host = UniformReplayBuffer(spec, 1, 1000)
+        for _ in range(1000):  # touch every page first: measure steady-state adds
+            ours.add_batch(items)
+            host.add_batch(items)
+        results.append((f"torch buffer add_batch ({label})", 1 / median_seconds(lambda: ours.add_batch(items), number, repeat)))
+        results.append((f"numpy buffer add_batch ({label})", 1 / median_seconds(lambda: host.add_batch(items), number, repeat)))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    args = parser.parse_args()
+    number, repeat = (5, 3) if args.quick else (50, 7)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU only")
+    print(f"sample {SAMPLE} x {FRAME} uint8 from 4096 stored frames (MB/s, higher is better)")
+    for name, rate in bench_sample(64, 64, number, repeat):
+        print(f"  {name:50s} {rate:10.0f} MB/s")
+    print("single-step insert (steps/s, higher is better)")
+    for name, rate in bench_insert(number * 20, repeat):
+        print(f"  {name:50s} {rate:10.0f} /s")
+
+
+if __name__ == "__main__":
+    main()
