@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import replaybuf
 from replaybuf import checkpoint
 from replaybuf.errors import ArgumentError, CheckpointError
+from replaybuf.prioritized import PrioritizedReplayBuffer
 from conformance_data import SPEC, fields_for_ids, step_batch
 
 
@@ -286,3 +287,61 @@ def test_memmap_folder_of_another_buffer_is_refused(tmp_path):
     (tmp_path / "other" / "data.bin").write_bytes(b"x")
     with pytest.raises(CheckpointError, match="not a memmap buffer folder"):
         uniform(storage="memmap", path=tmp_path / "other")
+
+
+# -- buffers built on UniformReplayBuffer: priorities and episode bookkeeping ---------------------
+def prioritized(seed=3, **kwargs):
+    return PrioritizedReplayBuffer(SPEC, batch_size=2, max_length=8, alpha=0.7, beta=0.5, seed=seed, **kwargs)
+
+
+def prioritized_trace(buffer, n=5):
+    out = []
+    for _ in range(n):
+        items, info = buffer.get_next(6, 2)
+        out.append((info.ids.tolist(), items["id"].tolist(), info.probabilities.tolist(), info.weights.tolist()))
+    return out
+
+
+@pytest.mark.parametrize("route", ["state_dict", "folder"])
+def test_prioritized_round_trip_keeps_priorities_and_samples(tmp_path, route):
+    original = prioritized()
+    fill(original, 11)
+    _, info = original.get_next(6)
+    original.update_priorities(info.ids, np.linspace(0.1, 5.0, 6))
+    restored = prioritized(seed=0)
+    if route == "folder":
+        original.save(tmp_path / "ckpt")
+        restored.load(tmp_path / "ckpt")
+    else:
+        restored.load_state_dict(original.state_dict())
+    np.testing.assert_array_equal(original.gather_all()["id"], restored.gather_all()["id"])
+    assert prioritized_trace(original) == prioritized_trace(restored)
+    fill(original, 3, start=11)
+    fill(restored, 3, start=11)
+    assert prioritized_trace(original) == prioritized_trace(restored)
+
+
+def test_prioritized_state_without_fitting_priorities_is_refused():
+    source = prioritized()
+    fill(source, 5)
+    state = source.state_dict()
+    state["priorities"]["mass"] = state["priorities"]["mass"][:3]
+    target = prioritized()
+    fill(target, 2, start=40)
+    with pytest.raises(CheckpointError, match="priorities"):
+        target.load_state_dict(state)
+    np.testing.assert_array_equal(target.gather_all()["id"], [[80, 82], [81, 83]])
+    with pytest.raises(CheckpointError, match="PrioritizedReplayBuffer"):
+        uniform(max_length=8).load_state_dict(source.state_dict())
+
+
+def test_episode_bookkeeping_round_trip(tmp_path):
+    def make(seed):
+        return uniform(max_length=8, seed=seed, respect_episodes=True, episode_end_field="flag")
+
+    original = make(3)
+    fill(original, 13)
+    original.save(tmp_path / "ckpt")
+    restored = make(0)
+    restored.load(tmp_path / "ckpt")
+    assert samples(original) == samples(restored)
