@@ -27,7 +27,7 @@ from replaybuf.errors import ArgumentError, EmptyBufferError, SpecMismatchError
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.specs import ArraySpec
-from replaybuf.torch.convert import as_torch_dtype, to_device_batch
+from replaybuf.torch.convert import DeviceBatcher
 from replaybuf.torch.storage import TorchStorage
 from replaybuf.torch.uniform import as_device, make_generator
 
@@ -79,8 +79,8 @@ class ReplayBuffer:
         self._batch_size = int(batch_size)
         self._ordered = bool(ordered)
         self._flat = FlatSpec(tuple(ArraySpec(shape, dtype) for shape, dtype in zip(shapes, types)))
-        self._types = [as_torch_dtype(spec.dtype) for spec in self._flat.leaves]
         self._device = as_device(device)
+        self._batcher = DeviceBatcher(self._flat, self._device)
         self._ring = StreamRing(1, int(capacity))
         self._storage = TorchStorage(self._flat.leaves, int(capacity), self._device)
         self._generator = make_generator(self._device, seed)
@@ -118,7 +118,7 @@ class ReplayBuffer:
 
     @property
     def types(self) -> list[torch.dtype]:
-        return list(self._types)
+        return list(self._batcher.dtypes)
 
     @property
     def device(self) -> torch.device:
@@ -150,19 +150,19 @@ class ReplayBuffer:
         """
         columns = self._as_batch(exp)
         try:
-            tensors = to_device_batch(self._flat, columns, None, self._device)
+            batch = self._batcher.batch(columns, None)
         except SpecMismatchError as err:
             raise SpecMismatchError(f"insert: tensor {err}") from None
-        count = tensors[0].shape[0] if tensors else 0
+        count = batch[0].shape[0] if batch else 0
         capacity = self._ring.capacity
         with self._lock:
             ring = self._ring
             if count > capacity:  # only the newest `capacity` rows survive
-                tensors = [t[count - capacity :] for t in tensors]
+                batch = [rows[count - capacity :] for rows in batch]
                 ring.steps += count - capacity
                 count = capacity
             if count:
-                self._storage.write(ring.steps % capacity, tensors)
+                self._storage.write(ring.steps % capacity, batch)
                 ring.steps += count
 
     def get_item(self, index: Any) -> tuple[torch.Tensor, ...]:

@@ -17,7 +17,7 @@ from replaybuf.errors import SpecError, SpecMismatchError
 from replaybuf.nest import FlatSpec
 from replaybuf.specs import ArraySpec, as_numpy_dtype
 
-__all__ = ["as_torch_dtype", "to_device_batch"]
+__all__ = ["DeviceBatcher", "as_torch_dtype"]
 
 
 def as_torch_dtype(dtype: Any) -> torch.dtype:
@@ -35,36 +35,49 @@ def as_torch_dtype(dtype: Any) -> torch.dtype:
         raise SpecError(f"dtype {numpy_dtype} has no PyTorch equivalent") from None
 
 
-def to_device_batch(
-    flat: FlatSpec, items: Any, batch_size: int | None, device: torch.device
-) -> list[torch.Tensor]:
-    """Validated leaves of a batch on ``device``: each ``[n] + spec.shape`` of the spec dtype.
+class DeviceBatcher:
+    """Validates batches against a data_spec and places them where a storage writes them.
 
-    ``batch_size`` fixes n; None lets n be any size shared by every leaf.
-
-    Raises:
-        SpecMismatchError: the structure, a shape, a dtype or n does not match; nothing
-            has been moved or written.
+    On the CPU the result is NumPy arrays (a CPU storage is written through NumPy views of
+    its tensors: a slice assignment costs a fraction of a torch op's dispatch); on any other
+    device it is tensors on that device.
     """
-    leaves = flat.flatten(items)
-    tensors = {
-        i: _check_tensor(flat.paths[i], flat.leaves[i], leaf, batch_size)
-        for i, leaf in enumerate(leaves)
-        if isinstance(leaf, torch.Tensor)
-    }
-    if tensors:  # validated tensors stand in as zero-copy arrays for the core's checks
-        leaves = [_stand_in(flat.leaves[i], tensors[i]) if i in tensors else leaf for i, leaf in enumerate(leaves)]
-        arrays = flat.flatten_batch(flat.unflatten(leaves), batch_size)
-    else:
-        arrays = flat.flatten_batch(items, batch_size)
-    out = []
-    for i, (spec, array) in enumerate(zip(flat.leaves, arrays)):
-        dtype = as_torch_dtype(spec.dtype)
-        if i in tensors:
-            out.append(tensors[i].detach().to(device=device, dtype=dtype))
+
+    def __init__(self, flat: FlatSpec, device: torch.device):
+        self.flat = flat
+        self.device = device
+        self.dtypes = [as_torch_dtype(spec.dtype) for spec in flat.leaves]
+        self._on_cpu = device.type == "cpu"
+
+    def batch(self, items: Any, batch_size: int | None) -> list[Any]:
+        """Validated leaves of a batch: each ``[n] + spec.shape`` of the spec dtype.
+
+        ``batch_size`` fixes n; None lets n be any size shared by every leaf.
+
+        Raises:
+            SpecMismatchError: the structure, a shape, a dtype or n does not match; nothing
+                has been moved or written.
+        """
+        flat = self.flat
+        leaves = flat.flatten(items)
+        tensors = {
+            i: _check_tensor(flat.paths[i], flat.leaves[i], leaf, batch_size)
+            for i, leaf in enumerate(leaves)
+            if isinstance(leaf, torch.Tensor)
+        }
+        if tensors:  # validated tensors stand in as zero-copy arrays for the core's checks
+            leaves = [_stand_in(flat.leaves[i], tensors[i]) if i in tensors else x for i, x in enumerate(leaves)]
+            arrays = flat.flatten_batch(flat.unflatten(leaves), batch_size)
         else:
-            out.append(_from_numpy(array).to(device=device, dtype=dtype))
-    return out
+            arrays = flat.flatten_batch(items, batch_size)
+        if self._on_cpu:
+            for i, tensor in tensors.items():
+                arrays[i] = tensor.detach().to(device="cpu", dtype=self.dtypes[i]).numpy()
+            return arrays
+        return [
+            (tensors[i].detach() if i in tensors else _from_numpy(array)).to(device=self.device, dtype=dtype)
+            for i, (array, dtype) in enumerate(zip(arrays, self.dtypes))
+        ]
 
 
 def _check_tensor(path: str, spec: ArraySpec, tensor: torch.Tensor, batch_size: int | None) -> torch.Tensor:

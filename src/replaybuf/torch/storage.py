@@ -9,6 +9,7 @@ only slots that were written are ever read (the buffer's ids guarantee it).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -28,23 +29,36 @@ class TorchStorage:
             torch.empty((capacity,) + spec.shape, dtype=as_torch_dtype(spec.dtype), device=device)
             for spec in leaves
         ]
+        # a CPU storage is written through NumPy views of the same memory (see DeviceBatcher)
+        self._views = [t.numpy() for t in self.tensors] if device.type == "cpu" else None
 
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors)
 
-    def write(self, start: int, tensors: Sequence[torch.Tensor]) -> None:
-        """Write rows ``tensors[k][i]`` to slot ``(start + i) % capacity``; n <= capacity."""
-        n = tensors[0].shape[0] if tensors else 0
+    def write(self, start: int, batch: Sequence[Any]) -> None:
+        """Write rows ``batch[k][i]`` to slot ``(start + i) % capacity``; n <= capacity.
+
+        ``batch`` holds NumPy arrays for a CPU storage, tensors on the device otherwise.
+        """
+        n = batch[0].shape[0] if batch else 0
         end = start + n
-        if end <= self.capacity:
-            for storage, rows in zip(self.tensors, tensors):
-                storage[start:end].copy_(rows)
+        if self._views is not None:
+            targets: Sequence[Any] = self._views
+            if end <= self.capacity:
+                for target, rows in zip(targets, batch):
+                    target[start:end] = rows
+                return
         else:
-            split = self.capacity - start
-            for storage, rows in zip(self.tensors, tensors):
-                storage[start:].copy_(rows[:split])
-                storage[: end - self.capacity].copy_(rows[split:])
+            targets = self.tensors
+            if end <= self.capacity:
+                for target, rows in zip(targets, batch):
+                    target[start:end].copy_(rows)
+                return
+        split = self.capacity - start
+        for target, rows in zip(targets, batch):
+            target[start:] = rows[:split]
+            target[: end - self.capacity] = rows[split:]
 
     def read(self, slots: torch.Tensor) -> list[torch.Tensor]:
         """The leaves at ``slots`` (int64 on the device), each ``slots.shape + leaf.shape``."""

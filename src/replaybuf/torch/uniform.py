@@ -19,7 +19,7 @@ from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive
 from replaybuf.dataset import DeterministicPass, RandomDataset, plan_deterministic_pass
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
-from replaybuf.torch.convert import to_device_batch
+from replaybuf.torch.convert import DeviceBatcher
 from replaybuf.torch.dataset import TorchDataset
 from replaybuf.torch.storage import TorchStorage
 
@@ -88,6 +88,7 @@ class TorchUniformReplayBuffer(ReplayBuffer):
         self._device = as_device(device)
         self._ring = StreamRing(int(batch_size), int(max_length))
         self._storage = TorchStorage(self._flat.leaves, self._ring.capacity, self._device)
+        self._batcher = DeviceBatcher(self._flat, self._device)
         self._generator = make_generator(self._device, seed)
         self._lock = threading.RLock()
         self._drop_remainder = bool(dataset_drop_remainder)
@@ -121,10 +122,10 @@ class TorchUniformReplayBuffer(ReplayBuffer):
             SpecMismatchError: the structure, a shape or a dtype does not match the
                 data_spec; nothing is written.
         """
-        tensors = to_device_batch(self._flat, items, self._ring.batch_size, self._device)
+        batch = self._batcher.batch(items, self._ring.batch_size)
         with self._lock:
             ring = self._ring
-            self._storage.write((ring.steps % ring.max_length) * ring.batch_size, tensors)
+            self._storage.write((ring.steps % ring.max_length) * ring.batch_size, batch)
             ring.steps += 1
 
     def get_next(
@@ -237,15 +238,15 @@ class TorchPyUniformReplayBuffer(TorchUniformReplayBuffer):
             SpecMismatchError: the structure, a shape or a dtype does not match, or the
                 leaves disagree on n; nothing is written.
         """
-        tensors = to_device_batch(self._flat, items, None, self._device)
-        count = tensors[0].shape[0] if tensors else 0
+        batch = self._batcher.batch(items, None)
+        count = batch[0].shape[0] if batch else 0
         capacity = self._ring.capacity
         with self._lock:
             ring = self._ring
             if count > capacity:  # only the newest `capacity` items survive
-                tensors = [t[count - capacity :] for t in tensors]
+                batch = [rows[count - capacity :] for rows in batch]
                 ring.steps += count - capacity
                 count = capacity
             if count:
-                self._storage.write(ring.steps % capacity, tensors)
+                self._storage.write(ring.steps % capacity, batch)
                 ring.steps += count
