@@ -1,0 +1,179 @@
+"""PrioritizedReplayBuffer: sampling frequencies, weights, priority updates, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replaybuf import ArraySpec, ArgumentError, EmptyBufferError, PriorityError
+from replaybuf.info import SampleInfo
+from replaybuf.prioritized import PrioritizedReplayBuffer
+from replaybuf.sumtree import MinTree, SumTree
+
+SPEC = {"x": ArraySpec((), np.int64)}
+
+
+def filled(batch_size=2, max_length=10, steps=10, **kwargs):
+    buffer = PrioritizedReplayBuffer(SPEC, batch_size, max_length, seed=0, **kwargs)
+    for t in range(steps):
+        buffer.add_batch({"x": np.arange(batch_size) + t * batch_size})
+    return buffer
+
+
+def test_frequencies_match_priorities_chi_square():
+    """Draw counts agree with p_i^alpha / sum (chi-square, 19 dof, fixed seed)."""
+    alpha = 0.7
+    buffer = filled(alpha=alpha, epsilon=0.0)
+    priorities = np.arange(1.0, 21.0)
+    buffer.update_priorities(np.arange(20), priorities)
+    expected = priorities**alpha / (priorities**alpha).sum()
+    counts = np.zeros(20)
+    draws = 0
+    for _ in range(100):
+        items, info = buffer.get_next(256)
+        np.testing.assert_array_equal(items["x"], info.ids)
+        np.testing.assert_allclose(info.probabilities, expected[info.ids], rtol=1e-5)
+        counts += np.bincount(info.ids, minlength=20)
+        draws += 256
+    chi2 = (((counts - draws * expected) ** 2) / (draws * expected)).sum()
+    assert chi2 < 43.8  # 99.9th percentile of chi-square with 19 degrees of freedom
+
+
+def test_importance_weights_direct_formula():
+    beta = 0.5
+    buffer = filled(alpha=0.6, beta=beta, epsilon=0.01)
+    priorities = np.linspace(0.5, 3.0, 20)
+    buffer.update_priorities(np.arange(20), priorities)
+    _, info = buffer.get_next(50)
+    mass = (priorities + 0.01) ** 0.6
+    probability = mass / mass.sum()
+    weights = (20 * probability[info.ids]) ** -beta / ((20 * probability.min()) ** -beta)
+    assert isinstance(info, SampleInfo)
+    np.testing.assert_allclose(info.weights, weights, rtol=1e-5)
+    assert info.weights.max() <= 1.0
+
+
+def test_beta_setter_and_schedule():
+    buffer = filled(beta=0.0)
+    buffer.update_priorities(np.arange(20), np.arange(1.0, 21.0))
+    assert np.all(buffer.get_next(8)[1].weights == 1.0)
+    schedule = iter([0.2, 1.0])
+    buffer.beta = lambda: next(schedule)
+    w02, w1 = buffer.get_next(8)[1].weights, buffer.get_next(8)[1].weights
+    assert w02.min() > w1.min() or np.all(w1 == 1.0)
+    buffer.beta = 0.7
+    assert buffer.beta == 0.7
+    with pytest.raises(ArgumentError):
+        buffer.beta = 1.5
+
+
+def test_new_items_get_max_priority():
+    buffer = filled(max_length=20, steps=2, epsilon=0.0, alpha=1.0)
+    buffer.update_priorities(np.array([0, 1]), np.array([5.0, 2.0]))
+    buffer.add_batch({"x": np.array([4, 5])})
+    _, info = buffer.get_next(30)
+    total = 5 + 2 + 1 + 1 + 5 + 5
+    for item_id, probability in zip(info.ids, info.probabilities):
+        expected = {0: 5, 1: 2, 2: 1, 3: 1, 4: 5, 5: 5}[int(item_id)] / total
+        assert probability == pytest.approx(expected, rel=1e-5)
+
+
+def test_stale_ids_are_ignored_never_applied_to_the_new_item():
+    buffer = filled(batch_size=1, max_length=4, steps=4, alpha=1.0, epsilon=0.0)
+    buffer.add_batch({"x": np.array([4])})  # overwrites id 0 (slot 0)
+    buffer.update_priorities(np.array([0]), np.array([1000.0]))  # stale: ignored
+    _, info = buffer.get_next(200)
+    np.testing.assert_allclose(info.probabilities, 0.25, rtol=1e-5)
+    assert 0 not in info.ids
+
+
+def test_window_priority_is_first_item_and_head_excluded():
+    buffer = filled(batch_size=1, max_length=10, steps=10, alpha=1.0, epsilon=0.0)
+    buffer.update_priorities(np.arange(10), np.arange(1.0, 11.0))
+    _, info = buffer.get_next(500, 3)
+    assert info.ids[:, 0].max() <= 7  # windows never pass the write head
+    valid = np.arange(1.0, 9.0)
+    np.testing.assert_allclose(info.probabilities, valid[info.ids[:, 0]] / valid.sum(), rtol=1e-5)
+    buffer.update_priorities(info.ids, np.ones(500))  # [B, T] ids: the first of each window
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, np.nan, np.inf])
+def test_bad_priorities_raise_and_change_nothing(bad):
+    buffer = filled(alpha=1.0, epsilon=0.0)
+    before = buffer.get_next(4)[1].probabilities
+    with pytest.raises(PriorityError, match="priorities"):
+        buffer.update_priorities(np.array([0, 1]), np.array([1.0, bad]))
+    np.testing.assert_allclose(buffer.get_next(4)[1].probabilities, before)
+
+
+def test_ids_never_added_and_shape_mismatch():
+    buffer = filled()
+    with pytest.raises(PriorityError, match="ids"):
+        buffer.update_priorities(np.array([20]), np.array([1.0]))
+    with pytest.raises(PriorityError, match="ids"):
+        buffer.update_priorities(np.array([-1]), np.array([1.0]))
+    with pytest.raises(ArgumentError, match="shaped like"):
+        buffer.update_priorities(np.array([1, 2]), np.array([1.0]))
+
+
+def test_bad_constructor_arguments_and_empty():
+    with pytest.raises(ArgumentError, match="alpha"):
+        PrioritizedReplayBuffer(SPEC, alpha=-1.0)
+    with pytest.raises(ArgumentError, match="beta"):
+        PrioritizedReplayBuffer(SPEC, beta=2.0)
+    with pytest.raises(EmptyBufferError):
+        PrioritizedReplayBuffer(SPEC).get_next(2)
+
+
+def test_clear_and_state_dict_round_trip():
+    buffer = filled(alpha=1.0, epsilon=0.0)
+    buffer.update_priorities(np.arange(20), np.arange(1.0, 21.0))
+    copy = PrioritizedReplayBuffer(SPEC, 2, 10, alpha=1.0, epsilon=0.0)
+    copy.load_state_dict(buffer.state_dict())
+    a, b = buffer.get_next(16), copy.get_next(16)
+    np.testing.assert_array_equal(a[1].ids, b[1].ids)
+    np.testing.assert_allclose(a[1].probabilities, b[1].probabilities)
+    buffer.clear()
+    with pytest.raises(EmptyBufferError):
+        buffer.get_next(1)
+
+
+def test_episode_windows_with_priorities():
+    spec = {"x": ArraySpec((), np.int64), "done": ArraySpec((), np.bool_)}
+    buffer = PrioritizedReplayBuffer(spec, 1, 12, seed=1, respect_episodes=True, episode_end_field="done")
+    for t in range(12):
+        buffer.add_batch({"x": np.array([t]), "done": np.array([t % 4 == 3])})
+    items, info = buffer.get_next(200, 3)
+    assert np.all(items["x"][:, 0] % 4 <= 1)  # windows of 3 start at offsets 0 or 1 of each episode
+    np.testing.assert_allclose(info.probabilities, 1.0 / 6, rtol=1e-5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    values=st.lists(st.floats(0.0, 100.0), min_size=1, max_size=300),
+    arity=st.sampled_from([2, 4, 32]),
+    data=st.data(),
+)
+def test_trees_against_numpy(values, arity, data):
+    values = np.array(values)
+    sums, mins = SumTree(len(values), arity), MinTree(len(values), arity)
+    sums.update(np.arange(len(values)), values)
+    mins.update(np.arange(len(values)), np.where(values > 0, values, np.inf))
+    assert sums.total() == pytest.approx(values.sum())
+    assert mins.root() == (values[values > 0].min() if (values > 0).any() else np.inf)
+    stop = data.draw(st.integers(0, len(values)))
+    assert sums.prefix(stop) == pytest.approx(values[:stop].sum(), abs=1e-9)
+    if values.sum() > 0:
+        targets = np.array(data.draw(st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=1, max_size=20)))
+        slots, found = sums.find(targets * values.sum())
+        running = np.cumsum(values)
+        expected = np.searchsorted(running, targets * values.sum(), side="right")
+        # a target within rounding of a boundary may land on a zero slot (callers redraw)
+        clear = np.abs(targets[:, None] * values.sum() - running[None, :]).min(axis=1) > 1e-9 * values.sum()
+        ok = (found > 0) | ~clear
+        assert np.all(ok)
+        found_ok = found > 0
+        np.testing.assert_array_equal(values[slots[found_ok]], found[found_ok])
+        np.testing.assert_array_equal(slots[found_ok & clear], expected[found_ok & clear])
