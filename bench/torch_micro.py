@@ -7,7 +7,9 @@
     - x[idx] and NumPy take on the same frames                 (what naive code does)
   insert: single steps (batch_size=1) of a frame, and of a CartPole-sized item.
 
-Figures are medians of repeated runs; MB/s counts the sampled bytes. Run:
+Figures are medians of repeated runs; MB/s counts the sampled bytes. Sampling is measured
+at torch's default intra-op thread count and at one thread: on a machine whose cores are
+busy, torch's parallel gather can collapse (threads wait for each other). Run:
     .venv/bin/python bench/torch_micro.py [--quick]
 """
 
@@ -105,10 +107,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
     args = parser.parse_args()
     number, repeat = (5, 3) if args.quick else (50, 7)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU only")
-    print(f"sample {SAMPLE} x {FRAME} uint8 from 4096 stored frames (MB/s, higher is better)")
-    for name, rate in bench_sample(64, 64, number, repeat):
-        print(f"  {name:50s} {rate:10.0f} MB/s")
+    print(f"torch {torch.__version__}, CPU only")
+    default_threads = torch.get_num_threads()
+    for threads in sorted({default_threads, 1}, reverse=True):
+        torch.set_num_threads(threads)
+        print(f"sample {SAMPLE} x {FRAME} uint8 from 4096 stored frames, torch threads={threads} (MB/s)")
+        for name, rate in bench_sample(64, 64, number, repeat):
+            print(f"  {name:50s} {rate:10.0f} MB/s")
+    torch.set_num_threads(default_threads)
     print("single-step insert (steps/s, higher is better)")
     for name, rate in bench_insert(number * 20, repeat):
         print(f"  {name:50s} {rate:10.0f} /s")

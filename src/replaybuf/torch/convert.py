@@ -65,19 +65,27 @@ class DeviceBatcher:
             for i, leaf in enumerate(leaves)
             if isinstance(leaf, torch.Tensor)
         }
-        if tensors:  # validated tensors stand in as zero-copy arrays for the core's checks
+        if not tensors:
+            arrays = flat.flatten_batch(items, batch_size)
+        elif len(tensors) == len(leaves):
+            arrays = list(leaves)
+            if batch_size is None:
+                _check_same_size(flat.paths, [t.shape[0] for t in leaves])
+        else:  # validated tensors stand in as zero-copy arrays for the core's checks
             leaves = [_stand_in(flat.leaves[i], tensors[i]) if i in tensors else x for i, x in enumerate(leaves)]
             arrays = flat.flatten_batch(flat.unflatten(leaves), batch_size)
-        else:
-            arrays = flat.flatten_batch(items, batch_size)
         if self._on_cpu:
             for i, tensor in tensors.items():
-                arrays[i] = tensor.detach().to(device="cpu", dtype=self.dtypes[i]).numpy()
+                arrays[i] = self._place(tensor, i).numpy()
             return arrays
-        return [
-            (tensors[i].detach() if i in tensors else _from_numpy(array)).to(device=self.device, dtype=dtype)
-            for i, (array, dtype) in enumerate(zip(arrays, self.dtypes))
-        ]
+        return [self._place(tensors[i] if i in tensors else _from_numpy(a), i) for i, a in enumerate(arrays)]
+
+    def _place(self, tensor: torch.Tensor, index: int) -> torch.Tensor:
+        """``tensor`` detached, on the device, of leaf ``index``'s dtype (no copy if it is)."""
+        dtype = self.dtypes[index]
+        if tensor.dtype != dtype or tensor.device != self.device:
+            tensor = tensor.to(device=self.device, dtype=dtype)
+        return tensor.detach()
 
 
 def _check_tensor(path: str, spec: ArraySpec, tensor: torch.Tensor, batch_size: int | None) -> torch.Tensor:
@@ -106,6 +114,12 @@ def _check_tensor(path: str, spec: ArraySpec, tensor: torch.Tensor, batch_size: 
             f"{outer[1:-1]} items of {spec.describe()}), got {shape} {tensor.dtype}"
         )
     return tensor
+
+
+def _check_same_size(paths: list[str], sizes: list[int]) -> None:
+    if len(set(sizes)) > 1:
+        detail = ", ".join(f"{path}: {size}" for path, size in zip(paths, sizes))
+        raise SpecMismatchError(f"items: every field needs the same batch size, got {detail}")
 
 
 def _stand_in(spec: ArraySpec, tensor: torch.Tensor) -> np.ndarray:
