@@ -53,7 +53,7 @@ class FlatSpec:
         paths, leaves, self.treespec = optree.tree_flatten_with_path(self.data_spec)
         self.leaves: list[ArraySpec] = leaves
         self.paths: list[str] = [_path_string(p, s) for p, s in zip(paths, leaves)]
-        self._checks = [(s.shape, s.dtype) for s in leaves]
+        self._signatures: dict[int, list[tuple]] = {}
 
     def unflatten(self, leaves: Sequence[Any]) -> Any:
         """Rebuild a nest shaped like the data_spec from its flat leaves."""
@@ -77,18 +77,25 @@ class FlatSpec:
         SpecMismatchError before anything is written.
         """
         leaves = self.flatten(items)
-        out = []
-        for leaf, (shape, dtype), index in zip(leaves, self._checks, range(len(leaves))):
-            if (
-                leaf.__class__ is _NDARRAY
-                and leaf.dtype is dtype
-                and leaf.shape[1:] == shape
-                and (batch_size is None or leaf.shape[0] == batch_size)
-                and leaf.ndim == len(shape) + 1
-            ):
-                out.append(leaf)
-            else:
-                out.append(self._coerce(index, leaf, batch_size))
+        if batch_size is not None:
+            signature = self._signatures.get(batch_size)
+            if signature is None:
+                signature = self._signatures[batch_size] = [
+                    (_NDARRAY, s.dtype, (batch_size,) + s.shape) for s in self.leaves
+                ]
+            # The common case, arrays that already match, costs one list comparison.
+            try:
+                if [(leaf.__class__, leaf.dtype, leaf.shape) for leaf in leaves] == signature:
+                    return leaves
+            except AttributeError:  # a Python number or list: the slow path converts it
+                pass
+        out = [
+            leaf
+            if leaf.__class__ is _NDARRAY and leaf.dtype == spec.dtype and leaf.shape[1:] == spec.shape
+            and (batch_size is None or leaf.shape[0] == batch_size) and leaf.ndim == len(spec.shape) + 1
+            else self._coerce(index, leaf, batch_size)
+            for index, (leaf, spec) in enumerate(zip(leaves, self.leaves))
+        ]
         if batch_size is None and out:
             sizes = {a.shape[0] for a in out}
             if len(sizes) > 1:

@@ -44,7 +44,10 @@ class RecordStorage:
         """Write rows ``arrays[k][i]`` to slot ``(start + i) % capacity``; n <= capacity."""
         n = arrays[0].shape[0] if arrays else 0
         end = start + n
-        if end <= self.capacity:
+        if n == 1:  # one item (batch_size 1): integer indexing is ~2x faster than a slice
+            for field, array in zip(self.fields, arrays):
+                field[start] = array[0]
+        elif end <= self.capacity:
             for field, array in zip(self.fields, arrays):
                 field[start:end] = array
         else:
