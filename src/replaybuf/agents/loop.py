@@ -25,7 +25,6 @@ from replaybuf.agents.dqn import DqnAgent
 from replaybuf.drivers import EpisodeReturns, StepDriver
 from replaybuf.errors import ArgumentError
 from replaybuf.trajectory import collect_data_spec
-from replaybuf.uniform import UniformReplayBuffer
 
 __all__ = ["BACKENDS", "DqnConfig", "DqnRun", "evaluate", "make_buffer", "train_dqn"]
 
@@ -41,7 +40,7 @@ class DqnConfig:
     """Hyperparameters of a DQN run (defaults solve CartPole-v1 in a few minutes on a CPU)."""
 
     env_id: str = "CartPole-v1"
-    total_steps: int = 60_000
+    total_steps: int = 100_000
     seed: int = 1
     backend: str = "numpy"
     num_envs: int = 4
@@ -56,7 +55,7 @@ class DqnConfig:
     hidden: tuple[int, ...] = (128, 128)
     epsilon_start: float = 1.0
     epsilon_end: float = 0.04
-    exploration_fraction: float = 0.16
+    exploration_steps: int = 10_000
     eval_every: int = 5_000
     eval_episodes: int = 20
     stop_return: float = 495.0
@@ -93,9 +92,7 @@ def make_buffer(backend: str, data_spec: Any, batch_size: int, max_length: int, 
             f"backend {backend!r} needs {module_name}.{class_name}, which is not available "
             f"({err}); use --backend numpy"
         ) from None
-    if cls is UniformReplayBuffer:
-        return cls(data_spec, batch_size=batch_size, max_length=max_length, seed=seed)
-    return cls(data_spec, batch_size=batch_size, max_length=max_length)
+    return cls(data_spec, batch_size=batch_size, max_length=max_length, seed=seed)
 
 
 def evaluate(env_id: str, policy: Callable[[Any], Any], num_episodes: int, seed: int) -> list[float]:
@@ -147,10 +144,9 @@ def train_dqn(config: DqnConfig, on_iteration: Callable[[DqnRun], None] | None =
     best_weights = None
     dataset = None
     next_eval = config.eval_every
-    exploration_steps = max(1.0, config.exploration_fraction * config.total_steps)
     try:
         while run.steps < config.total_steps:
-            fraction = min(1.0, run.steps / exploration_steps)
+            fraction = min(1.0, run.steps / max(1, config.exploration_steps))
             agent.epsilon = config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
             seen = len(returns.returns)
             run.steps += driver.run()
