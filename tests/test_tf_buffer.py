@@ -1,0 +1,320 @@
+"""TFUniformReplayBuffer beyond the conformance suite: graphs, tf.data, checkpoints, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+import replaybuf  # noqa: E402
+from conformance_data import SPEC, assert_items_match_ids, fields_for_ids, step_batch  # noqa: E402
+from replaybuf.dataset import plan_deterministic_pass  # noqa: E402
+from replaybuf.ring import StreamRing  # noqa: E402
+from replaybuf.tf import TFUniformReplayBuffer  # noqa: E402
+
+EMPTY = "TFUniformReplayBuffer is empty. Make sure to add items before sampling the buffer."
+
+
+def numpy_nest(nest):
+    return tf.nest.map_structure(lambda t: t.numpy(), nest)
+
+
+def make(batch_size=2, max_length=5, **kwargs):
+    return TFUniformReplayBuffer(SPEC, batch_size, max_length, seed=1, **kwargs)
+
+
+def fill(buffer, steps, start=0):
+    for t in range(start, start + steps):
+        buffer.add_batch(step_batch(t, buffer.batch_size))
+
+
+def tf_batch(step, batch_size):
+    return tf.nest.map_structure(tf.constant, step_batch(step, batch_size))
+
+
+def test_add_and_sample_inside_tf_function_with_a_while_loop_driver():
+    buffer = make(batch_size=3, max_length=4)
+
+    @tf.function
+    def collect_and_sample(num_steps):
+        for t in tf.range(num_steps, dtype=tf.int64):  # autograph: a tf.while_loop
+            ids = t * 3 + tf.range(3, dtype=tf.int64)
+            position = tf.stack([tf.cast(ids, tf.float32), tf.cast(ids, tf.float32) + 0.5, -tf.cast(ids, tf.float32)], -1)
+            camera = tf.cast((ids[:, None, None] + tf.reshape(tf.range(4, dtype=tf.int64), (2, 2))) % 251, tf.uint8)
+            buffer.add_batch({"id": ids, "observation": {"position": position, "camera": camera}, "flag": ids % 2 == 0})
+        return buffer.get_next(6, 2), buffer.get_next(4, 2, time_stacked=False), buffer.num_frames()
+
+    (items, info), (steps, info_unstacked), frames = collect_and_sample(tf.constant(7, tf.int64))
+    assert int(frames) == 12
+    assert_items_match_ids(numpy_nest(items), info.ids.numpy())
+    assert info.ids.shape == (6, 2) and info.ids.numpy().min() >= (7 - 4) * 3
+    np.testing.assert_allclose(info.probabilities.numpy(), 1 / (3 * 3))
+    assert info.probabilities.dtype == tf.float32
+    assert isinstance(steps, tuple) and len(steps) == 2
+    for t, item in enumerate(steps):
+        assert_items_match_ids(numpy_nest(item), info_unstacked.ids.numpy()[:, t])
+    gathered = numpy_nest(buffer.gather_all())
+    assert_items_match_ids(gathered, np.arange(3, 7)[None, :] * 3 + np.arange(3)[:, None])
+
+
+def test_numpy_and_tf_batches_of_the_same_items_store_the_same_bytes():
+    from_numpy, from_tf = make(), make()
+    for t in range(3):
+        from_numpy.add_batch(step_batch(t, 2))
+        from_tf.add_batch(tf_batch(t, 2))
+    a, b = numpy_nest(from_numpy.gather_all()), numpy_nest(from_tf.gather_all())
+    tf.nest.map_structure(np.testing.assert_array_equal, a, b)
+    assert_items_match_ids(a, np.arange(3)[None, :] * 2 + np.arange(2)[:, None])
+
+
+def test_data_spec_of_tf_tensor_specs_as_tf_agents_users_write_it():
+    spec = (tf.TensorSpec([3], tf.float32, "action"), (tf.TensorSpec([5], tf.int32, "lidar"),))
+    buffer = TFUniformReplayBuffer(spec, batch_size=2, max_length=3)
+    assert buffer.data_spec == (replaybuf.ArraySpec((3,), np.float32, "action"), (replaybuf.ArraySpec((5,), np.int32, "lidar"),))
+    assert [v.shape for v in buffer.variables if v.shape.rank > 1] == [(6, 3), (6, 5)]
+    assert all("CPU" in v.device for v in buffer.variables)
+
+
+def test_checkpoint_round_trip_restores_contents_and_counters(tmp_path):
+    buffer = make(batch_size=2, max_length=4)
+    fill(buffer, 6)  # wrapped
+    path = tf.train.Checkpoint(rb=buffer).save(str(tmp_path / "ckpt"))
+    before = numpy_nest(buffer.gather_all())
+
+    restored = make(batch_size=2, max_length=4)
+    tf.train.Checkpoint(rb=restored).restore(path).assert_consumed()
+    assert int(restored.num_frames()) == 8
+    tf.nest.map_structure(np.testing.assert_array_equal, numpy_nest(restored.gather_all()), before)
+    restored.add_batch(step_batch(6, 2))  # continues where the saved buffer stopped
+    assert_items_match_ids(numpy_nest(restored.gather_all()), np.arange(3, 7)[None, :] * 2 + np.arange(2)[:, None])
+
+
+def _pass_ids(dataset):
+    return [info.ids.numpy() for _, info in dataset]
+
+
+@pytest.mark.parametrize(
+    "batch_size, shift, drop, sample_batch_size, num_steps",
+    [(3, None, False, None, None), (3, None, False, 2, 3), (3, 1, True, 2, 3), (2, 2, False, None, 3), (3, None, True, 2, None)],
+)
+def test_deterministic_pass_after_wraparound_matches_the_core_plan(batch_size, shift, drop, sample_batch_size, num_steps):
+    buffer = make(batch_size=batch_size, max_length=5, dataset_window_shift=shift, dataset_drop_remainder=drop)
+    fill(buffer, 12)  # wrapped twice: streams must stay apart
+    ring = StreamRing(batch_size, 5)
+    ring.steps = 12
+    expected = plan_deterministic_pass(ring, sample_batch_size, num_steps, shift, drop)
+    got = []
+    for items, info in buffer.as_dataset(sample_batch_size, num_steps, single_deterministic_pass=True):
+        ids = info.ids.numpy()
+        assert_items_match_ids(numpy_nest(items), ids)
+        assert info.probabilities == ()
+        got.append(ids)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(g, e)
+
+
+def test_deterministic_pass_is_planned_per_iterator_and_sees_adds_between_passes():
+    buffer = make(batch_size=2, max_length=5)
+    fill(buffer, 2)
+    dataset = buffer.as_dataset(single_deterministic_pass=True)
+    assert [int(i) for i in _pass_ids(dataset)] == [0, 2, 1, 3]
+    fill(buffer, 1, start=2)
+    assert [int(i) for i in _pass_ids(dataset)] == [0, 2, 4, 1, 3, 5]
+
+
+def test_element_shapes_are_static():
+    buffer = make(batch_size=4, max_length=6, dataset_drop_remainder=True)
+    random = buffer.as_dataset(8, 2)
+    items, info = random.element_spec
+    assert items["observation"]["camera"].shape == (8, 2, 2, 2)
+    assert info.ids.shape == (8, 2) and info.probabilities.shape == (8,)
+    single = buffer.as_dataset().element_spec
+    assert single[0]["id"].shape == () and single[1].probabilities.shape == ()
+    passes = buffer.as_dataset(2, 3, single_deterministic_pass=True).element_spec
+    assert passes[0]["observation"]["position"].shape == (2, 3, 3)
+
+
+def test_random_dataset_with_parallel_calls_and_autotune():
+    buffer = make(batch_size=2, max_length=5)
+    fill(buffer, 4)
+    for calls in (2, tf.data.AUTOTUNE):
+        for items, info in buffer.as_dataset(3, 2, num_parallel_calls=calls).take(4):
+            assert_items_match_ids(numpy_nest(items), info.ids.numpy())
+
+
+def test_dataset_consumed_inside_tf_function():
+    buffer = make(batch_size=2, max_length=5)
+    fill(buffer, 5)
+    dataset = buffer.as_dataset(4, 2)
+
+    @tf.function
+    def total_ids():
+        total = tf.constant(0, tf.int64)
+        for items, info in dataset.take(10):
+            tf.debugging.assert_equal(items["id"], info.ids)
+            total += tf.reduce_sum(info.ids)
+        return total
+
+    assert int(total_ids()) > 0
+
+
+def test_clear_keeps_or_zeroes_the_variables():
+    buffer = make()
+    fill(buffer, 3)
+    buffer.clear()
+    assert int(buffer.num_frames()) == 0
+    assert buffer._storage[0].numpy().any()  # bytes still there, just forgotten
+    fill(buffer, 1)
+    buffer.clear(clear_all_variables=True)
+    assert not any(v.numpy().any() for v in buffer._storage)
+
+    @tf.function
+    def add_then_clear():
+        buffer.add_batch(tf_batch(0, 2))
+        buffer.clear()
+        return buffer.num_frames()
+
+    assert int(add_then_clear()) == 0
+
+
+def test_sampling_an_empty_buffer_in_a_graph_raises_tf_invalid_argument():
+    buffer = make()
+
+    @tf.function
+    def sample():
+        return buffer.get_next(2)
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match=EMPTY):
+        sample()
+    with pytest.raises(tf.errors.InvalidArgumentError, match=EMPTY):
+        next(iter(buffer.as_dataset(2)))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=EMPTY):
+        next(iter(buffer.as_dataset(single_deterministic_pass=True)))
+
+
+def test_sampling_eagerly_raises_empty_buffer_error_which_is_a_value_error():
+    buffer = make(max_length=4)
+    with pytest.raises(ValueError, match=EMPTY):
+        buffer.get_next()
+    fill(buffer, 2)
+    with pytest.raises(replaybuf.EmptyBufferError, match="num_steps=3"):
+        buffer.get_next(2, 3)
+
+
+def test_graph_add_with_a_wrong_static_shape_names_the_field_and_writes_nothing():
+    buffer = make(batch_size=2)
+    fill(buffer, 1)
+
+    def add_with(autograph=False, **changes):
+        def add():
+            batch = tf_batch(1, 2)
+            batch["observation"].update(changes)
+            buffer.add_batch(batch)
+
+        tf.function(add, autograph=autograph)()
+
+    def add_with_autograph(**changes):
+        add_with(autograph=True, **changes)
+
+    with pytest.raises(replaybuf.SpecMismatchError, match=r"observation/camera: expected shape \(2, 2, 2\) uint8"):
+        add_with(camera=tf.zeros((2, 2, 3), tf.uint8))
+    # autograph re-raises exceptions of user-defined types as StagingError, message kept
+    with pytest.raises(Exception, match=r"observation/camera: expected shape \(2, 2, 2\) uint8"):
+        add_with_autograph(camera=tf.zeros((2, 2, 3), tf.uint8))
+    with pytest.raises(replaybuf.SpecMismatchError, match="observation/position: expected dtype float32, got float64"):
+        add_with(position=tf.zeros((2, 3), tf.float64))
+    with pytest.raises(replaybuf.SpecMismatchError, match="leading dimension"):
+        add_with(camera=tf.zeros((2, 2), tf.uint8))
+    with pytest.raises(replaybuf.SpecMismatchError, match="structure"):
+        add_with(extra=tf.zeros((2,)))
+    assert int(buffer.num_frames()) == 2
+    assert_items_match_ids(numpy_nest(buffer.gather_all()), np.array([[0], [1]]))
+
+
+def test_graph_add_safe_casts_and_checks_unknown_dims_when_run():
+    buffer = make(batch_size=2)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 2, 2], tf.uint8), tf.TensorSpec([None], tf.int32)])
+    def add(camera, ids):
+        batch = tf_batch(0, 2)
+        batch["observation"]["camera"] = camera
+        batch["id"] = ids  # int32 -> int64 is safe
+        buffer.add_batch(batch)
+
+    add(tf.constant(step_batch(0, 2)["observation"]["camera"]), tf.constant([0, 1], tf.int32))
+    assert int(buffer.num_frames()) == 2
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        add(tf.zeros((3, 2, 2), tf.uint8), tf.constant([0, 1, 2], tf.int32))
+    assert int(buffer.num_frames()) == 2  # the rejected add changed nothing
+
+
+def test_eager_tensor_batches_are_validated_like_numpy():
+    buffer = make(batch_size=2)
+    bad = tf_batch(0, 2)
+    bad["observation"]["position"] = tf.zeros((2, 3), tf.float64)
+    with pytest.raises(replaybuf.SpecMismatchError, match="observation/position"):
+        buffer.add_batch(bad)
+    with pytest.raises(replaybuf.SpecMismatchError, match=r"flag: expected shape .*got \(3,\) bool"):
+        buffer.add_batch(tf_batch(0, 3))
+    assert int(buffer.num_frames()) == 0
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_deterministic_pass_arguments_that_would_drop_everything(drop):
+    buffer = make(batch_size=2, max_length=5, dataset_drop_remainder=drop)
+    with pytest.raises(replaybuf.ArgumentError, match=r"sample_batch_size \(3\) > batch_size \(2\)"):
+        buffer.as_dataset(3, single_deterministic_pass=True)
+    with pytest.raises(ValueError, match=r"num_steps \(6\) > max_length \(5\)"):
+        buffer.as_dataset(num_steps=6, single_deterministic_pass=True)
+    if drop:
+        with pytest.raises(ValueError, match="ALL data would be dropped"):
+            buffer.as_dataset(3, single_deterministic_pass=True)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"batch_size": 0}, "batch_size"),
+        ({"max_length": -1}, "max_length"),
+        ({"dataset_window_shift": 0}, "dataset_window_shift"),
+    ],
+)
+def test_constructor_arguments_are_checked(kwargs, match):
+    arguments = {"batch_size": 2, "max_length": 3} | kwargs
+    with pytest.raises(replaybuf.ArgumentError, match=match):
+        TFUniformReplayBuffer(SPEC, **arguments)
+
+
+def test_list_in_data_spec_is_a_spec_error():
+    with pytest.raises(replaybuf.SpecError, match="list"):
+        TFUniformReplayBuffer([tf.TensorSpec([1], tf.float32)], batch_size=1)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda b: b.get_next(0), "sample_batch_size"),
+        (lambda b: b.get_next(2, num_steps=0), "num_steps"),
+        (lambda b: b.as_dataset(2, num_parallel_calls=0), "num_parallel_calls"),
+        (lambda b: b.as_dataset(-1), "sample_batch_size"),
+    ],
+)
+def test_read_arguments_are_checked(call, match):
+    buffer = make()
+    fill(buffer, 2)
+    with pytest.raises(replaybuf.ArgumentError, match=match):
+        call(buffer)
+
+
+def test_properties_and_seeded_sampling():
+    a, b = make(batch_size=2, max_length=5), make(batch_size=2, max_length=5)
+    assert (a.capacity, a.batch_size, a.max_length, a.device, a.stateful_dataset) == (10, 2, 5, "cpu:*", False)
+    fill(a, 4)
+    fill(b, 4)
+    np.testing.assert_array_equal(a.get_next(16)[1].ids.numpy(), b.get_next(16)[1].ids.numpy())
+    single, info = a.get_next()
+    assert info.ids.shape == () and info.probabilities.shape == ()
+    assert_items_match_ids(numpy_nest(single), info.ids.numpy())
+    assert fields_for_ids(np.int64(3))["flag"] == np.False_
