@@ -11,6 +11,8 @@ CORE_NAMES = {
     "ArgumentError", "ArraySpec", "BoundedArraySpec", "BufferInfo", "EmptyBufferError",
     "PriorityError", "PyUniformReplayBuffer", "ReplayBuffer", "ReplayBufferError", "SpecError",
     "SpecMismatchError", "TensorSpec", "UniformReplayBuffer", "as_data_spec",
+    "PrioritizedReplayBuffer", "Trajectory", "StepType", "StepDriver", "EpisodeDriver",
+    "CheckpointError", "collect_data_spec",
 }
 
 

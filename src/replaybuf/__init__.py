@@ -6,15 +6,20 @@ tensors in ``replaybuf.torch``. Importing ``replaybuf`` imports no framework.
 """
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer
+from replaybuf.drivers import EpisodeDriver, StepDriver
 from replaybuf.errors import (
     ArgumentError,
+    CheckpointError,
     EmptyBufferError,
     PriorityError,
     ReplayBufferError,
     SpecError,
     SpecMismatchError,
 )
+from replaybuf.info import SampleInfo
+from replaybuf.prioritized import PrioritizedReplayBuffer
 from replaybuf.specs import ArraySpec, BoundedArraySpec, TensorSpec, as_data_spec
+from replaybuf.trajectory import StepType, Trajectory, collect_data_spec
 from replaybuf.uniform import PyUniformReplayBuffer, UniformReplayBuffer
 
 __all__ = [
@@ -22,16 +27,24 @@ __all__ = [
     "ArraySpec",
     "BoundedArraySpec",
     "BufferInfo",
+    "CheckpointError",
     "EmptyBufferError",
+    "EpisodeDriver",
+    "PrioritizedReplayBuffer",
     "PriorityError",
     "PyUniformReplayBuffer",
     "ReplayBuffer",
     "ReplayBufferError",
+    "SampleInfo",
     "SpecError",
     "SpecMismatchError",
+    "StepDriver",
+    "StepType",
     "TensorSpec",
+    "Trajectory",
     "UniformReplayBuffer",
     "as_data_spec",
+    "collect_data_spec",
 ]
 
 __version__ = "0.1.0"
