@@ -251,3 +251,19 @@ def test_cuda_sampling_never_synchronises_with_the_host():
             buffer.get_next(sample_batch_size, num_steps)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_arguments_are_checked():
+    with pytest.raises(replaybuf.ArgumentError, match="batch_size"):
+        TorchUniformReplayBuffer(SPEC, batch_size=0)
+    with pytest.raises(replaybuf.ArgumentError, match="max_length"):
+        TorchUniformReplayBuffer(SPEC, max_length=-1)
+    with pytest.raises(replaybuf.ArgumentError, match="dataset_window_shift"):
+        TorchUniformReplayBuffer(SPEC, dataset_window_shift=0)
+    buffer = filled(batch_size=2, max_length=3)
+    with pytest.raises(replaybuf.ArgumentError, match="sample_batch_size"):
+        buffer.get_next(0)
+    with pytest.raises(replaybuf.ArgumentError, match=r"sample_batch_size \(3\) > batch_size \(2\)"):
+        iter(buffer.as_dataset(sample_batch_size=3, single_deterministic_pass=True))
+    with pytest.raises(replaybuf.EmptyBufferError, match="holds only 3 steps"):
+        buffer.get_next(4, num_steps=4)
