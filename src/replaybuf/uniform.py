@@ -76,7 +76,7 @@ class UniformReplayBuffer(ReplayBuffer):
         check_positive("max_length", max_length, allow_none=False)
         check_positive("dataset_window_shift", dataset_window_shift)
         self._flat = FlatSpec(data_spec)
-        self._ring, self._storage = open_storage(storage, path, self._flat, int(batch_size), int(max_length))
+        self._ring, self._storage = self._open_storage(storage, path, int(batch_size), int(max_length))
         self._sampler: Any = UniformSampler()
         self._episodes = None
         if respect_episodes:
@@ -86,6 +86,10 @@ class UniformReplayBuffer(ReplayBuffer):
         self._lock = threading.RLock()
         self._drop_remainder = bool(dataset_drop_remainder)
         self._window_shift = dataset_window_shift
+
+    def _open_storage(self, storage: str, path: Any, batch_size: int, max_length: int) -> tuple:
+        """The ring and the item storage; a subclass with its own storage overrides this."""
+        return open_storage(storage, path, self._flat, batch_size, max_length)
 
     # -- the common API -------------------------------------------------------------------
     @property

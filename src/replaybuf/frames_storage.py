@@ -1,0 +1,182 @@
+"""Item storage that keeps every distinct frame of stacked-frame observations once.
+
+A stacked leaf (e.g. uint8 ``[84, 84, 4]``: 4 frames of ``[84, 84]`` along ``stack_axis``)
+is not stored as a whole. Each of its frames is matched, byte for byte, against frames
+already held: the previous add's stacks of the same stream (``obs[t+1] == next_obs[t]``,
+``obs[t+1][j] == obs[t][j+1]``), this add's observation for its next observation
+(``next_obs[t][j] == obs[t][j+1]``), the next newer frame of the same stack (Gymnasium's
+"reset" padding repeats the first frame) and the all-zero frame ("zero" padding). A frame
+that matches nothing is appended to a frame pool; the item record keeps ``k`` int64
+pointers per stacked leaf (logical frame counters) beside the other, small fields in a
+``RecordStorage``. Reading gathers the frames by pointer, so a read returns exactly the
+bytes that were added, whatever the padding; matching only decides how much is stored:
+one frame per transition in the steady state, plus one per episode start.
+
+The pool is a ring of ``P`` frames addressed by ``counter % P``; row ``P`` is the zero
+frame. Every record also keeps the smallest counter it points to (its floor); floors
+never decrease along a stream, so the oldest stored items' floors protect every frame
+still referenced. An add that would overwrite a protected frame grows the pool first
+(doubling, a copy of the live frames), which only happens when episodes are much shorter
+than expected; RSS follows the frames written (the pool is calloc'ed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from replaybuf.specs import ArraySpec
+from replaybuf.storage import RecordStorage
+
+__all__ = ["FrameStorage", "StackedLeaf"]
+
+ZERO = -1  # the pointer of the all-zero frame
+
+
+@dataclass(frozen=True)
+class StackedLeaf:
+    """Leaf ``index`` of the flat spec is a stack of ``length`` frames along ``axis``."""
+
+    index: int
+    axis: int
+    length: int
+    frame_shape: tuple[int, ...]
+
+
+class FrameStorage:
+    """The storage of a frame-stack buffer: ``write(start, leaves)`` / ``read(slots)`` by slot.
+
+    ``leaves`` are the flat spec's leaves; ``stacked`` names the stacked ones (at most one
+    pool: every stacked leaf must share a frame shape and dtype).
+    """
+
+    def __init__(self, leaves: Sequence[ArraySpec], stacked: Sequence[StackedLeaf], batch_size: int, max_length: int):
+        self.leaves = list(leaves)
+        self.stacked = list(stacked)
+        self.batch_size, self.max_length = batch_size, max_length
+        self.capacity = batch_size * max_length
+        stacked_ids = {s.index for s in self.stacked}
+        self._small = [i for i in range(len(self.leaves)) if i not in stacked_ids]
+        record = [self.leaves[i] for i in self._small]
+        record += [ArraySpec((s.length,), np.int64, f"frames{s.index}") for s in self.stacked]
+        record.append(ArraySpec((), np.int64, "floor"))
+        self.records = RecordStorage(record, self.capacity)
+        names = list(self.records.dtype.names or ())
+        self._small_names = names[: len(self._small)]
+        self._pointer_names = names[len(self._small) : -1]
+        self._floor_name = names[-1]
+        first = self.stacked[0]
+        self.frame_dtype = self.leaves[first.index].dtype
+        longest = max(s.length for s in self.stacked)
+        # Steady state: one new frame per item; a quarter more for episode starts; then grow.
+        self.pool_size = self.capacity + self.capacity // 4 + batch_size * (longest + 1) * len(self.stacked)
+        self.frames = np.zeros((self.pool_size + 1, *first.frame_shape), self.frame_dtype)
+        self.clear()
+
+    @property
+    def fields(self) -> list[np.ndarray]:
+        return self.records.fields
+
+    @property
+    def nbytes(self) -> int:
+        return self.records.nbytes + self.frames.nbytes
+
+    def clear(self) -> None:
+        """Forget the previous add (nothing later is matched against it) and the floors."""
+        self.counter = 0  # frames appended so far
+        self.written = 0  # steps written since the last clear
+        self._previous: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self.records.records[self._floor_name] = 0
+
+    # -- writing ---------------------------------------------------------------------------------
+    def write(self, start: int, arrays: Sequence[np.ndarray]) -> None:
+        """Write one step of every stream (``arrays[k]`` shaped ``[batch_size, ...]``) at ``start``."""
+        new_frames: list[np.ndarray] = []
+        resolved: list[tuple[np.ndarray, np.ndarray]] = []  # (stack [B, k, *frame], pointers [B, k])
+        for leaf in self.stacked:
+            stack = np.moveaxis(arrays[leaf.index], 1 + leaf.axis, 1)
+            pointers = self._match(stack, resolved, new_frames)
+            resolved.append((stack, pointers))
+        pointers = [p for _, p in resolved]
+        live = np.concatenate(pointers, axis=1)
+        floor = np.where(live >= 0, live, self.counter + len(new_frames)).min(axis=1)
+        rows = [arrays[i] for i in self._small] + pointers + [floor]
+        self.records.write(start, rows)
+        self.written += 1
+        if new_frames:
+            self._append(start, new_frames)
+        self._previous = [(stack.copy(), p) for stack, p in resolved]
+
+    def _match(
+        self, stack: np.ndarray, resolved: list[tuple[np.ndarray, np.ndarray]], new_frames: list[np.ndarray]
+    ) -> np.ndarray:
+        """Pointers ``[B, k]`` of ``stack``'s frames; frames that match nothing go to ``new_frames``."""
+        batch, length = stack.shape[:2]
+        frame_axes = tuple(range(2, stack.ndim))
+        pointers = np.full((batch, length), -2, np.int64)  # -2: not found yet
+        candidates = []  # (stack, pointers, offset): stack[:, j] may equal candidate[:, j + offset]
+        if self._previous is not None:
+            candidates.append((*self._previous[len(resolved)], 1))  # this leaf shifted one step
+            if len(resolved) == 0 and len(self._previous) > 1:
+                candidates.append((*self._previous[-1], 0))  # obs[t+1] == next_obs[t]
+        if resolved:
+            candidates.append((*resolved[0], 1))  # next_obs[t] == obs[t] shifted
+        for other, other_pointers, offset in candidates:
+            if other.shape[1] != length:
+                continue
+            span = length - offset
+            same = (stack[:, :span] == other[:, offset:]).all(axis=frame_axes)
+            take = same & (pointers[:, :span] == -2)
+            pointers[:, :span] = np.where(take, other_pointers[:, offset:], pointers[:, :span])
+        zero = ~stack.any(axis=frame_axes) & (pointers == -2)
+        pointers[zero] = ZERO
+        # The next newer frame of the same stack (repeat padding), resolved newest first.
+        alias = np.zeros((batch, length), bool)
+        alias[:, :-1] = (stack[:, :-1] == stack[:, 1:]).all(axis=frame_axes) & (pointers[:, :-1] == -2)
+        fresh = (pointers == -2) & ~alias
+        for b, j in zip(*np.nonzero(fresh)):
+            pointers[b, j] = self.counter + len(new_frames)
+            new_frames.append(stack[b, j])
+        for j in range(length - 2, -1, -1):
+            pointers[:, j] = np.where(alias[:, j], pointers[:, j + 1], pointers[:, j])
+        return pointers
+
+    def _append(self, start: int, new_frames: list[np.ndarray]) -> None:
+        end = self.counter + len(new_frames)
+        if end - self.pool_size > self._oldest_floor(start):
+            self._grow(end - self._oldest_floor(start))
+        slots = np.arange(self.counter, end) % self.pool_size
+        self.frames[slots] = np.stack(new_frames) if len(new_frames) > 1 else new_frames[0]
+        self.counter = end
+
+    def _oldest_floor(self, start: int) -> int:
+        """The smallest frame counter any stored item (after this write) points to."""
+        if self.written >= self.max_length:  # full: the oldest are the next slots to be overwritten
+            first = (start + self.batch_size) % self.capacity
+        else:
+            first = 0
+        return int(self.records.records[self._floor_name][first : first + self.batch_size].min())
+
+    def _grow(self, needed: int) -> None:
+        size = max(2 * self.pool_size, needed + self.batch_size)
+        frames = np.zeros((size + 1, *self.frames.shape[1:]), self.frame_dtype)
+        live = np.arange(max(0, self.counter - self.pool_size), self.counter)
+        frames[live % size] = self.frames[live % self.pool_size]
+        self.frames, self.pool_size = frames, size
+
+    # -- reading ---------------------------------------------------------------------------------
+    def read(self, slots: np.ndarray) -> list[np.ndarray]:
+        """The leaves of the items at ``slots``, each shaped ``slots.shape + leaf.shape``."""
+        rows = self.records.records.take(slots)
+        out: list = [None] * len(self.leaves)
+        for i, name in zip(self._small, self._small_names):
+            out[i] = rows[name]
+        for leaf, name in zip(self.stacked, self._pointer_names):
+            pointers = rows[name]
+            frames = self.frames.take(np.where(pointers < 0, self.pool_size, pointers % self.pool_size), axis=0)
+            if leaf.axis != 0:
+                frames = np.ascontiguousarray(np.moveaxis(frames, slots.ndim, slots.ndim + leaf.axis))
+            out[leaf.index] = frames
+        return out

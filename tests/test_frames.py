@@ -1,0 +1,249 @@
+"""FrameStackReplayBuffer: equal to a plain buffer storing full stacks, Gymnasium path, errors."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import replaybuf
+from replaybuf.errors import ArgumentError, CheckpointError, SpecMismatchError
+from replaybuf.frames import FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer
+from replaybuf.prioritized import PrioritizedReplayBuffer
+
+FRAME = (3, 2)
+
+
+def spec(k: int, axis: int, next_obs: bool = True) -> dict:
+    shape = list(FRAME)
+    shape.insert(axis % (len(FRAME) + 1), k)
+    out = {
+        "observation": replaybuf.ArraySpec(tuple(shape), np.uint8),
+        "action": replaybuf.ArraySpec((), np.int64),
+        "step_type": replaybuf.ArraySpec((), np.int32),
+    }
+    if next_obs:
+        out["next_observation"] = replaybuf.ArraySpec(tuple(shape), np.uint8)
+    return out
+
+
+def episodes(rng: np.random.Generator, batch: int, steps: int, k: int, axis: int, next_obs: bool, levels: int):
+    """``steps`` adds of ``batch`` streams of random episodes, stacked as FrameStackObservation
+    does (padding: repeat the first frame, zeros, or random frames), frames drawn from
+    ``levels`` values so that equal and all-zero frames are common."""
+    stacks = [None] * batch
+    for _ in range(steps):
+        obs, nxt, types = [], [], []
+        for s in range(batch):
+            if stacks[s] is None or rng.random() < 0.15:
+                first = rng.integers(0, levels, FRAME, dtype=np.uint8)
+                pad = rng.integers(3)
+                older = [first] * (k - 1) if pad == 0 else [np.zeros(FRAME, np.uint8)] * (k - 1) if pad == 1 else [
+                    rng.integers(0, levels, FRAME, dtype=np.uint8) for _ in range(k - 1)
+                ]
+                stacks[s] = older + [first]
+                types.append(0)
+            else:
+                types.append(1)
+            new = stacks[s][1:] + [rng.integers(0, levels, FRAME, dtype=np.uint8)]
+            obs.append(np.stack(stacks[s], axis=axis))
+            nxt.append(np.stack(new, axis=axis))
+            stacks[s] = new
+        item = {
+            "observation": np.stack(obs),
+            "action": rng.integers(0, 5, batch),
+            "step_type": np.asarray(types, np.int32),
+        }
+        if next_obs:
+            item["next_observation"] = np.stack(nxt)
+        yield item
+
+
+def assert_same(a, b) -> None:
+    (items_a, info_a), (items_b, info_b) = a, b
+    for key in items_a:
+        np.testing.assert_array_equal(items_a[key], items_b[key], err_msg=key)
+        assert items_a[key].shape == items_b[key].shape and items_a[key].dtype == items_b[key].dtype
+    np.testing.assert_array_equal(info_a.ids, info_b.ids)
+    np.testing.assert_array_equal(info_a.probabilities, info_b.probabilities)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("axis", [0, -1])
+@pytest.mark.parametrize("next_obs", [True, False])
+def test_samples_equal_a_plain_buffer_storing_full_stacks(batch, axis, next_obs):
+    k, max_length = 4, 7
+    data_spec = spec(k, axis, next_obs)
+    plain = replaybuf.UniformReplayBuffer(data_spec, batch, max_length, seed=3)
+    frames = FrameStackReplayBuffer(data_spec, batch, max_length, seed=3, stack_axis=axis)
+    rng = np.random.default_rng(batch * 10 + axis)
+    for step, item in enumerate(episodes(rng, batch, 60, k, axis, next_obs, levels=3)):  # 8 wraps
+        plain.add_batch(item)
+        frames.add_batch(item)
+        for size, steps in [(None, None), (5, None), (4, 3), (None, 2)]:
+            if steps is None or step + 1 >= steps:
+                assert_same(plain.get_next(size, steps), frames.get_next(size, steps))
+        gathered = frames.gather_all()
+        for key, value in plain.gather_all().items():
+            np.testing.assert_array_equal(value, gathered[key])
+    assert frames.num_frames() == plain.num_frames()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    batch=st.integers(1, 3),
+    max_length=st.integers(1, 9),
+    k=st.integers(1, 4),
+    steps=st.integers(1, 40),
+    levels=st.sampled_from([1, 2, 256]),
+)
+def test_every_stored_item_reads_back_as_added(seed, batch, max_length, k, steps, levels):
+    data_spec = spec(k, 0)
+    plain = replaybuf.UniformReplayBuffer(data_spec, batch, max_length)
+    frames = FrameStackReplayBuffer(data_spec, batch, max_length)
+    for item in episodes(np.random.default_rng(seed), batch, steps, k, 0, True, levels):
+        plain.add_batch(item)
+        frames.add_batch(item)
+    gathered = frames.gather_all()
+    for key, value in plain.gather_all().items():
+        np.testing.assert_array_equal(value, gathered[key])
+
+
+def test_episode_windows_and_prioritized_sampling_equal_the_plain_buffers():
+    data_spec = spec(3, 0)
+    pairs = [
+        (replaybuf.UniformReplayBuffer(data_spec, 2, 9, seed=5, respect_episodes=True),
+         FrameStackReplayBuffer(data_spec, 2, 9, seed=5, respect_episodes=True)),
+        (PrioritizedReplayBuffer(data_spec, 2, 9, seed=5),
+         PrioritizedFrameStackReplayBuffer(data_spec, 2, 9, seed=5)),
+    ]
+    for item in episodes(np.random.default_rng(1), 2, 30, 3, 0, True, levels=4):
+        for plain, frames in pairs:
+            plain.add_batch(item)
+            frames.add_batch(item)
+    for plain, frames in pairs:
+        for _ in range(5):
+            a, b = plain.get_next(6, 2), frames.get_next(6, 2)
+            assert_same(a, b)
+            if isinstance(plain, PrioritizedReplayBuffer):
+                np.testing.assert_array_equal(a[1].weights, b[1].weights)
+                priorities = np.arange(1, 7, dtype=np.float64)
+                plain.update_priorities(a[1].ids, priorities)
+                frames.update_priorities(b[1].ids, priorities)
+
+
+def test_clear_forgets_everything_and_later_adds_read_back():
+    data_spec = spec(2, 0)
+    plain = replaybuf.UniformReplayBuffer(data_spec, 1, 4, seed=0)
+    frames = FrameStackReplayBuffer(data_spec, 1, 4, seed=0)
+    stream = episodes(np.random.default_rng(2), 1, 20, 2, 0, True, levels=256)
+    for step, item in enumerate(stream):
+        if step == 9:
+            plain.clear()
+            frames.clear()
+            assert frames.num_frames() == 0
+        plain.add_batch(item)
+        frames.add_batch(item)
+    assert_same(plain.get_next(8), frames.get_next(8))
+
+
+def test_one_frame_per_transition_in_the_steady_state():
+    k = 4
+    buffer = FrameStackReplayBuffer(spec(k, 0), 1, 50)
+    items = list(episodes(np.random.default_rng(0), 1, 200, k, 0, True, levels=256))
+    for item in items:
+        buffer.add_batch(item)
+    starts = sum(int(item["step_type"][0] == 0) for item in items)
+    pads = buffer._storage.counter - len(items)  # the extra frames: one per start at most, unless raw padding
+    assert 0 <= pads <= starts * k
+    assert buffer._storage.counter < 2 * len(items)
+
+
+def test_the_pool_grows_when_stacks_share_no_frames():
+    rng = np.random.default_rng(4)
+    data_spec = spec(4, 0)
+    plain = replaybuf.UniformReplayBuffer(data_spec, 2, 5, seed=1)
+    frames = FrameStackReplayBuffer(data_spec, 2, 5, seed=1)
+    size = frames._storage.pool_size
+    for _ in range(30):  # every stack new: 8 frames per item
+        item = {
+            "observation": rng.integers(0, 256, (2, 4, *FRAME), dtype=np.uint8),
+            "next_observation": rng.integers(0, 256, (2, 4, *FRAME), dtype=np.uint8),
+            "action": np.zeros(2, np.int64),
+            "step_type": np.zeros(2, np.int32),
+        }
+        plain.add_batch(item)
+        frames.add_batch(item)
+    assert frames._storage.pool_size > size
+    assert_same(plain.get_next(10, 2), frames.get_next(10, 2))
+
+
+class TinyImageEnv(gym.Env):
+    """Observations are uint8 [6, 5] images of a counter; episodes last 4 to 9 steps."""
+
+    observation_space = gym.spaces.Box(0, 255, (6, 5), np.uint8)
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t, self._length = 0, int(self.np_random.integers(4, 10))
+        return self._image(), {}
+
+    def step(self, action):
+        self._t += 1
+        return self._image(), 1.0, self._t >= self._length, False, {}
+
+    def _image(self):
+        return self.np_random.integers(0, 256, (6, 5), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("padding_type", ["reset", "zero"])
+def test_gymnasium_frame_stack_observation_is_added_directly(padding_type):
+    env = gym.wrappers.FrameStackObservation(TinyImageEnv(), 4, padding_type=padding_type)
+    box = env.observation_space
+    data_spec = {"observation": box, "action": env.action_space, "reward": replaybuf.ArraySpec((), np.float32),
+                 "next_observation": box, "done": replaybuf.ArraySpec((), np.bool_)}
+    plain = replaybuf.UniformReplayBuffer(data_spec, 1, 40, seed=2)
+    frames = FrameStackReplayBuffer(data_spec, 1, 40, seed=2)  # stack_axis=0: Gymnasium's layout
+    obs, _ = env.reset(seed=0)
+    for _ in range(100):
+        action = env.action_space.sample()
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        item = {"observation": obs[None], "action": np.asarray([action]), "reward": np.float32([reward]),
+                "next_observation": next_obs[None], "done": np.asarray([terminated])}
+        plain.add_batch(item)
+        frames.add_batch(item)
+        obs = env.reset()[0] if terminated or truncated else next_obs
+    assert_same(plain.get_next(16), frames.get_next(16))
+    np.testing.assert_array_equal(plain.gather_all()["next_observation"], frames.gather_all()["next_observation"])
+    assert frames._storage.counter <= 100 + 100 // 4 + 1  # one frame per step, one more per episode
+
+
+def test_errors():
+    data_spec = spec(4, 0)
+    with pytest.raises(ArgumentError, match="stacked_fields"):
+        FrameStackReplayBuffer({"image": data_spec["observation"]})
+    with pytest.raises(ArgumentError, match="pixels"):
+        FrameStackReplayBuffer(data_spec, stacked_fields=["pixels"])
+    with pytest.raises(ArgumentError, match="string"):
+        FrameStackReplayBuffer(data_spec, stacked_fields="observation")
+    with pytest.raises(ArgumentError, match="stack_axis"):
+        FrameStackReplayBuffer(data_spec, stack_axis=3)
+    mixed = dict(data_spec, next_observation=replaybuf.ArraySpec((4, 3, 3), np.uint8))
+    with pytest.raises(ArgumentError, match="frames shaped"):
+        FrameStackReplayBuffer(mixed)
+    with pytest.raises(ArgumentError, match="storage"):
+        FrameStackReplayBuffer(data_spec, storage="memmap", path="unused")
+    buffer = FrameStackReplayBuffer(data_spec, 2, 3)
+    with pytest.raises(CheckpointError):
+        buffer.state_dict()
+    with pytest.raises(CheckpointError):
+        buffer.load_state_dict({})
+    good = next(episodes(np.random.default_rng(0), 2, 1, 4, 0, True, 3))
+    bad = dict(good, next_observation=good["next_observation"][:, :3])
+    with pytest.raises(SpecMismatchError, match="next_observation"):
+        buffer.add_batch(bad)
+    assert buffer.num_frames() == 0 and buffer._storage.counter == 0
