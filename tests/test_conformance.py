@@ -249,9 +249,8 @@ def test_concurrent_adds_and_samples_never_tear(case):
     def writer() -> None:
         try:
             for _ in range(60):
-                with step_lock:
-                    step = next(next_step)
-                buffer.add_batch(step_batch(step, batch_size))
+                with step_lock:  # steps must reach the buffer in order for ids to match
+                    buffer.add_batch(step_batch(next(next_step), batch_size))
         except BaseException as err:  # surfaced below
             errors.append(err)
 
