@@ -10,6 +10,7 @@ Run ``python bench/venvs.py [NAME ...]`` to build ahead of a benchmark run.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import subprocess
 import sys
@@ -42,7 +43,7 @@ def python_of(name: str) -> Path:
 
 def _stamp_text(name: str) -> str:
     digest = hashlib.sha256()
-    for path in [CONSTRAINTS, Path(__file__)] + [REQUIREMENTS / f for f in ENVIRONMENTS[name]]:
+    for path in [CONSTRAINTS, *POST_INSTALL_SCRIPTS.get(name, [])] + [REQUIREMENTS / f for f in ENVIRONMENTS[name]]:
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
@@ -63,12 +64,18 @@ def ensure(name: str, base_python: str = sys.executable) -> Path:
     Raises:
         VenvError: venv creation, a pip install or a post-install step failed.
     """
+    VENVS.mkdir(parents=True, exist_ok=True)
+    with open(VENVS / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per environment, also across runs
+        return _ensure_locked(name, base_python)
+
+
+def _ensure_locked(name: str, base_python: str) -> Path:
     venv = VENVS / name
     stamp = venv / ".bench-stamp"
     want = _stamp_text(name)
     if stamp.exists() and stamp.read_text() == want and python_of(name).exists():
         return python_of(name)
-    VENVS.mkdir(parents=True, exist_ok=True)
     log = VENVS / f"{name}.log"
     log.write_text(f"building {name} at {time.ctime()}\n")
     if not python_of(name).exists():
@@ -95,6 +102,7 @@ def _build_torchrl_extension(name: str, log: Path) -> None:
 
 
 POST_INSTALL = {"torchrl": _build_torchrl_extension}
+POST_INSTALL_SCRIPTS = {"torchrl": [HERE / "build_torchrl_ext.py"]}
 
 
 def main(argv: list[str]) -> int:
