@@ -25,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=1, help="seed of envs, networks and sampling")
     demo.add_argument("--backend", choices=["numpy", "tf", "torch"], default="numpy", help="replay buffer backend")
     demo.add_argument("--out", type=Path, default=Path("replaybuf-demo"), help="folder for the learning-curve PNG")
-    demo.add_argument("--eval-episodes", type=int, default=20, help="greedy episodes in the final evaluation")
+    demo.add_argument("--eval-episodes", type=int, default=20, help="greedy episodes per evaluation")
     return parser
 
 
@@ -37,7 +37,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     from replaybuf.agents import DqnConfig, evaluate, train_dqn
 
     torch.set_num_threads(1)  # small networks: one thread is fastest and shares the CPU
-    config = DqnConfig(seed=args.seed, backend=args.backend)
+    config = DqnConfig(seed=args.seed, backend=args.backend, eval_episodes=args.eval_episodes)
     if args.steps is not None:
         config.total_steps = args.steps
         config.eval_every = min(config.eval_every, max(1, args.steps))
