@@ -35,6 +35,12 @@ __all__ = ["FrameStorage", "StackedLeaf"]
 ZERO = -1  # the pointer of the all-zero frame
 
 
+def _words(stack: np.ndarray) -> np.ndarray:
+    """A contiguous ``[B, k, *frame]`` array as ``[B, k, n]`` words (uint64 when the bytes allow)."""
+    raw = stack.reshape(*stack.shape[:2], -1).view(np.uint8)
+    return raw.view(np.uint64) if raw.shape[-1] % 8 == 0 else raw
+
+
 @dataclass(frozen=True)
 class StackedLeaf:
     """Leaf ``index`` of the flat spec is a stack of ``length`` frames along ``axis``."""
@@ -96,9 +102,9 @@ class FrameStorage:
         new_frames: list[np.ndarray] = []
         resolved: list[tuple[np.ndarray, np.ndarray]] = []  # (stack [B, k, *frame], pointers [B, k])
         for leaf in self.stacked:
-            stack = np.moveaxis(arrays[leaf.index], 1 + leaf.axis, 1)
-            pointers = self._match(stack, resolved, new_frames)
-            resolved.append((stack, pointers))
+            stack = np.ascontiguousarray(np.moveaxis(arrays[leaf.index], 1 + leaf.axis, 1))
+            pointers = self._match(_words(stack), stack, resolved, new_frames)
+            resolved.append((_words(stack), pointers))
         pointers = [p for _, p in resolved]
         live = np.concatenate(pointers, axis=1)
         floor = np.where(live >= 0, live, self.counter + len(new_frames)).min(axis=1)
@@ -107,14 +113,18 @@ class FrameStorage:
         self.written += 1
         if new_frames:
             self._append(start, new_frames)
-        self._previous = [(stack.copy(), p) for stack, p in resolved]
+        self._previous = [(words.copy(), p) for words, p in resolved]
 
     def _match(
-        self, stack: np.ndarray, resolved: list[tuple[np.ndarray, np.ndarray]], new_frames: list[np.ndarray]
+        self,
+        words: np.ndarray,
+        stack: np.ndarray,
+        resolved: list[tuple[np.ndarray, np.ndarray]],
+        new_frames: list[np.ndarray],
     ) -> np.ndarray:
-        """Pointers ``[B, k]`` of ``stack``'s frames; frames that match nothing go to ``new_frames``."""
-        batch, length = stack.shape[:2]
-        frame_axes = tuple(range(2, stack.ndim))
+        """Pointers ``[B, k]`` of ``stack``'s frames (``words``: the same bytes as ``[B, k, n]``
+        words, compared in one contiguous pass); frames that match nothing go to ``new_frames``."""
+        batch, length = words.shape[:2]
         pointers = np.full((batch, length), -2, np.int64)  # -2: not found yet
         candidates = []  # (stack, pointers, offset): stack[:, j] may equal candidate[:, j + offset]
         if self._previous is not None:
@@ -127,14 +137,14 @@ class FrameStorage:
             if other.shape[1] != length:
                 continue
             span = length - offset
-            same = (stack[:, :span] == other[:, offset:]).all(axis=frame_axes)
+            same = (words[:, :span] == other[:, offset:]).all(axis=-1)
             take = same & (pointers[:, :span] == -2)
             pointers[:, :span] = np.where(take, other_pointers[:, offset:], pointers[:, :span])
-        zero = ~stack.any(axis=frame_axes) & (pointers == -2)
+        zero = ~words.any(axis=-1) & (pointers == -2)
         pointers[zero] = ZERO
         # The next newer frame of the same stack (repeat padding), resolved newest first.
         alias = np.zeros((batch, length), bool)
-        alias[:, :-1] = (stack[:, :-1] == stack[:, 1:]).all(axis=frame_axes) & (pointers[:, :-1] == -2)
+        alias[:, :-1] = (words[:, :-1] == words[:, 1:]).all(axis=-1) & (pointers[:, :-1] == -2)
         fresh = (pointers == -2) & ~alias
         for b, j in zip(*np.nonzero(fresh)):
             pointers[b, j] = self.counter + len(new_frames)
@@ -176,7 +186,12 @@ class FrameStorage:
         for leaf, name in zip(self.stacked, self._pointer_names):
             pointers = rows[name]
             frames = self.frames.take(np.where(pointers < 0, self.pool_size, pointers % self.pool_size), axis=0)
-            if leaf.axis != 0:
-                frames = np.ascontiguousarray(np.moveaxis(frames, slots.ndim, slots.ndim + leaf.axis))
+            if leaf.axis != 0:  # interleave: one strided copy per stack position beats one transpose
+                stacked = np.empty(slots.shape + self.leaves[leaf.index].shape, self.frame_dtype)
+                view = np.moveaxis(stacked, slots.ndim + leaf.axis, slots.ndim)
+                for j in range(leaf.length):
+                    index = (Ellipsis, j) + (slice(None),) * len(leaf.frame_shape)
+                    view[index] = frames[index]
+                frames = stacked
             out[leaf.index] = frames
         return out
