@@ -31,7 +31,9 @@ parser.add_argument("--learning-rate", type=float, default=2.3e-3)
 parser.add_argument("--batch-size", type=int, default=128)
 parser.add_argument("--gamma", type=float, default=0.99)
 parser.add_argument("--learning-starts", type=int, default=1_000)
-parser.add_argument("--train-every", type=int, default=256, help="env steps between training phases")
+parser.add_argument(
+    "--train-every", type=int, default=256, help="env steps between training phases"
+)
 parser.add_argument("--gradient-steps", type=int, default=64, help="gradient steps per phase")
 parser.add_argument("--exploration-steps", type=int, default=10_000)
 parser.add_argument("--eval-every", type=int, default=5_000)
@@ -47,8 +49,12 @@ spec = collect_data_spec(envs)
 rb = UniformReplayBuffer(spec, batch_size=args.num_envs, max_length=25_000, seed=args.seed)
 
 num_actions = int(envs.single_action_space.n)
-q_network = nn.Sequential(nn.Linear(4, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, num_actions))
-target_network = nn.Sequential(nn.Linear(4, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, num_actions))
+q_network = nn.Sequential(
+    nn.Linear(4, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, num_actions)
+)
+target_network = nn.Sequential(
+    nn.Linear(4, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, num_actions)
+)
 target_network.load_state_dict(q_network.state_dict())
 optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
 epsilon = 1.0
@@ -77,7 +83,13 @@ def evaluate(episodes=20, seed=0):
 
 # -- collect and train ------------------------------------------------------------------
 episodes = EpisodeReturns()
-driver = StepDriver(envs, epsilon_greedy, observers=[rb.add_batch, episodes], num_steps=args.train_every, seed=args.seed)
+driver = StepDriver(
+    envs,
+    epsilon_greedy,
+    observers=[rb.add_batch, episodes],
+    num_steps=args.train_every,
+    seed=args.seed,
+)
 dataset = None
 steps, next_eval, best, best_weights, loss_value = 0, args.eval_every, -1.0, None, float("nan")
 start = time.time()
@@ -95,9 +107,13 @@ while steps < args.total_steps:
         discount = torch.as_tensor(trajectories.discount[:, 0])
         valid = torch.as_tensor(trajectories.step_type[:, 0] != StepType.LAST).float()
         with torch.no_grad():
-            target = reward + args.gamma * discount * target_network(observation[:, 1]).max(dim=1).values
+            target = (
+                reward + args.gamma * discount * target_network(observation[:, 1]).max(dim=1).values
+            )
         q = q_network(observation[:, 0]).gather(1, action[:, None]).squeeze(1)
-        loss = (nn.functional.smooth_l1_loss(q, target, reduction="none") * valid).sum() / valid.sum().clamp(min=1)
+        loss = (
+            nn.functional.smooth_l1_loss(q, target, reduction="none") * valid
+        ).sum() / valid.sum().clamp(min=1)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -107,7 +123,10 @@ while steps < args.total_steps:
         next_eval += args.eval_every
         score = evaluate(seed=10_000 + steps)
         recent = np.mean(episodes.returns[-10:]) if episodes.returns else float("nan")
-        print(f"step {steps}: loss {loss_value:.4f}, training return {recent:.1f}, greedy return {score:.1f}")
+        print(
+            f"step {steps}: loss {loss_value:.4f}, training return {recent:.1f}, "
+            f"greedy return {score:.1f}"
+        )
         if score > best:
             best, best_weights = score, {k: v.clone() for k, v in q_network.state_dict().items()}
         if best >= 495:

@@ -23,7 +23,13 @@ rng = np.random.default_rng(0)
 # The environment (the tutorial loads CartPole with suite_gym) and a Q-network.
 env = gym.make("CartPole-v1")
 num_actions = int(env.action_space.n)
-q_net = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(100, activation="relu"), tf.keras.layers.Dense(num_actions)])
+q_net = tf.keras.Sequential(
+    [
+        tf.keras.Input((4,)),
+        tf.keras.layers.Dense(100, activation="relu"),
+        tf.keras.layers.Dense(num_actions),
+    ]
+)
 target_q_net = tf.keras.models.clone_model(q_net)
 target_q_net.set_weights(q_net.get_weights())
 optimizer = tf.keras.optimizers.Adam(0.001)
@@ -49,18 +55,24 @@ def train(experience, gamma=0.99):
         q = tf.gather(q_net(observation[:, 0]), action, batch_dims=1)
         loss = tf.reduce_sum(tf.keras.losses.huber(target[:, None], q[:, None]) * valid)
         loss /= tf.maximum(tf.reduce_sum(valid), 1.0)
-    optimizer.apply_gradients(zip(tape.gradient(loss, q_net.trainable_variables), q_net.trainable_variables))
+    optimizer.apply_gradients(
+        zip(tape.gradient(loss, q_net.trainable_variables), q_net.trainable_variables, strict=True)
+    )
     return loss
 
 
 replay_buffer_capacity = 1000
-replay_buffer = TFUniformReplayBuffer(collect_data_spec, batch_size=1, max_length=replay_buffer_capacity)
+replay_buffer = TFUniformReplayBuffer(
+    collect_data_spec, batch_size=1, max_length=replay_buffer_capacity
+)
 
 # Add an observer that adds to the replay buffer:
 replay_observer = [replay_buffer.add_batch]
 
 collect_steps_per_iteration = 10
-driver = StepDriver(env, collect_policy, observers=replay_observer, num_steps=collect_steps_per_iteration, seed=0)
+driver = StepDriver(
+    env, collect_policy, observers=replay_observer, num_steps=collect_steps_per_iteration, seed=0
+)
 for _ in range(10):
     driver.run()
 print("frames in the buffer:", int(replay_buffer.num_frames()))

@@ -69,8 +69,13 @@ def _windows(step_type, reward, discount, next_obs):
     observation = np.stack([np.zeros((n, 4)), np.tile(next_obs, (n, 1))], axis=1).astype(np.float32)
     pair = lambda x, dtype: np.stack([x, x], axis=1).astype(dtype)  # noqa: E731
     return Trajectory(
-        pair(step_type, np.int32), observation, np.zeros((n, 2), np.int64), (),
-        np.full((n, 2), StepType.MID, np.int32), pair(reward, np.float32), pair(discount, np.float32),
+        pair(step_type, np.int32),
+        observation,
+        np.zeros((n, 2), np.int64),
+        (),
+        np.full((n, 2), StepType.MID, np.int32),
+        pair(reward, np.float32),
+        pair(discount, np.float32),
     )
 
 
@@ -113,7 +118,9 @@ def test_dqn_learns_a_constant_target_and_syncs_the_target_network():
     batch = _windows([StepType.MID] * 8, [1.0] * 8, [0.0] * 8, np.ones(4))
     losses = [agent.train(batch) for _ in range(60)]
     assert losses[-1] < 0.05 * losses[0]
-    for online, target in zip(agent.q_network.parameters(), agent.target_network.parameters()):
+    for online, target in zip(
+        agent.q_network.parameters(), agent.target_network.parameters(), strict=True
+    ):
         assert torch.equal(online, target)  # 60 is a multiple of the period
 
 
@@ -125,9 +132,14 @@ def test_dqn_policies_and_bad_input():
     actions = {int(a) for _ in range(20) for a in agent.collect_policy(observation)}
     assert actions == {0, 1}
     with pytest.raises(ArgumentError, match=r"\[B, 2\]"):
-        agent.train(_windows([StepType.MID], [1.0], [1.0], np.ones(4))._replace(step_type=np.zeros((1, 3))))
+        agent.train(
+            _windows([StepType.MID], [1.0], [1.0], np.ones(4))._replace(step_type=np.zeros((1, 3)))
+        )
     with pytest.raises(ArgumentError, match="action_spec"):
-        DqnAgent(BoundedArraySpec((4,), np.float32, None, -1, 1), BoundedArraySpec((2,), np.float32, None, -1, 1))
+        DqnAgent(
+            BoundedArraySpec((4,), np.float32, None, -1, 1),
+            BoundedArraySpec((2,), np.float32, None, -1, 1),
+        )
 
 
 def _run_example(*args):
@@ -139,7 +151,15 @@ def _run_example(*args):
 
 
 def test_dqn_cartpole_example_runs():
-    out = _run_example("examples/dqn_cartpole.py", "--total-steps", "600", "--learning-starts", "300", "--eval-every", "600")
+    out = _run_example(
+        "examples/dqn_cartpole.py",
+        "--total-steps",
+        "600",
+        "--learning-starts",
+        "300",
+        "--eval-every",
+        "600",
+    )
     assert math.isfinite(float(re.search(r"final loss (\S+)", out).group(1)))
     assert "mean greedy return over 20 fresh episodes" in out
 

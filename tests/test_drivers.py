@@ -37,7 +37,13 @@ class CountEnv(gym.Env):
         self.t += 1
         end = self.t == self.length
         reward = float(10 * self.t + int(action))
-        return np.array([self.episode, self.t]), reward, end and not self.truncate, end and self.truncate, {}
+        return (
+            np.array([self.episode, self.t]),
+            reward,
+            end and not self.truncate,
+            end and self.truncate,
+            {},
+        )
 
 
 def policy(observation):
@@ -56,7 +62,16 @@ def expected_items(length, truncate, count):
             continue
         last = t + 1 == length
         discount = 0.0 if last and not truncate else 1.0
-        items.append((F if t == 0 else M, (episode, t), action, L if last else M, 10.0 * (t + 1) + action, discount))
+        items.append(
+            (
+                F if t == 0 else M,
+                (episode, t),
+                action,
+                L if last else M,
+                10.0 * (t + 1) + action,
+                discount,
+            )
+        )
         t += 1
     return items
 
@@ -108,7 +123,9 @@ def test_termination_and_truncation_discounts_are_kept_apart():
     for truncate, final_discount in ((False, 0.0), (True, 1.0)):
         seen = []
         StepDriver(CountEnv(4, truncate), policy, [seen.append], num_steps=8).run()
-        traj = Trajectory(*(() if isinstance(x[0], tuple) else np.concatenate(x) for x in zip(*seen)))
+        traj = Trajectory(
+            *(() if isinstance(x[0], tuple) else np.concatenate(x) for x in zip(*seen, strict=True))
+        )
         assert traj.discount[traj.is_last()].tolist() == [final_discount] * 2
         assert (traj.discount[~traj.is_last()] == 1.0).all()
 
@@ -188,7 +205,9 @@ def test_step_driver_counts_steps_without_boundaries():
 
 def test_step_driver_on_vector_env_counts_every_stream():
     calls = []
-    driver = StepDriver(vector_env({"length": 10}, {"length": 10}, {"length": 10}), policy, [calls.append], 5)
+    driver = StepDriver(
+        vector_env({"length": 10}, {"length": 10}, {"length": 10}), policy, [calls.append], 5
+    )
     assert driver.run() == 6  # two batched steps of 3 streams
     assert len(calls) == 2 and calls[0].step_type.shape == (3,)
 
@@ -235,7 +254,9 @@ def test_policy_info_is_stored():
 
 def test_single_env_trajectory_has_batch_dim_one():
     seen = []
-    StepDriver(gym.make("CartPole-v1"), lambda o: np.zeros(len(o), np.int64), [seen.append], 1, seed=0).run()
+    StepDriver(
+        gym.make("CartPole-v1"), lambda o: np.zeros(len(o), np.int64), [seen.append], 1, seed=0
+    ).run()
     assert seen[0].observation.shape == (1, 4) and seen[0].step_type.shape == (1,)
 
 

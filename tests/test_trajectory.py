@@ -17,8 +17,13 @@ def test_step_type_values_match_tf_agents():
 def _batch(step_types, next_step_types):
     n = len(step_types)
     return Trajectory(
-        np.array(step_types, np.int32), np.zeros((n, 2)), np.zeros(n), (),
-        np.array(next_step_types, np.int32), np.zeros(n, np.float32), np.ones(n, np.float32),
+        np.array(step_types, np.int32),
+        np.zeros((n, 2)),
+        np.zeros(n),
+        (),
+        np.array(next_step_types, np.int32),
+        np.zeros(n, np.float32),
+        np.ones(n, np.float32),
     )
 
 

@@ -21,11 +21,22 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="replaybuf", description="Experience replay for RL.")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="train DQN on CartPole-v1 from a replay buffer")
-    demo.add_argument("--steps", type=int, default=None, help="most env steps to train (default 100000; stops early once solved or after 240 s)")
+    demo.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="most env steps to train (default 100000; stops early once solved or after 240 s)",
+    )
     demo.add_argument("--seed", type=int, default=1, help="seed of envs, networks and sampling")
-    demo.add_argument("--backend", choices=["numpy", "tf", "torch"], default="numpy", help="replay buffer backend")
-    demo.add_argument("--out", type=Path, default=Path("replaybuf-demo"), help="folder for the learning-curve PNG")
-    demo.add_argument("--eval-episodes", type=int, default=20, help="greedy episodes per evaluation")
+    demo.add_argument(
+        "--backend", choices=["numpy", "tf", "torch"], default="numpy", help="replay buffer backend"
+    )
+    demo.add_argument(
+        "--out", type=Path, default=Path("replaybuf-demo"), help="folder for the learning-curve PNG"
+    )
+    demo.add_argument(
+        "--eval-episodes", type=int, default=20, help="greedy episodes per evaluation"
+    )
     return parser
 
 
@@ -42,7 +53,9 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         config.total_steps = args.steps
         config.eval_every = min(config.eval_every, max(1, args.steps))
         config.learning_starts = min(config.learning_starts, max(1, args.steps // 2))
-    bar = tqdm(total=config.total_steps, unit="step", desc=f"DQN {config.env_id} [{config.backend}]")
+    bar = tqdm(
+        total=config.total_steps, unit="step", desc=f"DQN {config.env_id} [{config.backend}]"
+    )
 
     def progress(run: Any) -> None:
         bar.update(run.steps - bar.n)
@@ -57,15 +70,28 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         run = train_dqn(config, progress)
     finally:
         bar.close()
-    scores = evaluate(config.env_id, run.agent.greedy_policy, args.eval_episodes, seed=1_000_000 + args.seed)
+    scores = evaluate(
+        config.env_id, run.agent.greedy_policy, args.eval_episodes, seed=1_000_000 + args.seed
+    )
     mean_return = sum(scores) / len(scores)
     loss = run.losses[-1] if run.losses else math.nan
-    plot = _plot(run, mean_return, args.out / f"dqn_{config.env_id}_{config.backend}_seed{args.seed}.png")
-    print(f"env steps: {run.steps}, train steps: {run.agent.train_steps}, wall time: {run.wall_time:.1f} s")
+    plot = _plot(
+        run, mean_return, args.out / f"dqn_{config.env_id}_{config.backend}_seed{args.seed}.png"
+    )
+    print(
+        f"env steps: {run.steps}, train steps: {run.agent.train_steps}, "
+        f"wall time: {run.wall_time:.1f} s"
+    )
     print(f"final loss: {loss:.4f}")
     print(f"mean greedy return over {len(scores)} episodes: {mean_return:.1f}")
     print(f"learning curve: {plot}")
-    return {"mean_return": mean_return, "loss": loss, "steps": run.steps, "wall_time": run.wall_time, "plot": plot}
+    return {
+        "mean_return": mean_return,
+        "loss": loss,
+        "steps": run.steps,
+        "wall_time": run.wall_time,
+        "plot": plot,
+    }
 
 
 def _plot(run: Any, mean_return: float, path: Path) -> Path:
@@ -78,12 +104,14 @@ def _plot(run: Any, mean_return: float, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7, 4))
     if run.episode_returns:
-        ax.plot(run.episode_steps, run.episode_returns, ".", alpha=0.3, label="training episode return")
+        ax.plot(
+            run.episode_steps, run.episode_returns, ".", alpha=0.3, label="training episode return"
+        )
         window = min(20, len(run.episode_returns))
         smooth = np.convolve(run.episode_returns, np.ones(window) / window, mode="valid")
         ax.plot(run.episode_steps[window - 1 :], smooth, label=f"moving mean ({window} episodes)")
     if run.evaluations:
-        steps, scores = zip(*run.evaluations)
+        steps, scores = zip(*run.evaluations, strict=True)
         ax.plot(steps, scores, "o-", label="greedy evaluation")
     ax.axhline(mean_return, color="k", ls="--", lw=1, label=f"final greedy mean {mean_return:.0f}")
     ax.set_xlabel("environment steps")

@@ -35,6 +35,7 @@ from replaybuf.trajectory import StepType, Trajectory
 
 __all__ = ["EpisodeDriver", "EpisodeReturns", "PolicyStep", "StepDriver"]
 
+
 class PolicyStep(NamedTuple):
     """What a policy may return: a batch of actions and its policy_info nest."""
 
@@ -96,9 +97,17 @@ def _add_batch_dim(nest: Any) -> Any:
 class _Driver:
     """The stepping loop shared by StepDriver and EpisodeDriver."""
 
-    def __init__(self, env: Any, policy: Callable[[Any], Any], observers: Sequence[Callable], seed: int | None):
+    def __init__(
+        self,
+        env: Any,
+        policy: Callable[[Any], Any],
+        observers: Sequence[Callable],
+        seed: int | None,
+    ):
         if not callable(policy):
-            raise ArgumentError(f"policy: expected a callable from observations to actions, got {policy!r}")
+            raise ArgumentError(
+                f"policy: expected a callable from observations to actions, got {policy!r}"
+            )
         observers = list(observers or ())
         for index, observer in enumerate(observers):
             if not callable(observer):

@@ -62,7 +62,10 @@ class DqnAgent:
         target_update_period: int = 100,
         seed: int | None = None,
     ):
-        minimum, maximum = getattr(action_spec, "minimum", None), getattr(action_spec, "maximum", None)
+        minimum, maximum = (
+            getattr(action_spec, "minimum", None),
+            getattr(action_spec, "maximum", None),
+        )
         if minimum is None or action_spec.shape != () or action_spec.dtype.kind not in "iu":
             raise ArgumentError(
                 f"action_spec: expected a scalar integer BoundedArraySpec (a Discrete space), "
@@ -107,7 +110,8 @@ class DqnAgent:
         step_type = self._tensor(experience.step_type)
         if step_type.ndim != 2 or step_type.shape[1] != 2:
             raise ArgumentError(
-                f"experience/step_type: expected windows shaped [B, 2] (as_dataset(B, num_steps=2)), "
+                "experience/step_type: expected windows shaped [B, 2] "
+                "(as_dataset(B, num_steps=2)), "
                 f"got {tuple(step_type.shape)}"
             )
         observation = self._tensor(experience.observation).float()

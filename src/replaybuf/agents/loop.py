@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
 
 from replaybuf.agents.dqn import DqnAgent
 from replaybuf.drivers import EpisodeReturns, StepDriver
@@ -76,7 +75,9 @@ class DqnRun:
     wall_time: float
 
 
-def make_buffer(backend: str, data_spec: Any, batch_size: int, max_length: int, seed: int | None = None) -> Any:
+def make_buffer(
+    backend: str, data_spec: Any, batch_size: int, max_length: int, seed: int | None = None
+) -> Any:
     """A uniform replay buffer of the named backend: numpy, tf or torch.
 
     Raises:
@@ -95,7 +96,9 @@ def make_buffer(backend: str, data_spec: Any, batch_size: int, max_length: int, 
     return cls(data_spec, batch_size=batch_size, max_length=max_length, seed=seed)
 
 
-def evaluate(env_id: str, policy: Callable[[Any], Any], num_episodes: int, seed: int) -> list[float]:
+def evaluate(
+    env_id: str, policy: Callable[[Any], Any], num_episodes: int, seed: int
+) -> list[float]:
     """The return of one episode in each of ``num_episodes`` parallel envs under ``policy``."""
     import gymnasium as gym
 
@@ -125,7 +128,11 @@ def train_dqn(config: DqnConfig, on_iteration: Callable[[DqnRun], None] | None =
     env = gym.make_vec(config.env_id, num_envs=config.num_envs, vectorization_mode="sync")
     spec = collect_data_spec(env)
     buffer = make_buffer(
-        config.backend, spec, config.num_envs, math.ceil(config.buffer_size / config.num_envs), config.seed
+        config.backend,
+        spec,
+        config.num_envs,
+        math.ceil(config.buffer_size / config.num_envs),
+        config.seed,
     )
     agent = DqnAgent(
         spec.observation,
@@ -147,27 +154,43 @@ def train_dqn(config: DqnConfig, on_iteration: Callable[[DqnRun], None] | None =
     try:
         while run.steps < config.total_steps:
             fraction = min(1.0, run.steps / max(1, config.exploration_steps))
-            agent.epsilon = config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
+            agent.epsilon = config.epsilon_start + fraction * (
+                config.epsilon_end - config.epsilon_start
+            )
             seen = len(returns.returns)
             run.steps += driver.run()
             run.episode_returns += returns.returns[seen:]
             run.episode_steps += [run.steps] * (len(returns.returns) - seen)
             if run.steps >= config.learning_starts:
                 if dataset is None:
-                    dataset = iter(buffer.as_dataset(sample_batch_size=config.batch_size, num_steps=2))
+                    dataset = iter(
+                        buffer.as_dataset(sample_batch_size=config.batch_size, num_steps=2)
+                    )
                 for _ in range(config.gradient_steps):
                     trajectories, _ = next(dataset)
                     run.losses.append(agent.train(trajectories))
             if run.steps >= next_eval or run.steps >= config.total_steps:
                 next_eval += config.eval_every
-                score = float(np.mean(evaluate(config.env_id, agent.greedy_policy, config.eval_episodes, 10_000 + run.steps)))
+                score = float(
+                    np.mean(
+                        evaluate(
+                            config.env_id,
+                            agent.greedy_policy,
+                            config.eval_episodes,
+                            10_000 + run.steps,
+                        )
+                    )
+                )
                 run.evaluations.append((run.steps, score))
                 if score > run.best_return:
                     run.best_return = score
                     best_weights = {k: v.clone() for k, v in agent.q_network.state_dict().items()}
             if on_iteration is not None:
                 on_iteration(run)
-            if run.best_return >= config.stop_return or time.perf_counter() - start > config.time_limit:
+            if (
+                run.best_return >= config.stop_return
+                or time.perf_counter() - start > config.time_limit
+            ):
                 break
     finally:
         env.close()
