@@ -12,7 +12,7 @@ Rows:
   sample B        MB/s of returned bytes (every leaf) of get_next(B), best of --reps rounds
 The plain buffer is UniformReplayBuffer storing both full stacks; both run in one process,
 the frame buffer first. Run:
-    .venv/bin/python bench/frames_micro.py [--stored 50000] [--capacity 100000] [--reps 5]
+    .venv/bin/python bench/frames_micro.py [--layout hwc|chw] [--stored 50000] [--capacity 100000] [--reps 5]
 """
 
 from __future__ import annotations
@@ -27,13 +27,18 @@ from replaybuf import ArraySpec, UniformReplayBuffer
 from replaybuf.frames import FrameStackReplayBuffer
 
 K, FRAME = 4, (84, 84)
-SPEC = {
-    "observation": ArraySpec((*FRAME, K), np.uint8),
-    "action": ArraySpec((), np.int64),
-    "reward": ArraySpec((), np.float32),
-    "next_observation": ArraySpec((*FRAME, K), np.uint8),
-    "done": ArraySpec((), np.bool_),
-}
+AXIS = {"hwc": -1, "chw": 0}  # --layout: [84, 84, 4] (W2) or Gymnasium's [4, 84, 84]
+
+
+def spec(axis: int) -> dict:
+    shape = (*FRAME, K) if axis == -1 else (K, *FRAME)
+    return {
+        "observation": ArraySpec(shape, np.uint8),
+        "action": ArraySpec((), np.int64),
+        "reward": ArraySpec((), np.float32),
+        "next_observation": ArraySpec(shape, np.uint8),
+        "done": ArraySpec((), np.bool_),
+    }
 
 
 def rss() -> int:
@@ -41,7 +46,7 @@ def rss() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def transitions(count: int, seed: int = 0):
+def transitions(count: int, axis: int, seed: int = 0):
     """``count`` W2 transitions, each a batch of one."""
     rng = np.random.default_rng(seed)
     pool = rng.integers(0, 256, (4096, *FRAME), dtype=np.uint8)
@@ -55,18 +60,18 @@ def transitions(count: int, seed: int = 0):
         index += 1
         left -= 1
         yield {
-            "observation": np.stack(frames, axis=-1)[None],
+            "observation": np.stack(frames, axis=axis)[None],
             "action": np.zeros(1, np.int64),
             "reward": np.ones(1, np.float32),
-            "next_observation": np.stack(following, axis=-1)[None],
+            "next_observation": np.stack(following, axis=axis)[None],
             "done": np.asarray([left == 0]),
         }
         frames = following
 
 
-def fill(buffer, stored: int) -> tuple[float, float]:
+def fill(buffer, stored: int, axis: int) -> tuple[float, float]:
     """(RSS KB per transition, add microseconds)."""
-    items = transitions(stored)
+    items = transitions(stored, axis)
     before, elapsed = rss(), 0.0
     for item in items:
         start = time.perf_counter()
@@ -94,17 +99,19 @@ def main() -> None:
     parser.add_argument("--stored", type=int, default=50_000)
     parser.add_argument("--capacity", type=int, default=100_000)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--layout", choices=sorted(AXIS), default="hwc")
     args = parser.parse_args()
+    axis = AXIS[args.layout]
     buffers = {
-        "frames": FrameStackReplayBuffer(SPEC, 1, args.capacity, seed=0, stack_axis=-1),
-        "plain": UniformReplayBuffer(SPEC, 1, args.capacity, seed=0),
+        "frames": FrameStackReplayBuffer(spec(axis), 1, args.capacity, seed=0, stack_axis=axis),
+        "plain": UniformReplayBuffer(spec(axis), 1, args.capacity, seed=0),
     }
     rows = {}
     for name, buffer in buffers.items():
-        rows[name] = fill(buffer, args.stored)
+        rows[name] = fill(buffer, args.stored, axis)
     for name, buffer in buffers.items():
         rows[name] += tuple(sample_rate(buffer, size, args.reps) for size in (32, 256))
-    print(f"W2: 84x84x4 uint8 obs + next_obs, capacity {args.capacity}, {args.stored} stored")
+    print(f"W2 ({args.layout}): 4 stacked 84x84 uint8 frames, obs + next_obs, capacity {args.capacity}, {args.stored} stored")
     print(f"{'buffer':8} {'RSS KB/transition':>18} {'add us':>8} {'sample 32 MB/s':>15} {'sample 256 MB/s':>16}")
     for name, (kb, add, s32, s256) in rows.items():
         print(f"{name:8} {kb:18.2f} {add:8.1f} {s32:15.0f} {s256:16.0f}")
