@@ -66,8 +66,9 @@ class PlainVariables:
 
     def add_batch(self, items):
         start = (self.steps % (self.capacity // self.batch_size)) * self.batch_size
+        slots = start + tf.range(self.batch_size, dtype=tf.int64)
         for var, key in zip(self.vars, self.keys):
-            var[start : start + self.batch_size].assign(items[key])
+            var.scatter_update(tf.IndexedSlices(items[key], slots))
         self.steps.assign_add(1)
 
     def as_dataset(self, sample_batch_size, num_steps, num_parallel_calls=None):

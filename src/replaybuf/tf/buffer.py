@@ -135,6 +135,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         return self._stateful_dataset
 
     # -- writing ----------------------------------------------------------------------------
+    @tf.autograph.experimental.do_not_convert
     def add_batch(self, items: Any) -> Any:
         """Add one step to every stream: each leaf shaped ``[batch_size] + spec.shape``.
 
@@ -155,8 +156,9 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
     def _write(self, leaves: list[Any]) -> tf.Tensor:
         def write() -> tf.Tensor:
             step = self._steps.read_value()
-            start = (step % self._max_length) * self._batch_size
-            writes = [var[start : start + self._batch_size].assign(x) for var, x in zip(self._storage, leaves)]
+            slots = (step % self._max_length) * self._batch_size + tf.range(self._batch_size, dtype=tf.int64)
+            # scatter writes in place; a strided-slice assign would copy the whole variable
+            writes = [var.scatter_update(tf.IndexedSlices(x, slots)) for var, x in zip(self._storage, leaves)]
             with tf.control_dependencies(writes):
                 bump = self._steps.assign_add(1, read_value=False)
             with tf.control_dependencies([bump]):
@@ -166,6 +168,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             return self._lock.execute(write)
 
     # -- reading ----------------------------------------------------------------------------
+    @tf.autograph.experimental.do_not_convert
     def get_next(
         self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
     ) -> tuple[Any, BufferInfo]:
@@ -188,7 +191,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         if not time_stacked and num_steps is not None:
             axis = 0 if sample_batch_size is None else 1
             per_leaf = [tf.unstack(leaf, num=num_steps, axis=axis) for leaf in leaves]
-            items: Any = tuple(self._flat.unflatten([steps[t] for steps in per_leaf]) for t in range(num_steps))
+            items = tuple(self._flat.unflatten([steps[t] for steps in per_leaf]) for t in range(num_steps))
         else:
             items = self._flat.unflatten(leaves)
         return items, BufferInfo(ids, probabilities)
@@ -239,6 +242,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         step_ids = tf.range(start, steps, dtype=tf.int64)[None, :] * self._batch_size
         return step_ids + tf.range(self._batch_size, dtype=tf.int64)[:, None]
 
+    @tf.autograph.experimental.do_not_convert
     def gather_all(self) -> Any:
         """Every stored item, ``[batch_size, n] + D``, oldest first (valid items only)."""
         if tf.inside_function():
@@ -255,6 +259,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         with tf.device(self._device), tf.name_scope("gather_all"):
             return self._lock.execute(gather)
 
+    @tf.autograph.experimental.do_not_convert
     def as_dataset(
         self,
         sample_batch_size: int | None = None,
@@ -303,6 +308,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         )
 
     # -- housekeeping ---------------------------------------------------------------------------
+    @tf.autograph.experimental.do_not_convert
     def clear(self, clear_all_variables: bool = False) -> Any:
         """Forget every item (the counter goes back to 0); with ``clear_all_variables``
         also zero the storage variables, so no old bytes stay in memory or checkpoints."""
@@ -322,6 +328,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         with tf.device(self._device), tf.name_scope("clear"):
             return self._lock.execute(clear)
 
+    @tf.autograph.experimental.do_not_convert
     def num_frames(self) -> tf.Tensor:
         """How many items are stored now: an int64 scalar tensor (as in TF-Agents)."""
         return tf.minimum(self._steps.read_value(), self._max_length) * self._batch_size
