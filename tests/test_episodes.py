@@ -1,0 +1,137 @@
+"""Episode-aware windows: never across an episode's end nor the write head, after many wraps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replaybuf import ArgumentError, ArraySpec, EmptyBufferError, UniformReplayBuffer
+from replaybuf.prioritized import PrioritizedReplayBuffer
+
+SPEC = {"id": ArraySpec((), np.int64), "episode": ArraySpec((), np.int64), "done": ArraySpec((), np.bool_)}
+TRAJECTORY_SPEC = {"step_type": ArraySpec((), np.int32), "id": ArraySpec((), np.int64)}
+
+
+def run_episodes(buffer, batch_size, lengths, steps):
+    """Add ``steps`` steps per stream; stream s cycles through episode lengths ``lengths``.
+
+    Returns the episode number of every id (a Python model of the stream).
+    """
+    episode_of = {}
+    counters = [[0, 0, 0] for _ in range(batch_size)]  # [episode, step in episode, length index]
+    for t in range(steps):
+        done = np.zeros(batch_size, bool)
+        episodes = np.zeros(batch_size, np.int64)
+        for s, c in enumerate(counters):
+            episodes[s] = c[0] * batch_size + s
+            episode_of[t * batch_size + s] = episodes[s]
+            c[1] += 1
+            if c[1] == lengths[(c[2] + s) % len(lengths)]:
+                done[s], c[0], c[1], c[2] = True, c[0] + 1, 0, c[2] + 1
+        buffer.add_batch({"id": np.arange(batch_size) + t * batch_size, "episode": episodes, "done": done})
+    return episode_of
+
+
+def valid_windows(episode_of, batch_size, max_length, steps, num_steps):
+    """Brute force: the first ids of windows inside one episode and before the head."""
+    first = max(0, steps - max_length)
+    starts = []
+    for t in range(first, steps - num_steps + 1):
+        for s in range(batch_size):
+            ids = [(t + k) * batch_size + s for k in range(num_steps)]
+            if len({episode_of[i] for i in ids}) == 1:
+                starts.append(ids[0])
+    return starts
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    batch_size=st.integers(1, 3),
+    max_length=st.integers(3, 12),
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=5),
+    wraps=st.integers(0, 6),
+    extra=st.integers(0, 11),
+    num_steps=st.integers(2, 4),
+    pad=st.booleans(),
+    prioritized=st.booleans(),
+)
+def test_windows_respect_episodes_and_head(batch_size, max_length, lengths, wraps, extra, num_steps, pad, prioritized):
+    cls = PrioritizedReplayBuffer if prioritized else UniformReplayBuffer
+    buffer = cls(
+        SPEC, batch_size, max_length, seed=0, respect_episodes=True, pad_episode_ends=pad, episode_end_field="done"
+    )
+    steps = max_length * wraps + extra + 1
+    episode_of = run_episodes(buffer, batch_size, lengths, steps)
+    oldest, head = max(0, steps - max_length) * batch_size, steps * batch_size
+    expected = valid_windows(episode_of, batch_size, max_length, steps, num_steps)
+    if num_steps > min(steps, max_length) or (not pad and not expected):
+        with pytest.raises(EmptyBufferError):
+            buffer.get_next(8, num_steps)
+        return
+    items, info = buffer.get_next(64, num_steps)
+    ids = info.ids
+    np.testing.assert_array_equal(items["id"], ids)  # the items are the ones named by ids
+    assert ids.min() >= oldest and ids.max() < head
+    episodes = np.vectorize(episode_of.get)(ids)
+    if pad:
+        mask = info.mask
+        assert mask[:, 0].all()
+        assert np.all(mask[:, 1:] <= mask[:, :-1])  # real steps form a prefix
+        real_same = episodes == episodes[:, :1]
+        np.testing.assert_array_equal(real_same, True)  # padding repeats the last real item
+        raw = ids[:, :1] + np.arange(num_steps) * batch_size  # what an unpadded window would read
+        np.testing.assert_array_equal(
+            mask, np.vectorize(episode_of.get)(np.minimum(raw, head - 1)) == episodes[:, :1]
+        )
+        assert raw.max() < head
+    else:
+        assert np.all(episodes == episodes[:, :1]), "a window crossed an episode end"
+        assert set(ids[:, 0].tolist()) <= set(expected)
+        if not prioritized:  # every valid window equally likely, and the count is exact
+            np.testing.assert_allclose(info.probabilities, 1.0 / len(expected), rtol=1e-6)
+
+
+def test_every_valid_window_is_reachable():
+    buffer = UniformReplayBuffer(SPEC, 2, 9, seed=3, respect_episodes=True, episode_end_field="done")
+    episode_of = run_episodes(buffer, 2, [2, 5, 3], 40)
+    expected = set(valid_windows(episode_of, 2, 9, 40, 3))
+    _, info = buffer.get_next(2000, 3)
+    assert set(info.ids[:, 0].tolist()) == expected
+
+
+def test_step_type_field_marks_episodes():
+    buffer = UniformReplayBuffer(TRAJECTORY_SPEC, 1, 20, seed=0, respect_episodes=True)
+    step_types = [0, 1, 1, 2, 0, 1, 2, 0, 1, 1, 1]  # the LAST item is its episode's boundary
+    for t, kind in enumerate(step_types):
+        buffer.add_batch({"step_type": np.array([kind], np.int32), "id": np.array([t])})
+    _, info = buffer.get_next(500, 4)
+    assert set(info.ids[:, 0].tolist()) == {0, 7}
+
+
+def test_state_dict_keeps_episode_bookkeeping():
+    buffer = UniformReplayBuffer(SPEC, 2, 6, seed=0, respect_episodes=True, episode_end_field="done")
+    run_episodes(buffer, 2, [3, 2], 13)
+    copy = UniformReplayBuffer(SPEC, 2, 6, seed=0, respect_episodes=True, episode_end_field="done")
+    copy.load_state_dict(buffer.state_dict())
+    a, b = buffer.get_next(32, 2), copy.get_next(32, 2)
+    np.testing.assert_array_equal(a[1].ids, b[1].ids)
+    np.testing.assert_allclose(a[1].probabilities, b[1].probabilities)
+
+
+def test_clear_forgets_episodes():
+    buffer = UniformReplayBuffer(SPEC, 1, 6, seed=0, respect_episodes=True, episode_end_field="done")
+    run_episodes(buffer, 1, [1], 6)  # every episode one step long
+    with pytest.raises(EmptyBufferError, match="no stored episode"):
+        buffer.get_next(2, 2)
+    buffer.clear()
+    run_episodes(buffer, 1, [6], 6)
+    assert buffer.get_next(2, 2)[1].probabilities[0] == pytest.approx(1 / 5)
+
+
+def test_bad_episode_options():
+    with pytest.raises(ArgumentError, match="episode_end_field"):
+        UniformReplayBuffer(SPEC, respect_episodes=True, episode_end_field="nope")
+    with pytest.raises(ArgumentError, match="step_type"):
+        UniformReplayBuffer({"x": ArraySpec((), np.int64)}, respect_episodes=True)
