@@ -113,6 +113,28 @@ def test_dqn_target_uses_discount_and_target_network():
         assert loss == pytest.approx(expected, rel=1e-5)
 
 
+def test_double_q_values_the_q_networks_action_with_the_target_network():
+    for double_q, expected in ((True, 2.0), (False, 4.0)):
+        agent = _agent(learning_rate=0.0, gamma=0.5, double_q=double_q)
+        with torch.no_grad():
+            for p in [*agent.q_network.parameters(), *agent.target_network.parameters()]:
+                p.zero_()
+            agent.q_network[-1].bias.copy_(torch.tensor([1.0, 0.0]))  # prefers action 0
+            agent.target_network[-1].bias.copy_(torch.tensor([3.0, 7.0]))
+        # q = 1; target = 2 + 0.5 * 3 (double) or 2 + 0.5 * 7; Huber of 2.5 or 4.5
+        loss = agent.train(_windows([StepType.MID], [2.0], [1.0], np.ones(4)))
+        assert loss == pytest.approx(expected)
+
+
+def test_gradients_are_clipped_to_max_grad_norm():
+    agent = _agent(max_grad_norm=0.01)
+    agent.train(_windows([StepType.MID] * 4, [100.0] * 4, [1.0] * 4, np.ones(4)))
+    norm = torch.linalg.vector_norm(
+        torch.cat([p.grad.flatten() for p in agent.q_network.parameters()])
+    )
+    assert float(norm) == pytest.approx(0.01, rel=1e-4)
+
+
 def test_dqn_learns_a_constant_target_and_syncs_the_target_network():
     agent = _agent(learning_rate=0.05, target_update_period=5)
     batch = _windows([StepType.MID] * 8, [1.0] * 8, [0.0] * 8, np.ones(4))

@@ -3,7 +3,8 @@
 ``train(experience)`` takes a Trajectory whose leaves are ``[B, 2, ...]`` (what
 ``buffer.as_dataset(B, num_steps=2)`` yields) from NumPy, TensorFlow or PyTorch buffers.
 Window ``(t, t + 1)`` is the transition ``o_t, a_t -> reward_t, discount_t, o_{t+1}``
-with the target ``reward_t + gamma * discount_t * max_a Q_target(o_{t+1}, a)``; windows
+with the target ``reward_t + gamma * discount_t * max_a Q_target(o_{t+1}, a)`` (Double
+DQN: the action chosen by the Q-network, valued by the target network); windows
 that start at a boundary item (step_type LAST: the env was resetting) are masked out.
 """
 
@@ -45,6 +46,9 @@ class DqnAgent:
         gamma: the discount of future value.
         target_update_period: gradient steps between copies of the Q-network into the
             target network.
+        double_q: pick the next action with the Q-network and value it with the target
+            network (Double DQN), which curbs overestimation.
+        max_grad_norm: clip the gradient to this global norm (None: no clipping).
         seed: seeds the network initialisation and the epsilon-greedy choices.
 
     Raises:
@@ -60,6 +64,8 @@ class DqnAgent:
         learning_rate: float = 1e-3,
         gamma: float = 0.99,
         target_update_period: int = 100,
+        double_q: bool = False,
+        max_grad_norm: float | None = None,
         seed: int | None = None,
     ):
         minimum, maximum = (
@@ -82,6 +88,8 @@ class DqnAgent:
         self.optimizer = torch.optim.Adam(self.q_network.parameters(), lr=learning_rate, fused=True)
         self.gamma = gamma
         self.target_update_period = target_update_period
+        self.double_q = double_q
+        self.max_grad_norm = max_grad_norm
         self.epsilon = 1.0
         self.train_steps = 0
         self._rng = np.random.default_rng(seed)
@@ -122,13 +130,20 @@ class DqnAgent:
 
         q = self.q_network(observation[:, 0].flatten(1)).gather(1, action[:, None]).squeeze(1)
         with torch.no_grad():
-            next_q = self.target_network(observation[:, 1].flatten(1)).max(dim=1).values
+            next_values = self.target_network(observation[:, 1].flatten(1))
+            if self.double_q:
+                best = self.q_network(observation[:, 1].flatten(1)).argmax(dim=1, keepdim=True)
+                next_q = next_values.gather(1, best).squeeze(1)
+            else:
+                next_q = next_values.max(dim=1).values
             target = reward + self.gamma * discount * next_q
         elementwise = nn.functional.smooth_l1_loss(q, target, reduction="none")
         loss = (elementwise * valid).sum() / valid.sum().clamp(min=1.0)
 
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.q_network.parameters(), self.max_grad_norm)
         self.optimizer.step()
         self.train_steps += 1
         if self.train_steps % self.target_update_period == 0:

@@ -51,11 +51,13 @@ class DqnConfig:
     learning_rate: float = 2.3e-3
     gamma: float = 0.99
     target_update_period: int = 64
+    double_q: bool = True
+    max_grad_norm: float | None = 10.0
     hidden: tuple[int, ...] = (128, 128)
     epsilon_start: float = 1.0
     epsilon_end: float = 0.04
     exploration_steps: int = 10_000
-    eval_every: int = 5_000
+    eval_every: int = 2_500
     eval_episodes: int = 20
     stop_return: float = 495.0
     time_limit: float = 240.0
@@ -141,6 +143,8 @@ def train_dqn(config: DqnConfig, on_iteration: Callable[[DqnRun], None] | None =
         learning_rate=config.learning_rate,
         gamma=config.gamma,
         target_update_period=config.target_update_period,
+        double_q=config.double_q,
+        max_grad_norm=config.max_grad_norm,
         seed=config.seed,
     )
     returns = EpisodeReturns()
