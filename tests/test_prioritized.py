@@ -154,11 +154,12 @@ def test_episode_windows_with_priorities():
 @given(
     values=st.lists(st.floats(0.0, 100.0), min_size=1, max_size=300),
     arity=st.sampled_from([2, 4, 32]),
+    compiled=st.sampled_from([False, None]),  # the NumPy path, and numba's when installed
     data=st.data(),
 )
-def test_trees_against_numpy(values, arity, data):
+def test_trees_against_numpy(values, arity, compiled, data):
     values = np.array(values)
-    sums, mins = SumTree(len(values), arity), MinTree(len(values), arity)
+    sums, mins = SumTree(len(values), arity, compiled), MinTree(len(values), arity, compiled)
     sums.update(np.arange(len(values)), values)
     mins.update(np.arange(len(values)), np.where(values > 0, values, np.inf))
     assert sums.total() == pytest.approx(values.sum())

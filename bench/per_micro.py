@@ -1,0 +1,209 @@
+"""Prioritized sampling and episode-aware windows, against references, in one run.
+
+PER: sample 256 + update of those 256 priorities at capacity 1M with 200k stored, as
+(a) replaybuf's PrioritizedReplayBuffer (get_next with the items, weights, update_priorities),
+(b) replaybuf's trees alone (SumTree/MinTree find + update), (c) a plain-NumPy binary sum
+tree written here (the algorithm Tianshou's SegmentTree uses) and (d) Tianshou's own
+SegmentTree, run in bench/.venvs/tianshou when it exists.
+Episodes: 256 windows of 8 inside episodes (lengths 20-400) from UniformReplayBuffer with
+respect_episodes=True (excluded and padded), beside plain windows that ignore episodes.
+
+Rounds alternate between contenders; the median of the rounds is reported (iterations/s).
+    .venv/bin/python bench/per_micro.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from replaybuf import ArraySpec, UniformReplayBuffer
+from replaybuf.prioritized import PrioritizedReplayBuffer
+from replaybuf.sumtree import MinTree, SumTree
+
+B, WINDOW, STREAMS = 256, 8, 8
+SPEC = {
+    "observation": ArraySpec((4,), np.float32),
+    "action": ArraySpec((), np.int64),
+    "reward": ArraySpec((), np.float32),
+    "done": ArraySpec((), np.bool_),
+}
+
+
+class BinarySumTree:
+    """Reference: a binary sum tree in plain NumPy, descended one level per NumPy call."""
+
+    def __init__(self, capacity: int):
+        self.size = 1 << (capacity - 1).bit_length()
+        self.tree = np.zeros(2 * self.size)
+
+    def update(self, index: np.ndarray, value: np.ndarray) -> None:
+        node = index + self.size
+        self.tree[node] = value
+        while node[0] > 1:
+            node = node // 2
+            self.tree[node] = self.tree[2 * node] + self.tree[2 * node + 1]
+
+    def find(self, target: np.ndarray) -> np.ndarray:
+        node = np.ones(target.shape[0], np.int64)
+        while node[0] < self.size:
+            node = node * 2
+            left = self.tree[node]
+            right = target >= left
+            target = target - left * right
+            node = node + right
+        return node - self.size
+
+
+def timed(step, seconds: float) -> float:
+    """Iterations per second of ``step`` run for about ``seconds``."""
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(20):
+            step()
+        count += 20
+    return count / (time.perf_counter() - start)
+
+
+def fill(buffer, stored: int, rng: np.random.Generator) -> None:
+    lengths = rng.integers(20, 400, size=(stored, STREAMS))
+    left = lengths[0].copy()
+    for t in range(stored // STREAMS):
+        left -= 1
+        done = left == 0
+        left[done] = lengths[t, done]
+        buffer.add_batch(
+            {
+                "observation": rng.random((STREAMS, 4), np.float32),
+                "action": np.full(STREAMS, t),
+                "reward": np.ones(STREAMS, np.float32),
+                "done": done,
+            }
+        )
+
+
+def per_contenders(capacity: int, stored: int) -> dict:
+    rng = np.random.default_rng(0)
+    buffer = PrioritizedReplayBuffer(SPEC, STREAMS, capacity // STREAMS, seed=0)
+    fill(buffer, stored, rng)
+
+    def replaybuf_buffer() -> None:
+        _, info = buffer.get_next(B)
+        buffer.update_priorities(info.ids, rng.random(B) + 0.01)
+
+    sums, mins = SumTree(capacity), MinTree(capacity)
+    mass = rng.random(stored) + 0.01
+    sums.update(np.arange(stored), mass)
+    mins.update(np.arange(stored), mass)
+
+    def replaybuf_trees() -> None:
+        total = sums.total()
+        slots, value = sums.find((np.arange(B) + rng.random(B)) * (total / B))
+        _ = (value / mins.root()) ** -0.4
+        new = (rng.random(B) + 0.01) ** 0.6
+        sums.update(slots, new)
+        mins.update(slots, new)
+
+    reference = BinarySumTree(capacity)
+    reference.update(np.arange(stored), mass)
+    min_priority = [float(mass.min())]
+
+    def numpy_binary_tree() -> None:
+        slots = reference.find(rng.random(B) * reference.tree[1])
+        _ = (reference.tree[slots + reference.size] / min_priority[0]) ** -0.4
+        new = (rng.random(B) + 0.01) ** 0.6
+        reference.update(slots, new)
+        min_priority[0] = min(min_priority[0], float(new.min()))
+
+    return {
+        "replaybuf PrioritizedReplayBuffer get_next+update": replaybuf_buffer,
+        "replaybuf SumTree+MinTree find+update": replaybuf_trees,
+        "NumPy binary sum tree (reference)": numpy_binary_tree,
+    }
+
+
+def episode_contenders(capacity: int, stored: int) -> dict:
+    contenders = {}
+    for name, kwargs in (
+        ("replaybuf windows inside episodes (excluded)", {"respect_episodes": True}),
+        ("replaybuf windows inside episodes (padded, mask)", {"respect_episodes": True, "pad_episode_ends": True}),
+        ("replaybuf windows ignoring episodes", {}),
+    ):
+        buffer = UniformReplayBuffer(
+            SPEC, STREAMS, capacity // STREAMS, seed=0, episode_end_field="done" if kwargs else None, **kwargs
+        )
+        fill(buffer, stored, np.random.default_rng(0))
+        contenders[name] = lambda buffer=buffer: buffer.get_next(B, WINDOW)
+    return contenders
+
+
+TIANSHOU = """
+import time, numpy as np, json, sys
+from tianshou.data.utils.segtree import SegmentTree
+capacity, stored, seconds, rounds = map(float, sys.argv[1:5])
+capacity, stored, rounds = int(capacity), int(stored), int(rounds)
+rng = np.random.default_rng(0)
+tree = SegmentTree(capacity)
+tree[np.arange(stored)] = rng.random(stored) + 0.01
+min_priority = 0.01
+def step():
+    global min_priority
+    idx = tree.get_prefix_sum_idx(rng.random(256) * tree.reduce())
+    _ = (tree[idx] / min_priority) ** -0.4
+    new = (rng.random(256) + 0.01) ** 0.6
+    tree[idx] = new
+    min_priority = min(min_priority, float(new.min()))
+out = []
+for _ in range(rounds):
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(20): step()
+        n += 20
+    out.append(n / (time.perf_counter() - start))
+print(json.dumps(out))
+"""
+
+
+def tianshou_rates(capacity: int, stored: int, seconds: float, rounds: int) -> list[float] | None:
+    python = Path(__file__).resolve().parent / ".venvs" / "tianshou" / "bin" / "python"
+    if not python.exists():
+        return None
+    done = subprocess.run(
+        [str(python), "-c", TIANSHOU, str(capacity), str(stored), str(seconds), str(rounds)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if done.returncode:
+        print("tianshou failed:", done.stderr.strip().splitlines()[-1:], file=sys.stderr)
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes and short rounds (smoke test)")
+    args = parser.parse_args()
+    capacity, stored, seconds, rounds = (1_000_000, 200_000, 1.0, 5) if not args.quick else (20_000, 8_000, 0.1, 2)
+    results: dict[str, list[float]] = {}
+    for group in (per_contenders(capacity, stored), episode_contenders(capacity, stored)):
+        for _ in range(rounds):
+            for name, step in group.items():
+                results.setdefault(name, []).append(timed(step, seconds))
+        rates = tianshou_rates(capacity, stored, seconds, rounds) if "NumPy binary sum tree (reference)" in group else None
+        if rates:
+            results["Tianshou SegmentTree (its venv, same loop)"] = rates
+    print(f"capacity {capacity}, stored {stored}, batch {B}, windows of {WINDOW}; median of {rounds} rounds")
+    for name, rates in results.items():
+        print(f"{statistics.median(rates):10.0f} it/s  {name}  (rounds: {', '.join(f'{r:.0f}' for r in rates)})")
+
+
+if __name__ == "__main__":
+    main()
