@@ -120,7 +120,10 @@ def bench_add(impl, capacity, seconds, reps):
 
 def bench_dataset(impl, stored, tuned, seconds, reps):
     buffer = make(impl, spec(), STREAMS, 2 * stored // STREAMS)
-    add = tf.function(buffer.add_batch)
+    @tf.function
+    def add(items):
+        buffer.add_batch(items)  # TF-Agents returns an Operation, which a tf.function cannot return
+
     data = pool(stored)
     for start in range(0, stored - STREAMS + 1, STREAMS):
         add({k: tf.constant(v[start : start + STREAMS]) for k, v in data.items()})
@@ -136,6 +139,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--impl", action="append", choices=["replaybuf", "plain", "tf-agents"])
     parser.add_argument("--quick", action="store_true", help="smaller buffers, shorter timing")
+    parser.add_argument("--only", choices=["add", "dataset"], help="run one row")
     args = parser.parse_args(argv)
     impls = args.impl or ["replaybuf", "plain"]
     capacity, stored, seconds, reps = (100_000, 20_000, 0.3, 3) if args.quick else (1_000_000, 200_000, 1.0, 5)
@@ -143,9 +147,9 @@ def main(argv=None):
           f"{os.cpu_count()} CPUs")
     print(f"{'implementation':<12} {'add items/s':>12} {'dataset b/s':>12} {'tuned b/s':>12}")
     for impl in impls:
-        add = bench_add(impl, capacity, seconds, reps)
-        plain_ds = bench_dataset(impl, stored, False, seconds, reps)
-        tuned_ds = bench_dataset(impl, stored, True, seconds, reps)
+        add = bench_add(impl, capacity, seconds, reps) if args.only != "dataset" else float("nan")
+        plain_ds = bench_dataset(impl, stored, False, seconds, reps) if args.only != "add" else float("nan")
+        tuned_ds = bench_dataset(impl, stored, True, seconds, reps) if args.only != "add" else float("nan")
         print(f"{impl:<12} {add:>12,.0f} {plain_ds:>12,.0f} {tuned_ds:>12,.0f}", flush=True)
 
 

@@ -13,7 +13,7 @@ from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, WINDOW, chunks, image_pool, rs
 from libs import NOTES, Missing, shared, tf_common
 
 import replaybuf
-from replaybuf import ArraySpec, PyUniformReplayBuffer
+from replaybuf import ArraySpec, PyUniformReplayBuffer, UniformReplayBuffer
 
 
 def version(lib: str) -> str:
@@ -99,18 +99,27 @@ def image_rss(sizes):
     return _filled_images(sizes)[1]
 
 
+def _fill_streams(buffer, pool, total):
+    """Fill a buffer of BATCH streams: each add_batch writes one step of every stream."""
+    for _, batch in chunks(pool, total - total % BATCH, BATCH):
+        buffer.add_batch(batch)
+    return buffer
+
+
+def _streams(cls, sizes, **kwargs):
+    """``cls`` with BATCH streams (one per environment copy) holding ``sizes.stored`` items."""
+    buffer = cls(SMALL_SPEC, batch_size=BATCH, max_length=sizes.capacity // BATCH, seed=1, **kwargs)
+    return _fill_streams(buffer, small_pool(sizes.stored), sizes.stored)
+
+
 def _episode_windows_buffer(sizes):
-    """A buffer whose windows respect episode ends, when replaybuf has the option yet."""
-    params = inspect.signature(PyUniformReplayBuffer).parameters
-    if "respect_episodes" not in params:
-        NOTES.append("not episode-aware: PyUniformReplayBuffer has no respect_episodes yet")
+    """Windows that never cross an episode end (respect_episodes), when replaybuf has the option."""
+    if "respect_episodes" not in inspect.signature(UniformReplayBuffer).parameters:
+        NOTES.append("not episode-aware: UniformReplayBuffer has no respect_episodes yet")
         return _filled_small(sizes)
-    kwargs = {"respect_episodes": True}
-    named = [p for p in params if p != "respect_episodes" and any(w in p for w in ("done", "end", "field"))]
-    if named:
-        kwargs[named[0]] = "done"
-    return shared("episodes", lambda: _fill(PyUniformReplayBuffer(SMALL_SPEC, sizes.capacity, seed=1, **kwargs),
-                                            small_pool(sizes.stored), sizes.stored))
+    NOTES.append("episode-aware (UniformReplayBuffer, 256 streams, respect_episodes=True)")
+    return shared("episodes", lambda: _streams(UniformReplayBuffer, sizes, respect_episodes=True,
+                                               episode_end_field="done"))
 
 
 def per(sizes):
@@ -120,8 +129,8 @@ def per(sizes):
             from replaybuf.prioritized import PrioritizedReplayBuffer as cls
         except ImportError as exc:
             raise Missing(f"replaybuf.PrioritizedReplayBuffer not available yet ({exc})") from None
-    buffer = shared("per", lambda: _fill(cls(SMALL_SPEC, sizes.capacity, seed=1), small_pool(sizes.stored),
-                                         sizes.stored))
+    NOTES.append("256 streams")
+    buffer = shared("per", lambda: _streams(cls, sizes))
     rng = np.random.default_rng(1)
 
     def run(n):
