@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench bench-quick install clean
+.PHONY: test test-tf215 demo bench bench-quick install clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,20 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# make test-tf215: the TensorFlow tests and the conformance suite on TensorFlow 2.15 (the
+# version TF-Agents pins) with NumPy 1.26, in their own venv (no torch; ~500 MB download).
+TF215 := .venv-tf215
+TF215_PINS := tensorflow-cpu==2.15.1 numpy==1.26.4 optree==0.20.0 pytest==9.2.0 hypothesis==6.170.15 pytest-timeout==2.4.0
+
+$(TF215)/.installed: pyproject.toml
+	test -x $(TF215)/bin/python || $(PYTHON) -m venv $(TF215)
+	$(TF215)/bin/python -m pip install -q $(TF215_PINS)
+	$(TF215)/bin/python -m pip install -q --no-deps -e .
+	touch $@
+
+test-tf215: $(TF215)/.installed
+	$(TF215)/bin/python -m pytest -q -p no:cacheprovider tests/test_tf_*.py tests/test_conformance.py
 
 demo: $(STAMP)
 	$(VENV)/bin/replaybuf demo
