@@ -80,7 +80,9 @@ class _Tree:
         """Set leaves ``slots`` to ``values`` and recompute their ancestors (duplicates: last wins)."""
         if self._kernels is not None:
             slots = np.ascontiguousarray(slots, np.int64)
-            values = np.ascontiguousarray(np.broadcast_to(values, slots.shape), np.float64)
+            values = np.ascontiguousarray(values, np.float64)
+            if values.shape != slots.shape:
+                values = np.ascontiguousarray(np.broadcast_to(values, slots.shape))
             self._kernels.update(self.tree, self.offsets, self.arity, slots, values, self._fill != 0.0)
             return
         self.levels[0][slots] = values
