@@ -12,8 +12,19 @@ CORE_NAMES = {
     "PriorityError", "PyUniformReplayBuffer", "ReplayBuffer", "ReplayBufferError", "SpecError",
     "SpecMismatchError", "TensorSpec", "UniformReplayBuffer", "as_data_spec",
     "PrioritizedReplayBuffer", "Trajectory", "StepType", "StepDriver", "EpisodeDriver",
-    "CheckpointError", "collect_data_spec",
+    "CheckpointError", "collect_data_spec", "FrameStackReplayBuffer",
+    "PrioritizedFrameStackReplayBuffer",
 }
+
+
+def test_backend_modules_export_their_classes():
+    import replaybuf.mindspore_rl
+    import replaybuf.tf
+    import replaybuf.torch
+
+    assert hasattr(replaybuf.tf, "TFUniformReplayBuffer")
+    assert hasattr(replaybuf.torch, "TorchUniformReplayBuffer")
+    assert hasattr(replaybuf.mindspore_rl, "ReplayBuffer")
 
 
 def test_all_names_the_public_api():

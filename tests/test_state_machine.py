@@ -6,7 +6,7 @@ from collections import deque
 
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -76,8 +76,9 @@ def machine_for(backend, batch_size: int):
             first = ids if num_steps is None else ids[:, 0]
             assert set(first.tolist()) <= starts
             assert_items_match_ids(as_numpy(items, backend.to_numpy), ids)
-            probabilities = np.asarray(backend.to_numpy(info.probabilities))
-            np.testing.assert_allclose(probabilities, 1.0 / len(starts), rtol=1e-6)
+            if backend.uniform_probabilities:
+                probabilities = np.asarray(backend.to_numpy(info.probabilities))
+                np.testing.assert_allclose(probabilities, 1.0 / len(starts), rtol=1e-6)
 
         @precondition(lambda self: any(self.model.streams))
         @rule()
@@ -106,7 +107,12 @@ _CASES = [(b, n) for b in BACKENDS for n in (1, 3) if not (b.single_stream and n
 @pytest.mark.parametrize("backend, batch_size", _CASES, ids=[f"{b.name}-B{n}" for b, n in _CASES])
 def test_buffer_matches_model(backend, batch_size):
     machine = machine_for(backend, batch_size)
-    machine.TestCase.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
+    # Graph backends trace functions for every new buffer: fewer, equally long, runs there.
+    examples = 40 if backend.name.startswith("numpy") else 8
+    machine.TestCase.settings = settings(
+        max_examples=examples, stateful_step_count=25, deadline=None,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
+    )
     machine.TestCase().runTest()
 
 

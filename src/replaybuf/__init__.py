@@ -16,6 +16,7 @@ from replaybuf.errors import (
     SpecError,
     SpecMismatchError,
 )
+from replaybuf.frames import FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer
 from replaybuf.info import SampleInfo
 from replaybuf.prioritized import PrioritizedReplayBuffer
 from replaybuf.specs import ArraySpec, BoundedArraySpec, TensorSpec, as_data_spec
@@ -30,6 +31,8 @@ __all__ = [
     "CheckpointError",
     "EmptyBufferError",
     "EpisodeDriver",
+    "FrameStackReplayBuffer",
+    "PrioritizedFrameStackReplayBuffer",
     "PrioritizedReplayBuffer",
     "PriorityError",
     "PyUniformReplayBuffer",
