@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--png", default=str(ROOT / "docs" / "benchmarks.png"), help="plot path ('' for none)")
     parser.add_argument("--results", default=str(HERE / ".cache" / "results.json"), help="raw records (JSON)")
     parser.add_argument("--rows", default="", help="comma-separated subset of row keys (default all)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="re-render the report and plot from --results without running anything")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per library (default by size)")
     args = parser.parse_args(argv)
     size = "tiny" if args.tiny else "quick" if args.quick else "full"
@@ -97,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown libraries {unknown}; choose from {list(LIBRARIES)}")
 
     results_path = Path(args.results)
+    if args.report_only:
+        saved = json.loads(results_path.read_text())
+        write_report(saved["records"], saved["meta"], args)
+        return 0
     results_path.parent.mkdir(parents=True, exist_ok=True)
     records: list[dict] = []
     with open(results_path.with_suffix(".log"), "w") as log:
@@ -115,20 +121,24 @@ def main(argv: list[str] | None = None) -> int:
                 records += [{"lib": label, "row": "*", "missing": failure} for label in labels]
             print(f"{name}: {sum('value' in r for r in got)} figures in {time.time() - start:.0f} s"
                   + (f" ({failure})" if failure else ""), flush=True)
-    results_path.write_text(json.dumps(records, indent=1))
     meta = {
         "command": "python bench/run.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(),
         "sizes": f"{size}: {SIZES[size]}",
     }
+    results_path.write_text(json.dumps({"meta": meta, "records": records}, indent=1))
+    write_report(records, meta, args)
+    return 0
+
+
+def write_report(records: list[dict], meta: dict, args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(report.markdown(records, meta))
     if args.png:
         report.plot(records, Path(args.png))
     print(f"wrote {out}" + (f" and {args.png}" if args.png else ""))
-    return 0
 
 
 if __name__ == "__main__":

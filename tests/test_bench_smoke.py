@@ -33,7 +33,7 @@ def test_runner_writes_rows_and_table(run_module, tmp_path):
             "--results", str(results)]
     assert run_module.main(args) == 0
 
-    records = json.loads(results.read_text())
+    records = json.loads(results.read_text())["records"]
     figures = {(r["lib"], r["row"]): r["value"] for r in records if "value" in r}
     for row in ROWS:
         assert ("replaybuf", row) in figures, f"no replaybuf figure for {row}: {records}"

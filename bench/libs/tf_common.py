@@ -52,7 +52,10 @@ def tf_dataset(make):
 
         streams = 64
         buffer = make(_spec(tf), streams, sizes.capacity // streams)
-        add = tf.function(buffer.add_batch)
+        @tf.function
+        def add(items):
+            buffer.add_batch(items)
+
         for _, batch in chunks(small_pool(sizes.stored), sizes.stored, streams):
             if len(batch["obs"]) == streams:
                 add({k: tf.constant(v) for k, v in batch.items()})
