@@ -127,11 +127,8 @@ def chunks(pool: dict[str, np.ndarray], total: int, size: int = BATCH):
 
 
 # -- measurement -------------------------------------------------------------------------------
-def measure(run: Callable[[int], object], sizes: Sizes) -> float:
-    """Median seconds per operation of ``run(n)`` (which performs n operations) after warm-up.
-
-    n is calibrated so that one repetition lasts about ``sizes.rep_seconds``.
-    """
+def calibrate(run: Callable[[int], object], sizes: Sizes) -> int:
+    """The n for which one repetition ``run(n)`` (n operations) lasts about ``sizes.rep_seconds``."""
     run(1)
     n = 1
     while True:
@@ -141,16 +138,24 @@ def measure(run: Callable[[int], object], sizes: Sizes) -> float:
         if spent >= sizes.rep_seconds / 4 or n >= 1 << 22:
             break
         n *= 2
-    n = max(1, int(n * sizes.rep_seconds / max(spent, 1e-9)))
+    return max(1, int(n * sizes.rep_seconds / max(spent, 1e-9)))
+
+
+def warm_up(run: Callable[[int], object], n: int, sizes: Sizes) -> None:
     deadline = time.perf_counter() + sizes.warmup_seconds
     while time.perf_counter() < deadline:
         run(max(1, n // 4))
-    times = []
-    for _ in range(sizes.reps):
-        start = time.perf_counter()
-        run(n)
-        times.append((time.perf_counter() - start) / n)
-    return statistics.median(times)
+
+
+def time_rep(run: Callable[[int], object], n: int) -> float:
+    """Seconds per operation of one repetition."""
+    start = time.perf_counter()
+    run(n)
+    return (time.perf_counter() - start) / n
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
 
 
 def rss_bytes() -> int:

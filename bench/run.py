@@ -32,7 +32,7 @@ from common import SIZES  # noqa: E402
 
 #: short name -> (adapter module in bench/libs, environment or None for this interpreter, labels)
 LIBRARIES = {
-    "numpy": ("numpy_ref", None, ["numpy"]),
+    "numpy": ("numpy_ref", None, ["numpy-loop", "numpy-slice", "numpy-fancy", "numpy-per", "numpy-take", "numpy-memcpy"]),
     "replaybuf": ("replaybuf_lib", None, ["replaybuf"]),
     "cpprb": ("cpprb_lib", "cpprb", ["cpprb"]),
     "sb3": ("sb3_lib", "sb3", ["stable-baselines3"]),
@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default="", help="comma-separated subset of row keys (default all)")
     parser.add_argument("--report-only", action="store_true",
                         help="re-render the report and plot from --results without running anything")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="times every library runs, in turn; the best round counts (default 2, quick/tiny 1)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per library (default by size)")
     args = parser.parse_args(argv)
     size = "tiny" if args.tiny else "quick" if args.quick else "full"
@@ -105,27 +107,35 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results_path.parent.mkdir(parents=True, exist_ok=True)
     records: list[dict] = []
+    rounds = args.rounds or (2 if size == "full" else 1)
+    jobs = []  # (names, adapters, environment); this interpreter's libraries share one interleaved worker
+    local = [n for n in names if LIBRARIES[n][1] is None]
+    if local:
+        jobs.append((local, ",".join(LIBRARIES[n][0] for n in local), None))
+    jobs += [([n], LIBRARIES[n][0], LIBRARIES[n][1]) for n in names if LIBRARIES[n][1] is not None]
     with open(results_path.with_suffix(".log"), "w") as log:
-        for name in names:
-            adapter, env_name, labels = LIBRARIES[name]
-            start = time.time()
-            try:
-                python = str(venvs.ensure(env_name)) if env_name else sys.executable
-            except venvs.VenvError as exc:
-                records += [{"lib": label, "row": "*", "missing": f"environment not built: {exc}"} for label in labels]
-                print(f"{name}: environment failed: {exc}", flush=True)
-                continue
-            got, failure = run_worker(python, adapter, size, rows, timeout, log)
-            records += got
-            if failure:
-                records += [{"lib": label, "row": "*", "missing": failure} for label in labels]
-            print(f"{name}: {sum('value' in r for r in got)} figures in {time.time() - start:.0f} s"
-                  + (f" ({failure})" if failure else ""), flush=True)
+        for round_ in range(rounds):
+            for job_names, adapters, env_name in jobs:
+                labels = [label for n in job_names for label in LIBRARIES[n][2]]
+                start = time.time()
+                try:
+                    python = str(venvs.ensure(env_name)) if env_name else sys.executable
+                except venvs.VenvError as exc:
+                    records += [{"lib": label, "row": "*", "missing": f"environment not built: {exc}"}
+                                for label in labels]
+                    print(f"{'+'.join(job_names)}: environment failed: {exc}", flush=True)
+                    continue
+                got, failure = run_worker(python, adapters, size, rows, timeout, log)
+                records += got
+                if failure:
+                    records += [{"lib": label, "row": "*", "missing": failure} for label in labels]
+                print(f"round {round_ + 1}/{rounds} {'+'.join(job_names)}: {sum('value' in r for r in got)} figures "
+                      f"in {time.time() - start:.0f} s" + (f" ({failure})" if failure else ""), flush=True)
     meta = {
         "command": "python bench/run.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(),
-        "sizes": f"{size}: {SIZES[size]}",
+        "sizes": f"{size}: {SIZES[size]}, {rounds} round(s)",
     }
     results_path.write_text(json.dumps({"meta": meta, "records": records}, indent=1))
     write_report(records, meta, args)

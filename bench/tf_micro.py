@@ -81,6 +81,24 @@ class PlainVariables:
         return tf.data.Dataset.from_tensors(0).repeat().map(sample, num_parallel_calls=num_parallel_calls)
 
 
+class Floor:
+    """No storage at all: the add loop only slices its items, the dataset maps to zeros.
+
+    What the loop, the tf.function call, tf.data and the eager ``next()`` cost by themselves.
+    """
+
+    def __init__(self, data_spec, batch_size, max_length):
+        self.data_spec = data_spec
+
+    def add_batch(self, items):
+        return None
+
+    def as_dataset(self, sample_batch_size, num_steps, num_parallel_calls=None):
+        shapes = {k: tf.zeros([sample_batch_size, num_steps] + s.shape.as_list(), s.dtype)
+                  for k, s in self.data_spec.items()}
+        return tf.data.Dataset.from_tensors(0).repeat().map(lambda _: shapes, num_parallel_calls=num_parallel_calls)
+
+
 def make(impl, data_spec, batch_size, max_length):
     if impl == "replaybuf":
         from replaybuf.tf import TFUniformReplayBuffer
@@ -90,23 +108,21 @@ def make(impl, data_spec, batch_size, max_length):
         from tf_agents.replay_buffers import tf_uniform_replay_buffer
 
         return tf_uniform_replay_buffer.TFUniformReplayBuffer(data_spec, batch_size, max_length)
+    if impl == "floor":
+        return Floor(data_spec, batch_size, max_length)
     return PlainVariables(data_spec, batch_size, max_length)
 
 
-def rate(run, per_call, seconds, reps):
-    """Median units/s over ``reps`` timed stretches of about ``seconds`` each."""
-    run(2)
-    results = []
-    for _ in range(reps):
-        calls, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            run(1)
-            calls += 1
-        results.append(calls * per_call / (time.perf_counter() - start))
-    return statistics.median(results)
+def timed(run, seconds):
+    """Calls of ``run`` per second over a stretch of about ``seconds``."""
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        run()
+        calls += 1
+    return calls / (time.perf_counter() - start)
 
 
-def bench_add(impl, capacity, seconds, reps):
+def setup_add(impl, capacity):
     buffer = make(impl, spec(), 1, capacity)
     items = {k: tf.constant(v) for k, v in pool(ADDS_PER_CALL).items()}
 
@@ -115,42 +131,60 @@ def bench_add(impl, capacity, seconds, reps):
         for i in tf.range(ADDS_PER_CALL):
             buffer.add_batch({k: v[i : i + 1] for k, v in items.items()})
 
-    return rate(lambda n: [add_many(items) for _ in range(n)], ADDS_PER_CALL, seconds, reps)
+    return lambda: add_many(items)
 
 
-def bench_dataset(impl, stored, tuned, seconds, reps):
+def setup_dataset(impl, stored, tuned):
     buffer = make(impl, spec(), STREAMS, 2 * stored // STREAMS)
+
     @tf.function
     def add(items):
         buffer.add_batch(items)  # TF-Agents returns an Operation, which a tf.function cannot return
 
     data = pool(stored)
-    for start in range(0, stored - STREAMS + 1, STREAMS):
-        add({k: tf.constant(v[start : start + STREAMS]) for k, v in data.items()})
+    if impl != "floor":
+        for start in range(0, stored - STREAMS + 1, STREAMS):
+            add({k: tf.constant(v[start : start + STREAMS]) for k, v in data.items()})
     if tuned:
         dataset = buffer.as_dataset(SAMPLE_BATCH, num_steps=2, num_parallel_calls=3).prefetch(3)
     else:
         dataset = buffer.as_dataset(SAMPLE_BATCH, num_steps=2)
     iterator = iter(dataset)
-    return rate(lambda n: [next(iterator) for _ in range(n)], 1, seconds, reps)
+    return lambda: next(iterator)
+
+
+ROWS = {
+    "add items/s": (lambda impl, size: setup_add(impl, size[0]), ADDS_PER_CALL),
+    "dataset b/s": (lambda impl, size: setup_dataset(impl, size[1], False), 1),
+    "tuned b/s": (lambda impl, size: setup_dataset(impl, size[1], True), 1),
+}
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", action="append", choices=["replaybuf", "plain", "tf-agents"])
+    parser.add_argument("--impl", action="append", choices=["replaybuf", "plain", "floor", "tf-agents"])
     parser.add_argument("--quick", action="store_true", help="smaller buffers, shorter timing")
     parser.add_argument("--only", choices=["add", "dataset"], help="run one row")
     args = parser.parse_args(argv)
-    impls = args.impl or ["replaybuf", "plain"]
-    capacity, stored, seconds, reps = (100_000, 20_000, 0.3, 3) if args.quick else (1_000_000, 200_000, 1.0, 5)
+    impls = args.impl or ["replaybuf", "plain", "floor"]
+    size, seconds, reps = ((100_000, 20_000), 0.3, 5) if args.quick else ((1_000_000, 200_000), 0.5, 9)
+    rows = {name: row for name, row in ROWS.items() if not args.only or name.startswith(args.only)}
     print(f"TensorFlow {tf.__version__}, NumPy {np.__version__}, Python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs")
-    print(f"{'implementation':<12} {'add items/s':>12} {'dataset b/s':>12} {'tuned b/s':>12}")
+          f"{os.cpu_count()} CPUs; median of {reps} interleaved rounds")
+    print(f"{'implementation':<12}" + "".join(f"{name:>14}" for name in rows))
+    results = {impl: {} for impl in impls}
+    for name, (setup, per_call) in rows.items():
+        runs = {impl: setup(impl, size) for impl in impls}
+        for run in runs.values():
+            run(), run()  # warm up: trace, first pages
+        samples = {impl: [] for impl in impls}
+        for _ in range(reps):  # interleaved, so load on a shared machine hits every impl alike
+            for impl, run in runs.items():
+                samples[impl].append(timed(run, seconds) * per_call)
+        for impl in impls:
+            results[impl][name] = statistics.median(samples[impl])
     for impl in impls:
-        add = bench_add(impl, capacity, seconds, reps) if args.only != "dataset" else float("nan")
-        plain_ds = bench_dataset(impl, stored, False, seconds, reps) if args.only != "add" else float("nan")
-        tuned_ds = bench_dataset(impl, stored, True, seconds, reps) if args.only != "add" else float("nan")
-        print(f"{impl:<12} {add:>12,.0f} {plain_ds:>12,.0f} {tuned_ds:>12,.0f}", flush=True)
+        print(f"{impl:<12}" + "".join(f"{results[impl][name]:>14,.0f}" for name in rows), flush=True)
 
 
 if __name__ == "__main__":
