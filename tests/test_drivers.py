@@ -6,10 +6,15 @@ writes down, independently of the driver, the Trajectory items a driver must pro
 (TF-Agents' layout: the LAST -> FIRST boundary item is stored with reward 0, discount 1).
 """
 
+import subprocess
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replaybuf import ArgumentError, ArraySpec, PyUniformReplayBuffer, UniformReplayBuffer
 from replaybuf.drivers import EpisodeDriver, EpisodeReturns, PolicyStep, StepDriver
@@ -117,6 +122,34 @@ def test_vector_env_gives_one_stream_per_sub_env(truncate):
     for stream, length in enumerate(lengths):
         stored = as_items(traj, stream)
         assert stored == expected_items(length, truncate, len(stored))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    envs=st.lists(st.tuples(st.integers(1, 5), st.booleans()), min_size=1, max_size=4),
+    num_steps=st.integers(1, 25),
+    runs=st.integers(1, 3),
+)
+def test_every_stream_matches_the_model(envs, num_steps, runs):
+    """Any mix of episode lengths and end kinds, over several runs: each stream is exact."""
+    env = vector_env(*({"length": n, "truncate": t} for n, t in envs))
+    buffer = UniformReplayBuffer(collect_data_spec(env), batch_size=len(envs), max_length=200)
+    driver = StepDriver(env, policy, [buffer.add_batch], num_steps=num_steps)
+    counted = sum(driver.run() for _ in range(runs))
+    traj = buffer.gather_all()
+    assert counted == int(np.count_nonzero(~traj.is_boundary())) >= num_steps * runs
+    for stream, (length, truncate) in enumerate(envs):
+        stored = as_items(traj, stream)
+        assert stored == expected_items(length, truncate, len(stored))
+
+
+def test_collection_modules_import_no_framework():
+    code = (
+        "import sys, replaybuf, replaybuf.drivers, replaybuf.trajectory; "
+        "print(sorted({'gymnasium', 'torch', 'tensorflow'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_termination_and_truncation_discounts_are_kept_apart():
