@@ -285,6 +285,15 @@ def test_policy_info_is_stored():
     assert buffer.gather_all().policy_info["q"][0].tolist() == [0.0, 0.5, 1.0]
 
 
+def test_policy_may_return_torch_tensors():
+    import torch
+
+    env = CountEnv(3)
+    buffer = PyUniformReplayBuffer(collect_data_spec(env), capacity=10)
+    StepDriver(env, lambda o: torch.as_tensor(o[:, 1] % 3), [buffer.add_batch], 4).run()
+    assert buffer.gather_all().action[0].tolist() == [0, 1, 2, 0, 0]  # item 3 is the boundary
+
+
 def test_single_env_trajectory_has_batch_dim_one():
     seen = []
     StepDriver(

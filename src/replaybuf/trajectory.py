@@ -76,8 +76,9 @@ def collect_data_spec(env: Any, policy_info_spec: Any = ()) -> Trajectory:
         SpecError: a space has no fixed-shape array spec (Text, Graph, Sequence, ...), or
             policy_info_spec is not a valid spec nest.
     """
-    observation_space = getattr(env, "single_observation_space", None) or env.observation_space
-    action_space = getattr(env, "single_action_space", None) or env.action_space
+    vector = hasattr(env, "single_observation_space")  # a gymnasium.vector env
+    observation_space = env.single_observation_space if vector else env.observation_space
+    action_space = env.single_action_space if vector else env.action_space
     step_type = ArraySpec((), np.int32, "step_type")
     return Trajectory(
         step_type=step_type,
