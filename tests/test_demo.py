@@ -33,9 +33,12 @@ def test_demo_trains_and_writes_the_plot(tmp_path, capsys):
     assert plot.parent == tmp_path and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_demo_with_the_torch_backend(tmp_path, capsys):
-    assert main(["demo", *TINY, "--backend", "torch", "--out", str(tmp_path)]) == 0
-    assert math.isfinite(float(re.search(r"final loss: (\S+)", capsys.readouterr().out).group(1)))
+def test_demo_with_the_torch_backend_and_an_unmet_min_return(tmp_path, capsys):
+    argv = ["demo", *TINY, "--backend", "torch", "--out", str(tmp_path), "--min-return", "1000"]
+    assert main(argv) == 1  # CartPole returns at most 500
+    out, err = capsys.readouterr()
+    assert math.isfinite(float(re.search(r"final loss: (\S+)", out).group(1)))
+    assert "below --min-return 1000" in err
 
 
 def test_unavailable_backend_fails_with_a_clear_message(tmp_path, capsys, monkeypatch):

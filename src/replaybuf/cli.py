@@ -37,6 +37,12 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--eval-episodes", type=int, default=20, help="greedy episodes per evaluation"
     )
+    demo.add_argument(
+        "--min-return",
+        type=float,
+        default=None,
+        help="exit with status 1 if the final mean greedy return is below this (acceptance runs)",
+    )
     return parser
 
 
@@ -131,7 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "demo":
-            run_demo(args)
+            result = run_demo(args)
+            if args.min_return is not None and not result["mean_return"] >= args.min_return:
+                print(
+                    f"replaybuf: mean greedy return {result['mean_return']:.1f} is below "
+                    f"--min-return {args.min_return}",
+                    file=sys.stderr,
+                )
+                return 1
     except ReplayBufferError as err:
         print(f"replaybuf: error: {err}", file=sys.stderr)
         return 2
