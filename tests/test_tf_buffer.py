@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -318,3 +320,36 @@ def test_properties_and_seeded_sampling():
     assert info.ids.shape == () and info.probabilities.shape == ()
     assert_items_match_ids(numpy_nest(single), info.ids.numpy())
     assert fields_for_ids(np.int64(3))["flag"] == np.False_
+
+
+def test_parallel_dataset_reads_never_tear_while_an_add_loop_wraps_the_buffer():
+    buffer = make(batch_size=2, max_length=3)  # tiny: every add overwrites a stored step
+    fill(buffer, 3)
+    done = threading.Event()
+
+    def writer():
+        for t in range(3, 300):
+            buffer.add_batch(step_batch(t, 2))
+        done.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    iterator = iter(buffer.as_dataset(8, 2, num_parallel_calls=3))
+    reads = 0
+    while not done.is_set() or reads < 20:
+        items, info = next(iterator)
+        assert_items_match_ids(numpy_nest(items), info.ids.numpy())
+        reads += 1
+    thread.join()
+
+
+def test_sampling_skips_the_step_an_add_in_progress_is_overwriting():
+    buffer = make(batch_size=2, max_length=4)
+    fill(buffer, 6)  # full: steps 2..5 stored
+    buffer._started.assign(7)  # as if the add of step 6 were writing over step 2 right now
+    # one item per draw: a draw that hits step 2 is drawn again (a batch would wait for the add)
+    firsts = {int(buffer.get_next()[1].ids) // 2 for _ in range(40)}
+    assert firsts == {3, 4, 5}
+    buffer._started.assign(6)  # that add finished: step 2 is readable again
+    _, info = buffer.get_next(64)
+    assert 2 in (info.ids.numpy() // 2).tolist()

@@ -6,10 +6,12 @@ int64 counter of the steps each stream has received. Step ``t`` of stream ``s`` 
 so one add writes one contiguous run of ``batch_size`` rows per leaf and one sample is one
 draw of ``sample_batch_size`` integers and one gather per leaf.
 
-Every read and write runs inside one ``tf.CriticalSection``, eagerly, in a ``tf.function``
-and in ``tf.data``: no read sees a half-written step. An add writes its rows before the
-counter moves, after the batch was checked against the data_spec, so a rejected add
-changes nothing. Eager calls run precompiled graphs, so an eager call costs one function
+Adds, gathers and clears run inside one ``tf.CriticalSection`` (eagerly, in a
+``tf.function`` and in ``tf.data``). An add writes its rows before the counter moves, after
+the batch was checked against the data_spec, so a rejected add changes nothing and no
+reader takes a half-written step for a stored one. Sampling takes no lock, so parallel
+``tf.data`` calls sample in parallel: it reads the counter again after its gathers and
+draws again when the add that may have run meanwhile could have overwritten what it read. Eager calls run precompiled graphs, so an eager call costs one function
 call, not one op dispatch per leaf.
 """
 
@@ -99,6 +101,8 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
                 for i, s in enumerate(self._flat.leaves)
             ]
             self._steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
+            # steps whose write has started: ahead of _steps only while an add is writing
+            self._started = tf.Variable(0, dtype=tf.int64, trainable=False, name="started")
             self._rng = (
                 tf.random.Generator.from_non_deterministic_state()
                 if seed is None
@@ -157,8 +161,10 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         def write() -> tf.Tensor:
             step = self._steps.read_value()
             slots = (step % self._max_length) * self._batch_size + tf.range(self._batch_size, dtype=tf.int64)
-            # scatter writes in place; a strided-slice assign would copy the whole variable
-            writes = [var.scatter_update(tf.IndexedSlices(x, slots)) for var, x in zip(self._storage, leaves)]
+            start = self._started.assign(step + 1, read_value=False)
+            with tf.control_dependencies([start]):
+                # scatter writes in place; a strided-slice assign would copy the whole variable
+                writes = [var.scatter_update(tf.IndexedSlices(x, slots)) for var, x in zip(self._storage, leaves)]
             with tf.control_dependencies(writes):
                 bump = self._steps.assign_add(1, read_value=False)
             with tf.control_dependencies([bump]):
@@ -201,7 +207,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         shape = () if sample_batch_size is None else (sample_batch_size,)
         batch = self._batch_size
 
-        def sample() -> tuple[list, tf.Tensor, tf.Tensor]:
+        def attempt() -> tuple[tf.Tensor, list, tf.Tensor, tf.Tensor]:
             steps = self._steps.read_value()
             low = tf.maximum(steps - self._max_length, 0)
             high = steps - size + 1
@@ -219,11 +225,22 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             ids = first if num_steps is None else first[..., None] + tf.range(num_steps, dtype=tf.int64) * batch
             slots = ids % self._capacity
             leaves = [tf.gather(var, slots) for var in self._storage]
+            with tf.control_dependencies(leaves):
+                started = self._started.read_value()
+            # The adds that can have overlapped these reads wrote steps [steps, started) and
+            # so overwrote steps [steps - max_length, started - max_length): every window
+            # must start at or after the last of those (a clear meanwhile also retries).
+            intact = tf.logical_and(started >= steps, tf.reduce_min(first) // batch >= started - self._max_length)
             probability = 1.0 / tf.cast((high - low) * batch, tf.float32)
-            return leaves, ids, tf.fill(shape, probability)
+            return intact, leaves, ids, tf.fill(shape, probability)
 
         with tf.device(self._device), tf.name_scope("get_next"):
-            return self._lock.execute(sample)
+            # Readers take no lock (parallel tf.data calls run in parallel); a read that a
+            # concurrent add may have torn is drawn again.
+            _, leaves, ids, probabilities = tf.while_loop(
+                lambda intact, *_: tf.logical_not(intact), lambda *_: attempt(), attempt()
+            )
+            return leaves, ids, probabilities
 
     def _read_ids(self, ids: tf.Tensor) -> list[tf.Tensor]:
         """The leaves stored under ``ids`` (any shape), read under the lock."""
@@ -319,7 +336,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
 
     def _clear(self, clear_all_variables: bool) -> tf.Tensor:
         def clear() -> tf.Tensor:
-            resets = [self._steps.assign(0, read_value=False)]
+            resets = [self._steps.assign(0, read_value=False), self._started.assign(0, read_value=False)]
             if clear_all_variables:
                 resets += [var.assign(tf.zeros_like(var), read_value=False) for var in self._storage]
             with tf.control_dependencies(resets):
