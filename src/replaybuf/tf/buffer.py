@@ -206,21 +206,18 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         size = num_steps or 1
         shape = () if sample_batch_size is None else (sample_batch_size,)
         batch = self._batch_size
+        too_long = (
+            f"num_steps={size}: the streams hold fewer steps than a window needs; add more steps "
+            "or ask for shorter windows"
+        )
 
         def attempt() -> tuple[tf.Tensor, list, tf.Tensor, tf.Tensor]:
             steps = self._steps.read_value()
             low = tf.maximum(steps - self._max_length, 0)
             high = steps - size + 1
-            checks = [
-                tf.debugging.assert_positive(steps, message=EMPTY_MESSAGE),
-                tf.debugging.assert_greater(
-                    high,
-                    low,
-                    message=f"num_steps={size}: the streams hold fewer steps than a window needs; "
-                    "add more steps or ask for shorter windows",
-                ),
-            ]
-            with tf.control_dependencies(checks):
+            # one Assert for both conditions: its message is the empty-buffer one when nothing is stored
+            reason = tf.where(steps > 0, too_long, EMPTY_MESSAGE)
+            with tf.control_dependencies([tf.debugging.Assert(high > low, [reason])]):
                 first = self._rng.uniform(shape, low * batch, high * batch, dtype=tf.int64)
             ids = first if num_steps is None else first[..., None] + tf.range(num_steps, dtype=tf.int64) * batch
             slots = ids % self._capacity
