@@ -19,6 +19,9 @@ from torch.utils import cpp_extension
 
 
 def main() -> int:
+    if subprocess.call([sys.executable, "-c", "import torchrl._torchrl"], stderr=subprocess.DEVNULL) == 0:
+        print("torchrl._torchrl imports: nothing to build")  # the prebuilt one does not; ours does
+        return 0
     package = Path(importlib.util.find_spec("torchrl").origin).parent
     sources = [str(package / "csrc" / name) for name in ("pybind.cpp", "utils.cpp")]
     target = package / f"_torchrl{sysconfig.get_config_var('EXT_SUFFIX')}"
