@@ -60,25 +60,39 @@ class PlainVariables:
     def __init__(self, data_spec, batch_size, max_length):
         self.batch_size, self.capacity = batch_size, batch_size * max_length
         self.keys = sorted(data_spec)
-        self.vars = [tf.Variable(tf.zeros([self.capacity] + data_spec[k].shape.as_list(), data_spec[k].dtype))
-                     for k in self.keys]
+        self.vars = [
+            tf.Variable(
+                tf.zeros([self.capacity] + data_spec[k].shape.as_list(), data_spec[k].dtype)
+            )
+            for k in self.keys
+        ]
         self.steps = tf.Variable(0, dtype=tf.int64)
 
     def add_batch(self, items):
         start = (self.steps % (self.capacity // self.batch_size)) * self.batch_size
         slots = start + tf.range(self.batch_size, dtype=tf.int64)
-        for var, key in zip(self.vars, self.keys):
+        for var, key in zip(self.vars, self.keys, strict=True):
             var.scatter_update(tf.IndexedSlices(items[key], slots))
         self.steps.assign_add(1)
 
     def as_dataset(self, sample_batch_size, num_steps, num_parallel_calls=None):
         def sample(_):
             high = tf.minimum(self.steps, self.capacity // self.batch_size) * self.batch_size
-            first = tf.random.uniform([sample_batch_size], 0, high - self.batch_size, dtype=tf.int64)
-            slots = (first[:, None] + tf.range(num_steps, dtype=tf.int64) * self.batch_size) % self.capacity
-            return {k: tf.gather(v, slots) for k, v in zip(self.keys, self.vars)}, slots
+            first = tf.random.uniform(
+                [sample_batch_size], 0, high - self.batch_size, dtype=tf.int64
+            )
+            slots = (
+                first[:, None] + tf.range(num_steps, dtype=tf.int64) * self.batch_size
+            ) % self.capacity
+            return {
+                k: tf.gather(v, slots) for k, v in zip(self.keys, self.vars, strict=True)
+            }, slots
 
-        return tf.data.Dataset.from_tensors(0).repeat().map(sample, num_parallel_calls=num_parallel_calls)
+        return (
+            tf.data.Dataset.from_tensors(0)
+            .repeat()
+            .map(sample, num_parallel_calls=num_parallel_calls)
+        )
 
 
 class Floor:
@@ -94,9 +108,15 @@ class Floor:
         return None
 
     def as_dataset(self, sample_batch_size, num_steps, num_parallel_calls=None):
-        shapes = {k: tf.zeros([sample_batch_size, num_steps] + s.shape.as_list(), s.dtype)
-                  for k, s in self.data_spec.items()}
-        return tf.data.Dataset.from_tensors(0).repeat().map(lambda _: shapes, num_parallel_calls=num_parallel_calls)
+        shapes = {
+            k: tf.zeros([sample_batch_size, num_steps] + s.shape.as_list(), s.dtype)
+            for k, s in self.data_spec.items()
+        }
+        return (
+            tf.data.Dataset.from_tensors(0)
+            .repeat()
+            .map(lambda _: shapes, num_parallel_calls=num_parallel_calls)
+        )
 
 
 def make(impl, data_spec, batch_size, max_length):
@@ -162,15 +182,21 @@ ROWS = {
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", action="append", choices=["replaybuf", "plain", "floor", "tf-agents"])
+    parser.add_argument(
+        "--impl", action="append", choices=["replaybuf", "plain", "floor", "tf-agents"]
+    )
     parser.add_argument("--quick", action="store_true", help="smaller buffers, shorter timing")
     parser.add_argument("--only", choices=["add", "dataset"], help="run one row")
     args = parser.parse_args(argv)
     impls = args.impl or ["replaybuf", "plain", "floor"]
-    size, seconds, reps = ((100_000, 20_000), 0.3, 5) if args.quick else ((1_000_000, 200_000), 0.5, 9)
+    size, seconds, reps = (
+        ((100_000, 20_000), 0.3, 5) if args.quick else ((1_000_000, 200_000), 0.5, 9)
+    )
     rows = {name: row for name, row in ROWS.items() if not args.only or name.startswith(args.only)}
-    print(f"TensorFlow {tf.__version__}, NumPy {np.__version__}, Python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs; median of {reps} interleaved rounds")
+    print(
+        f"TensorFlow {tf.__version__}, NumPy {np.__version__}, Python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} CPUs; median of {reps} interleaved rounds"
+    )
     print(f"{'implementation':<12}" + "".join(f"{name:>14}" for name in rows))
     results = {impl: {} for impl in impls}
     for name, (setup, per_call) in rows.items():
@@ -184,7 +210,9 @@ def main(argv=None):
         for impl in impls:
             results[impl][name] = statistics.median(samples[impl])
     for impl in impls:
-        print(f"{impl:<12}" + "".join(f"{results[impl][name]:>14,.0f}" for name in rows), flush=True)
+        print(
+            f"{impl:<12}" + "".join(f"{results[impl][name]:>14,.0f}" for name in rows), flush=True
+        )
 
 
 if __name__ == "__main__":

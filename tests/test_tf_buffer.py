@@ -42,9 +42,25 @@ def test_add_and_sample_inside_tf_function_with_a_while_loop_driver():
     def collect_and_sample(num_steps):
         for t in tf.range(num_steps, dtype=tf.int64):  # autograph: a tf.while_loop
             ids = t * 3 + tf.range(3, dtype=tf.int64)
-            position = tf.stack([tf.cast(ids, tf.float32), tf.cast(ids, tf.float32) + 0.5, -tf.cast(ids, tf.float32)], -1)
-            camera = tf.cast((ids[:, None, None] + tf.reshape(tf.range(4, dtype=tf.int64), (2, 2))) % 251, tf.uint8)
-            buffer.add_batch({"id": ids, "observation": {"position": position, "camera": camera}, "flag": ids % 2 == 0})
+            position = tf.stack(
+                [
+                    tf.cast(ids, tf.float32),
+                    tf.cast(ids, tf.float32) + 0.5,
+                    -tf.cast(ids, tf.float32),
+                ],
+                -1,
+            )
+            camera = tf.cast(
+                (ids[:, None, None] + tf.reshape(tf.range(4, dtype=tf.int64), (2, 2))) % 251,
+                tf.uint8,
+            )
+            buffer.add_batch(
+                {
+                    "id": ids,
+                    "observation": {"position": position, "camera": camera},
+                    "flag": ids % 2 == 0,
+                }
+            )
         return buffer.get_next(6, 2), buffer.get_next(4, 2, time_stacked=False), buffer.num_frames()
 
     (items, info), (steps, info_unstacked), frames = collect_and_sample(tf.constant(7, tf.int64))
@@ -73,7 +89,10 @@ def test_numpy_and_tf_batches_of_the_same_items_store_the_same_bytes():
 def test_data_spec_of_tf_tensor_specs_as_tf_agents_users_write_it():
     spec = (tf.TensorSpec([3], tf.float32, "action"), (tf.TensorSpec([5], tf.int32, "lidar"),))
     buffer = TFUniformReplayBuffer(spec, batch_size=2, max_length=3)
-    assert buffer.data_spec == (replaybuf.ArraySpec((3,), np.float32, "action"), (replaybuf.ArraySpec((5,), np.int32, "lidar"),))
+    assert buffer.data_spec == (
+        replaybuf.ArraySpec((3,), np.float32, "action"),
+        (replaybuf.ArraySpec((5,), np.int32, "lidar"),),
+    )
     assert [v.shape for v in buffer.variables if v.shape.rank > 1] == [(6, 3), (6, 5)]
     assert all("CPU" in v.device for v in buffer.variables)
 
@@ -89,7 +108,9 @@ def test_checkpoint_round_trip_restores_contents_and_counters(tmp_path):
     assert int(restored.num_frames()) == 8
     tf.nest.map_structure(np.testing.assert_array_equal, numpy_nest(restored.gather_all()), before)
     restored.add_batch(step_batch(6, 2))  # continues where the saved buffer stopped
-    assert_items_match_ids(numpy_nest(restored.gather_all()), np.arange(3, 7)[None, :] * 2 + np.arange(2)[:, None])
+    assert_items_match_ids(
+        numpy_nest(restored.gather_all()), np.arange(3, 7)[None, :] * 2 + np.arange(2)[:, None]
+    )
 
 
 def _pass_ids(dataset):
@@ -98,22 +119,34 @@ def _pass_ids(dataset):
 
 @pytest.mark.parametrize(
     "batch_size, shift, drop, sample_batch_size, num_steps",
-    [(3, None, False, None, None), (3, None, False, 2, 3), (3, 1, True, 2, 3), (2, 2, False, None, 3), (3, None, True, 2, None)],
+    [
+        (3, None, False, None, None),
+        (3, None, False, 2, 3),
+        (3, 1, True, 2, 3),
+        (2, 2, False, None, 3),
+        (3, None, True, 2, None),
+    ],
 )
-def test_deterministic_pass_after_wraparound_matches_the_core_plan(batch_size, shift, drop, sample_batch_size, num_steps):
-    buffer = make(batch_size=batch_size, max_length=5, dataset_window_shift=shift, dataset_drop_remainder=drop)
+def test_deterministic_pass_after_wraparound_matches_the_core_plan(
+    batch_size, shift, drop, sample_batch_size, num_steps
+):
+    buffer = make(
+        batch_size=batch_size, max_length=5, dataset_window_shift=shift, dataset_drop_remainder=drop
+    )
     fill(buffer, 12)  # wrapped twice: streams must stay apart
     ring = StreamRing(batch_size, 5)
     ring.steps = 12
     expected = plan_deterministic_pass(ring, sample_batch_size, num_steps, shift, drop)
     got = []
-    for items, info in buffer.as_dataset(sample_batch_size, num_steps, single_deterministic_pass=True):
+    for items, info in buffer.as_dataset(
+        sample_batch_size, num_steps, single_deterministic_pass=True
+    ):
         ids = info.ids.numpy()
         assert_items_match_ids(numpy_nest(items), ids)
         assert info.probabilities == ()
         got.append(ids)
     assert len(got) == len(expected)
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         np.testing.assert_array_equal(g, e)
 
 
@@ -220,12 +253,17 @@ def test_graph_add_with_a_wrong_static_shape_names_the_field_and_writes_nothing(
     def add_with_autograph(**changes):
         add_with(autograph=True, **changes)
 
-    with pytest.raises(replaybuf.SpecMismatchError, match=r"observation/camera: expected shape \(2, 2, 2\) uint8"):
+    with pytest.raises(
+        replaybuf.SpecMismatchError, match=r"observation/camera: expected shape \(2, 2, 2\) uint8"
+    ):
         add_with(camera=tf.zeros((2, 2, 3), tf.uint8))
     # autograph re-raises exceptions of user-defined types as StagingError, message kept
     with pytest.raises(Exception, match=r"observation/camera: expected shape \(2, 2, 2\) uint8"):
         add_with_autograph(camera=tf.zeros((2, 2, 3), tf.uint8))
-    with pytest.raises(replaybuf.SpecMismatchError, match="observation/position: expected dtype float32, got float64"):
+    with pytest.raises(
+        replaybuf.SpecMismatchError,
+        match="observation/position: expected dtype float32, got float64",
+    ):
         add_with(position=tf.zeros((2, 3), tf.float64))
     with pytest.raises(replaybuf.SpecMismatchError, match="leading dimension"):
         add_with(camera=tf.zeros((2, 2), tf.uint8))
@@ -238,7 +276,9 @@ def test_graph_add_with_a_wrong_static_shape_names_the_field_and_writes_nothing(
 def test_graph_add_safe_casts_and_checks_unknown_dims_when_run():
     buffer = make(batch_size=2)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, 2, 2], tf.uint8), tf.TensorSpec([None], tf.int32)])
+    @tf.function(
+        input_signature=[tf.TensorSpec([None, 2, 2], tf.uint8), tf.TensorSpec([None], tf.int32)]
+    )
     def add(camera, ids):
         batch = tf_batch(0, 2)
         batch["observation"]["camera"] = camera
@@ -258,7 +298,9 @@ def test_eager_tensor_batches_are_validated_like_numpy():
     bad["observation"]["position"] = tf.zeros((2, 3), tf.float64)
     with pytest.raises(replaybuf.SpecMismatchError, match="observation/position"):
         buffer.add_batch(bad)
-    with pytest.raises(replaybuf.SpecMismatchError, match=r"flag: expected shape .*got \(3,\) bool"):
+    with pytest.raises(
+        replaybuf.SpecMismatchError, match=r"flag: expected shape .*got \(3,\) bool"
+    ):
         buffer.add_batch(tf_batch(0, 3))
     assert int(buffer.num_frames()) == 0
 
@@ -266,7 +308,9 @@ def test_eager_tensor_batches_are_validated_like_numpy():
 @pytest.mark.parametrize("drop", [False, True])
 def test_deterministic_pass_arguments_that_would_drop_everything(drop):
     buffer = make(batch_size=2, max_length=5, dataset_drop_remainder=drop)
-    with pytest.raises(replaybuf.ArgumentError, match=r"sample_batch_size \(3\) > batch_size \(2\)"):
+    with pytest.raises(
+        replaybuf.ArgumentError, match=r"sample_batch_size \(3\) > batch_size \(2\)"
+    ):
         buffer.as_dataset(3, single_deterministic_pass=True)
     with pytest.raises(ValueError, match=r"num_steps \(6\) > max_length \(5\)"):
         buffer.as_dataset(num_steps=6, single_deterministic_pass=True)
@@ -312,7 +356,13 @@ def test_read_arguments_are_checked(call, match):
 
 def test_properties_and_seeded_sampling():
     a, b = make(batch_size=2, max_length=5), make(batch_size=2, max_length=5)
-    assert (a.capacity, a.batch_size, a.max_length, a.device, a.stateful_dataset) == (10, 2, 5, "cpu:*", False)
+    assert (a.capacity, a.batch_size, a.max_length, a.device, a.stateful_dataset) == (
+        10,
+        2,
+        5,
+        "cpu:*",
+        False,
+    )
     fill(a, 4)
     fill(b, 4)
     np.testing.assert_array_equal(a.get_next(16)[1].ids.numpy(), b.get_next(16)[1].ids.numpy())

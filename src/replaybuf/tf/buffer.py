@@ -10,9 +10,10 @@ Adds, gathers and clears run inside one ``tf.CriticalSection`` (eagerly, in a
 ``tf.function`` and in ``tf.data``). An add writes its rows before the counter moves, after
 the batch was checked against the data_spec, so a rejected add changes nothing and no
 reader takes a half-written step for a stored one. Sampling takes no lock, so parallel
-``tf.data`` calls sample in parallel: it reads the counter again after its gathers and
-draws again when the add that may have run meanwhile could have overwritten what it read. Eager calls run precompiled graphs, so an eager call costs one function
-call, not one op dispatch per leaf.
+``tf.data`` calls sample in parallel: a sample reads the mark of the step being written
+after its gathers and draws again when an add may have overwritten what it read. Eager
+calls run precompiled graphs, so an eager call costs one function call, not one op
+dispatch per leaf.
 """
 
 from __future__ import annotations
@@ -97,7 +98,11 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         self._stateful_dataset = bool(stateful_dataset)
         with tf.device(device), self.name_scope:
             self._storage = [
-                tf.Variable(tf.zeros((self._capacity,) + s.shape, s.dtype), trainable=False, name=f"leaf_{i}")
+                tf.Variable(
+                    tf.zeros((self._capacity,) + s.shape, s.dtype),
+                    trainable=False,
+                    name=f"leaf_{i}",
+                )
                 for i, s in enumerate(self._flat.leaves)
             ]
             self._steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
@@ -110,7 +115,9 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             )
             self._lock = tf.CriticalSection(name="lock")
         self._compiled = _Compiled()
-        signature = [tf.TensorSpec((self._batch_size,) + s.shape, s.dtype) for s in self._flat.leaves]
+        signature = [
+            tf.TensorSpec((self._batch_size,) + s.shape, s.dtype) for s in self._flat.leaves
+        ]
         self._compiled.functions["add"] = tf.function(self._write, input_signature=[signature])
 
     # -- properties ---------------------------------------------------------------------------
@@ -160,11 +167,16 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
     def _write(self, leaves: list[Any]) -> tf.Tensor:
         def write() -> tf.Tensor:
             step = self._steps.read_value()
-            slots = (step % self._max_length) * self._batch_size + tf.range(self._batch_size, dtype=tf.int64)
+            slots = (step % self._max_length) * self._batch_size + tf.range(
+                self._batch_size, dtype=tf.int64
+            )
             start = self._started.assign(step + 1, read_value=False)
             with tf.control_dependencies([start]):
                 # scatter writes in place; a strided-slice assign would copy the whole variable
-                writes = [var.scatter_update(tf.IndexedSlices(x, slots)) for var, x in zip(self._storage, leaves)]
+                writes = [
+                    var.scatter_update(tf.IndexedSlices(x, slots))
+                    for var, x in zip(self._storage, leaves, strict=True)
+                ]
             with tf.control_dependencies(writes):
                 bump = self._steps.assign_add(1, read_value=False)
             with tf.control_dependencies([bump]):
@@ -176,7 +188,10 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
     # -- reading ----------------------------------------------------------------------------
     @tf.autograph.experimental.do_not_convert
     def get_next(
-        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        time_stacked: bool = True,
     ) -> tuple[Any, BufferInfo]:
         """Sample uniformly: a step over the valid window starts, and a stream.
 
@@ -197,12 +212,16 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         if not time_stacked and num_steps is not None:
             axis = 0 if sample_batch_size is None else 1
             per_leaf = [tf.unstack(leaf, num=num_steps, axis=axis) for leaf in leaves]
-            items = tuple(self._flat.unflatten([steps[t] for steps in per_leaf]) for t in range(num_steps))
+            items = tuple(
+                self._flat.unflatten([steps[t] for steps in per_leaf]) for t in range(num_steps)
+            )
         else:
             items = self._flat.unflatten(leaves)
         return items, BufferInfo(ids, probabilities)
 
-    def _sample(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[list, tf.Tensor, tf.Tensor]:
+    def _sample(
+        self, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[list, tf.Tensor, tf.Tensor]:
         size = num_steps or 1
         shape = () if sample_batch_size is None else (sample_batch_size,)
         batch = self._batch_size
@@ -215,11 +234,16 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             steps = self._steps.read_value()
             low = tf.maximum(steps - self._max_length, 0)
             high = steps - size + 1
-            # one Assert for both conditions: its message is the empty-buffer one when nothing is stored
+            # one Assert for both conditions; its message is the empty-buffer one when
+            # nothing is stored
             reason = tf.where(steps > 0, too_long, EMPTY_MESSAGE)
             with tf.control_dependencies([tf.debugging.Assert(high > low, [reason])]):
                 first = self._rng.uniform(shape, low * batch, high * batch, dtype=tf.int64)
-            ids = first if num_steps is None else first[..., None] + tf.range(num_steps, dtype=tf.int64) * batch
+            ids = (
+                first
+                if num_steps is None
+                else first[..., None] + tf.range(num_steps, dtype=tf.int64) * batch
+            )
             slots = ids % self._capacity
             leaves = [tf.gather(var, slots) for var in self._storage]
             with tf.control_dependencies(leaves):
@@ -227,7 +251,9 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             # The adds that can have overlapped these reads wrote steps [steps, started) and
             # so overwrote steps [steps - max_length, started - max_length): every window
             # must start at or after the last of those (a clear meanwhile also retries).
-            intact = tf.logical_and(started >= steps, tf.reduce_min(first) // batch >= started - self._max_length)
+            intact = tf.logical_and(
+                started >= steps, tf.reduce_min(first) // batch >= started - self._max_length
+            )
             probability = 1.0 / tf.cast((high - low) * batch, tf.float32)
             return intact, leaves, ids, tf.fill(shape, probability)
 
@@ -304,7 +330,11 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             check_positive("num_parallel_calls", num_parallel_calls)
         if single_deterministic_pass:
             datasets.check_pass_arguments(
-                self._batch_size, self._max_length, sample_batch_size, num_steps, self._drop_remainder
+                self._batch_size,
+                self._max_length,
+                sample_batch_size,
+                num_steps,
+                self._drop_remainder,
             )
             plan = datasets.PassPlan(
                 self._batch_size,
@@ -318,7 +348,9 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
                 plan, self._steps.read_value, self._read_ids, self._flat.unflatten, EMPTY_MESSAGE
             )
         return datasets.random_dataset(
-            lambda: self._sample(sample_batch_size, num_steps), self._flat.unflatten, num_parallel_calls
+            lambda: self._sample(sample_batch_size, num_steps),
+            self._flat.unflatten,
+            num_parallel_calls,
         )
 
     # -- housekeeping ---------------------------------------------------------------------------
@@ -333,9 +365,14 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
 
     def _clear(self, clear_all_variables: bool) -> tf.Tensor:
         def clear() -> tf.Tensor:
-            resets = [self._steps.assign(0, read_value=False), self._started.assign(0, read_value=False)]
+            resets = [
+                self._steps.assign(0, read_value=False),
+                self._started.assign(0, read_value=False),
+            ]
             if clear_all_variables:
-                resets += [var.assign(tf.zeros_like(var), read_value=False) for var in self._storage]
+                resets += [
+                    var.assign(tf.zeros_like(var), read_value=False) for var in self._storage
+                ]
             with tf.control_dependencies(resets):
                 return tf.constant(0, tf.int64)
 
@@ -356,7 +393,9 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         key = (what,) + args
         function = self._compiled.functions.get(key)
         if function is None:
-            body = {"sample": self._sample, "gather_all": self._gather_all, "clear": self._clear}[what]
+            body = {"sample": self._sample, "gather_all": self._gather_all, "clear": self._clear}[
+                what
+            ]
             function = tf.function(lambda: body(*args), autograph=False)
             self._compiled.functions[key] = function
         try:

@@ -48,9 +48,9 @@ def _graph_leaf(flat: FlatSpec, index: int, value: Any, batch_size: int) -> tf.T
     shape = value.shape
     if shape.rank == len(spec.shape) and shape.is_compatible_with(spec.shape):
         raise SpecMismatchError(
-            f"{path}: expected a batch [{batch_size}] + {spec.describe()}, got one unbatched item of "
-            f"shape {tuple(shape.as_list())}; add_batch takes a batch: add a leading dimension "
-            f"(tf.expand_dims(x, 0)) to add a single item"
+            f"{path}: expected a batch [{batch_size}] + {spec.describe()}, got one unbatched "
+            f"item of shape {tuple(shape.as_list())}; add_batch takes a batch: add a leading "
+            f"dimension (tf.expand_dims(x, 0)) to add a single item"
         )
     if not shape.is_compatible_with(expected):
         got_shape = tuple(shape.as_list()) if shape.rank is not None else "unknown rank"

@@ -1,9 +1,9 @@
 """``tf.data`` pipelines over a buffer: endless random samples, or one ordered pass.
 
-Both are plain datasets built from a sampling or reading function, so they work eagerly,
-inside ``tf.function`` and under ``tf.distribute``, and keep static element shapes where
-the arguments fix them. The deterministic pass follows ``replaybuf.dataset.plan_deterministic_pass``:
-streams in groups of ``sample_batch_size``, each group in time order, cut into windows of
+Both are plain datasets built from a sampling or reading function, so they work eagerly
+and inside ``tf.function``, and keep static element shapes where the arguments fix them.
+The deterministic pass follows ``replaybuf.dataset.plan_deterministic_pass``: streams in
+groups of ``sample_batch_size``, each group in time order, cut into windows of
 ``num_steps`` that start every ``window_shift`` steps; the plan is computed from the step
 counter when an iterator reads its first element (TF-Agents' moment), as tensors.
 """
@@ -23,7 +23,9 @@ __all__ = ["PassPlan", "check_pass_arguments", "deterministic_pass", "random_dat
 
 
 def random_dataset(
-    sample: Callable[[], tuple[list, tf.Tensor, tf.Tensor]], unflatten: Callable, num_parallel_calls: int | None
+    sample: Callable[[], tuple[list, tf.Tensor, tf.Tensor]],
+    unflatten: Callable,
+    num_parallel_calls: int | None,
 ) -> tf.data.Dataset:
     """Call ``sample`` for every element; ``num_parallel_calls`` elements in flight."""
 
@@ -32,8 +34,14 @@ def random_dataset(
         return unflatten(leaves), BufferInfo(ids, probabilities)
 
     parallel = num_parallel_calls is not None
-    dataset = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat().map(
-        element, num_parallel_calls=num_parallel_calls, deterministic=None if not parallel else False
+    dataset = (
+        tf.data.Dataset.from_tensors(tf.constant(0, tf.int64))
+        .repeat()
+        .map(
+            element,
+            num_parallel_calls=num_parallel_calls,
+            deterministic=None if not parallel else False,
+        )
     )
     if parallel:
         return dataset
@@ -45,10 +53,16 @@ def random_dataset(
 
 
 def check_pass_arguments(
-    batch_size: int, max_length: int, sample_batch_size: int | None, num_steps: int | None, drop_remainder: bool
+    batch_size: int,
+    max_length: int,
+    sample_batch_size: int | None,
+    num_steps: int | None,
+    drop_remainder: bool,
 ) -> None:
     """TF-Agents' ValueErrors (as ArgumentError) for a pass that could yield nothing whole."""
-    dropped = " and dataset_drop_remainder is True: ALL data would be dropped" if drop_remainder else ""
+    dropped = (
+        " and dataset_drop_remainder is True: ALL data would be dropped" if drop_remainder else ""
+    )
     if sample_batch_size is not None and sample_batch_size > batch_size:
         raise ArgumentError(
             f"sample_batch_size ({sample_batch_size}) > batch_size ({batch_size}){dropped}; a "
@@ -94,20 +108,32 @@ class PassPlan:
     def num_windows(self, first: tf.Tensor, steps: tf.Tensor) -> tf.Tensor:
         span = steps - first
         if self.drop_remainder:
-            return tf.where(span >= self.size, (span - self.size) // self.shift + 1, tf.zeros_like(span))
+            return tf.where(
+                span >= self.size, (span - self.size) // self.shift + 1, tf.zeros_like(span)
+            )
         return (span + self.shift - 1) // self.shift
 
-    def element_ids(self, k: tf.Tensor, first: tf.Tensor, steps: tf.Tensor, windows: tf.Tensor) -> tf.Tensor:
-        """The ids of element ``k`` of the pass: stream group ``k // windows``, window ``k % windows``."""
+    def element_ids(
+        self, k: tf.Tensor, first: tf.Tensor, steps: tf.Tensor, windows: tf.Tensor
+    ) -> tf.Tensor:
+        """The ids of element ``k`` of the pass.
+
+        Element ``k`` is window ``k % windows`` of stream group ``k // windows``.
+        """
         group, window = k // windows, k % windows
         start = first + window * self.shift
-        step_ids = tf.range(start, tf.minimum(start + self.size, steps), dtype=tf.int64) * self.batch_size
+        step_ids = (
+            tf.range(start, tf.minimum(start + self.size, steps), dtype=tf.int64) * self.batch_size
+        )
         low = group * self.group
         streams = tf.range(low, tf.minimum(low + self.group, self.batch_size), dtype=tf.int64)
         ids = streams[:, None] + step_ids[None, :]
         whole_groups = self.drop_remainder or self.batch_size % self.group == 0
         ids.set_shape(
-            [self.group if whole_groups else None, self.size if self.drop_remainder or self.size == 1 else None]
+            [
+                self.group if whole_groups else None,
+                self.size if self.drop_remainder or self.size == 1 else None,
+            ]
         )
         if self.num_steps is None:
             ids = ids[:, 0]
@@ -131,7 +157,9 @@ def deterministic_pass(
             first = tf.maximum(steps - plan.max_length, 0)
         windows = plan.num_windows(first, steps)
         total = plan.num_groups * windows
-        return tf.data.Dataset.range(total).map(lambda k: plan.element_ids(k, first, steps, windows))
+        return tf.data.Dataset.range(total).map(
+            lambda k: plan.element_ids(k, first, steps, windows)
+        )
 
     def element(ids: tf.Tensor) -> tuple[Any, BufferInfo]:
         return unflatten(read(ids)), BufferInfo(ids, ())
