@@ -241,9 +241,9 @@ def test_unbatched_item_error_says_what_to_do():
 def test_concurrent_adds_and_samples_never_tear(case):
     backend, batch_size = case
     buffer = build(backend, batch_size, max_length=16)
-    fill(buffer, batch_size, 1)
+    fill(buffer, batch_size, 2)  # readers ask for 2-step windows from the start
     errors: list[BaseException] = []
-    next_step = iter(range(1, 10_000))
+    next_step = iter(range(2, 10_000))
     step_lock = threading.Lock()
 
     def writer() -> None:
