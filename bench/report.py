@@ -199,19 +199,21 @@ def plot(records: list[dict], path: Path) -> None:
         labels.append(row.title)
         vs_peer.append(ratio(row, ours, best[1] if best else None) or 0)
         vs_ref.append(ratio(row, ours, figures[row.key].get(row.reference)) or 0)
-        targets.append(row.target_ratio if row.target_vs else None)
+        # the tick sits on the bar the target is about: the reference bar, or the peer bar
+        targets.append((row.target_ratio, 0.2 if row.target_vs == "reference" else -0.2) if row.target_vs else None)
     fig, ax = plt.subplots(figsize=(9, 0.55 * len(labels) + 1.5))
     ys = range(len(labels))
     ax.barh([y - 0.2 for y in ys], vs_peer, height=0.4, label="vs best peer")
     ax.barh([y + 0.2 for y in ys], vs_ref, height=0.4, label="vs NumPy reference")
     for y, target in zip(ys, targets):
         if target:
-            ax.plot([target, target], [y - 0.45, y + 0.45], color="black", linewidth=2)
+            ax.plot([target[0]] * 2, [y + target[1] - 0.25, y + target[1] + 0.25], color="black", linewidth=2)
     ax.axvline(1.0, color="grey", linestyle=":")
     ax.set_yticks(list(ys), labels)
     ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set_xlabel("replaybuf ratio (log scale; >1 is better; black tick: target)")
+    ax.set_xlabel("replaybuf ratio (log scale; >1 is better; black tick: the target of that bar;\n"
+                  "W4's is against flashbax, the TF rows' against TF-Agents)")
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
