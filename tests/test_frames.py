@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 import replaybuf
 from replaybuf.errors import ArgumentError, CheckpointError, SpecMismatchError
-from replaybuf.frames import FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer
+from replaybuf.frames import FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer, stacked_leaves
+from replaybuf.frames_storage import FrameStorage
+from replaybuf.nest import FlatSpec
 from replaybuf.prioritized import PrioritizedReplayBuffer
 
 FRAME = (3, 2)
@@ -70,14 +72,25 @@ def assert_same(a, b) -> None:
     np.testing.assert_array_equal(info_a.probabilities, info_b.probabilities)
 
 
+def use_path(buffer, compiled: bool):
+    """Read and split frames with numba's kernels (skipped when numba is missing) or NumPy."""
+    if compiled:
+        pytest.importorskip("numba")
+        assert buffer._storage.kernels is not None
+    else:
+        buffer._storage.kernels = None
+    return buffer
+
+
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("batch", [1, 2])
-@pytest.mark.parametrize("axis", [0, -1])
+@pytest.mark.parametrize("axis", [0, 1, -1])
 @pytest.mark.parametrize("next_obs", [True, False])
-def test_samples_equal_a_plain_buffer_storing_full_stacks(batch, axis, next_obs):
+def test_samples_equal_a_plain_buffer_storing_full_stacks(batch, axis, next_obs, compiled):
     k, max_length = 4, 7
     data_spec = spec(k, axis, next_obs)
     plain = replaybuf.UniformReplayBuffer(data_spec, batch, max_length, seed=3)
-    frames = FrameStackReplayBuffer(data_spec, batch, max_length, seed=3, stack_axis=axis)
+    frames = use_path(FrameStackReplayBuffer(data_spec, batch, max_length, seed=3, stack_axis=axis), compiled)
     rng = np.random.default_rng(batch * 10 + axis)
     for step, item in enumerate(episodes(rng, batch, 60, k, axis, next_obs, levels=3)):  # 8 wraps
         plain.add_batch(item)
@@ -110,6 +123,46 @@ def test_every_stored_item_reads_back_as_added(seed, batch, max_length, k, steps
     gathered = frames.gather_all()
     for key, value in plain.gather_all().items():
         np.testing.assert_array_equal(value, gathered[key])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    k=st.integers(1, 5),
+    frame=st.sampled_from([(3, 2), (5,), (2, 1, 3)]),
+    dtype=st.sampled_from([np.uint8, np.float32, np.bool_]),
+    axis=st.integers(-4, 3),
+    two=st.booleans(),
+    n=st.integers(1, 9),
+)
+def test_compiled_kernels_equal_numpy(seed, k, frame, dtype, axis, two, n):
+    """Reads (interleave, the fused next observation) and splits on add: same bytes both ways."""
+    pytest.importorskip("numba")
+    shape = list(frame)
+    axis = axis % (len(frame) + 1)
+    shape.insert(axis, k)
+    leaf = replaybuf.ArraySpec(tuple(shape), dtype)
+    data_spec = {"observation": leaf, **({"next_observation": leaf} if two else {})}
+    flat = FlatSpec(data_spec)
+    storage = FrameStorage(flat.leaves, stacked_leaves(flat, None, axis), 1, 4)
+    assert storage.kernels is not None
+    rng = np.random.default_rng(seed)
+    storage.frames[:] = rng.integers(0, 256, storage.frames.shape).astype(dtype)
+    storage.frames[-1] = 0
+    pointers = [rng.integers(-1, 3 * storage.pool_size, (n, k)) for _ in storage.stacked]
+    if two and rng.random() < 0.7:  # mostly next observations that share k - 1 frames
+        shares = rng.random(n) < 0.8
+        pointers[1][shares, :-1] = pointers[0][shares, 1:]
+    compiled = storage._gather_compiled(pointers)
+    expected = storage._gather_numpy(pointers)
+    for got, want in zip(compiled, expected):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    stacks = rng.integers(0, 256, (n, *shape)).astype(dtype)
+    layout = storage._layout[0]
+    split = storage._split(storage.stacked[0], layout, stacks)
+    storage.kernels = None
+    np.testing.assert_array_equal(split, storage._split(storage.stacked[0], layout, stacks))
 
 
 def test_episode_windows_and_prioritized_sampling_equal_the_plain_buffers():

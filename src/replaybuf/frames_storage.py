@@ -18,12 +18,20 @@ never decrease along a stream, so the oldest stored items' floors protect every 
 still referenced. An add that would overwrite a protected frame grows the pool first
 (doubling, a copy of the live frames), which only happens when episodes are much shorter
 than expected; RSS follows the frames written (the pool is calloc'ed).
+
+A stack along an inner axis (``[84, 84, 4]``) interleaves its frames pixel by pixel. With
+numba installed (``replaybuf[fast]``) the interleave on read, its inverse on add and the
+next observation (the observation shifted by one frame, plus one) run as compiled loops
+(``replaybuf._frame_kernels``); without it, NumPy strided copies give the same bytes.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import prod
+from types import ModuleType
 
 import numpy as np
 
@@ -33,6 +41,22 @@ from replaybuf.storage import RecordStorage
 __all__ = ["FrameStorage", "StackedLeaf"]
 
 ZERO = -1  # the pointer of the all-zero frame
+
+_kernels: ModuleType | None | bool = False  # False: not looked up yet
+
+
+def compiled_kernels() -> ModuleType | None:
+    """replaybuf._frame_kernels when numba is importable, else None (looked up once)."""
+    global _kernels
+    if _kernels is False:
+        try:
+            from replaybuf import _frame_kernels
+
+            _frame_kernels.warm_up()
+            _kernels = _frame_kernels
+        except ImportError:
+            _kernels = None
+    return _kernels  # type: ignore[return-value]
 
 
 def _words(stack: np.ndarray) -> np.ndarray:
@@ -58,7 +82,14 @@ class FrameStorage:
     pool: every stacked leaf must share a frame shape and dtype).
     """
 
-    def __init__(self, leaves: Sequence[ArraySpec], stacked: Sequence[StackedLeaf], batch_size: int, max_length: int):
+    def __init__(
+        self,
+        leaves: Sequence[ArraySpec],
+        stacked: Sequence[StackedLeaf],
+        batch_size: int,
+        max_length: int,
+        compiled: bool | None = None,
+    ):
         self.leaves = list(leaves)
         self.stacked = list(stacked)
         self.batch_size, self.max_length = batch_size, max_length
@@ -79,6 +110,15 @@ class FrameStorage:
         # Steady state: one new frame per item; a quarter more for episode starts; then grow.
         self.pool_size = self.capacity + self.capacity // 4 + batch_size * (longest + 1) * len(self.stacked)
         self.frames = np.zeros((self.pool_size + 1, *first.frame_shape), self.frame_dtype)
+        self.kernels = compiled_kernels() if compiled is not False else None
+        itemsize = self.frame_dtype.itemsize
+        # Each stack as [pre, k, post] bytes: the frame bytes before and after the stack axis.
+        self._layout = [
+            (prod(s.frame_shape[: s.axis]), prod(s.frame_shape[s.axis :]) * itemsize) for s in self.stacked
+        ]
+        packs4 = [s.length == 4 and post == 1 and sys.byteorder == "little" for s, (_, post) in zip(self.stacked, self._layout)]
+        self._packs4 = packs4  # built as one uint32 word per pixel
+        self._pair = [i for i, ok in enumerate(packs4) if ok][:2]  # observation and next, in one pass
         self.clear()
 
     @property
@@ -101,8 +141,8 @@ class FrameStorage:
         """Write one step of every stream (``arrays[k]`` shaped ``[batch_size, ...]``) at ``start``."""
         new_frames: list[np.ndarray] = []
         resolved: list[tuple[np.ndarray, np.ndarray]] = []  # (stack [B, k, *frame], pointers [B, k])
-        for leaf in self.stacked:
-            stack = np.ascontiguousarray(np.moveaxis(arrays[leaf.index], 1 + leaf.axis, 1))
+        for leaf, layout in zip(self.stacked, self._layout):
+            stack = self._split(leaf, layout, arrays[leaf.index])
             pointers = self._match(_words(stack), stack, resolved, new_frames)
             resolved.append((_words(stack), pointers))
         pointers = [p for _, p in resolved]
@@ -114,6 +154,18 @@ class FrameStorage:
         if new_frames:
             self._append(start, new_frames)
         self._previous = [(words.copy(), p) for words, p in resolved]
+
+    def _split(self, leaf: StackedLeaf, layout: tuple[int, int], array: np.ndarray) -> np.ndarray:
+        """A stacked leaf ``[B, *leaf shape]`` as contiguous frames ``[B, k, *frame]``."""
+        batch, pre = array.shape[0], layout[0]
+        if pre == 1:  # the stack axis leads: the frames are already contiguous
+            return np.ascontiguousarray(array).reshape(batch, leaf.length, *leaf.frame_shape)
+        if self.kernels is None:
+            return np.ascontiguousarray(np.moveaxis(array, 1 + leaf.axis, 1))
+        frames = np.empty((batch, leaf.length, *leaf.frame_shape), self.frame_dtype)
+        raw = np.ascontiguousarray(array).reshape(batch, -1).view(np.uint8)
+        self.kernels.deinterleave(raw, pre, layout[1], frames.reshape(batch, leaf.length, -1).view(np.uint8))
+        return frames
 
     def _match(
         self,
@@ -183,15 +235,47 @@ class FrameStorage:
         out: list = [None] * len(self.leaves)
         for i, name in zip(self._small, self._small_names):
             out[i] = rows[name]
-        for leaf, name in zip(self.stacked, self._pointer_names):
-            pointers = rows[name]
-            frames = self.frames.take(np.where(pointers < 0, self.pool_size, pointers % self.pool_size), axis=0)
-            if leaf.axis != 0:  # interleave: one strided copy per stack position beats one transpose
-                stacked = np.empty(slots.shape + self.leaves[leaf.index].shape, self.frame_dtype)
-                view = np.moveaxis(stacked, slots.ndim + leaf.axis, slots.ndim)
+        pointers = [
+            np.ascontiguousarray(rows[name]).reshape(-1, leaf.length)
+            for leaf, name in zip(self.stacked, self._pointer_names)
+        ]
+        stacks = self._gather_compiled(pointers) if self.kernels is not None else self._gather_numpy(pointers)
+        for leaf, stack in zip(self.stacked, stacks):
+            out[leaf.index] = stack.reshape(slots.shape + self.leaves[leaf.index].shape)
+        return out
+
+    def _rows(self, pointers: np.ndarray) -> np.ndarray:
+        return np.where(pointers < 0, self.pool_size, pointers % self.pool_size)
+
+    def _gather_numpy(self, pointers: list[np.ndarray]) -> list[np.ndarray]:
+        out = []
+        for leaf, layout, leaf_pointers in zip(self.stacked, self._layout, pointers):
+            frames = self.frames.take(self._rows(leaf_pointers), axis=0)  # [n, k, *frame]
+            if layout[0] > 1:  # interleave: one strided copy per stack position beats one transpose
+                stacked = np.empty((frames.shape[0], *self.leaves[leaf.index].shape), self.frame_dtype)
+                view = np.moveaxis(stacked, 1 + leaf.axis, 1)
                 for j in range(leaf.length):
-                    index = (Ellipsis, j) + (slice(None),) * len(leaf.frame_shape)
-                    view[index] = frames[index]
+                    view[:, j] = frames[:, j]
                 frames = stacked
-            out[leaf.index] = frames
+            out.append(frames)
+        return out
+
+    def _gather_compiled(self, pointers: list[np.ndarray]) -> list[np.ndarray]:
+        kernels, size = self.kernels, self.pool_size
+        n = pointers[0].shape[0]
+        out = [np.empty((n, *self.leaves[leaf.index].shape), self.frame_dtype) for leaf in self.stacked]
+        raw = self.frames.reshape(size + 1, -1).view(np.uint8)
+        words = [o.reshape(n, -1).view(np.uint8).view(np.uint32) if ok else None for o, ok in zip(out, self._packs4)]
+        if len(self._pair) == 2:
+            a, b = self._pair
+            kernels.interleave4_pair(raw, size, pointers[a], pointers[b], words[a], words[b])  # type: ignore[union-attr]
+        for i, (leaf, (pre, post)) in enumerate(zip(self.stacked, self._layout)):
+            if len(self._pair) == 2 and i in self._pair:
+                continue
+            if pre == 1:  # contiguous frames: NumPy's take is a row memcpy
+                np.take(self.frames, self._rows(pointers[i]), axis=0, out=out[i].reshape(n, leaf.length, *leaf.frame_shape))
+            elif words[i] is not None:
+                kernels.interleave4(raw, size, pointers[i], words[i])  # type: ignore[union-attr]
+            else:
+                kernels.gather(raw.reshape(size + 1, pre, post), size, pointers[i], out[i].reshape(n, -1).view(np.uint8))  # type: ignore[union-attr]
         return out

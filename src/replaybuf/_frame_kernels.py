@@ -1,0 +1,121 @@
+"""Compiled frame loops for ``replaybuf.frames_storage`` (used when numba is installed:
+``replaybuf[fast]``).
+
+Frames live in a pool ``[R, pre, post]`` of bytes (``R = pool_size + 1``: the last row is
+the zero frame); a stack of ``k`` frames along an axis is ``[pre, k, post]`` bytes
+(``pre``: the frame's bytes before the axis, ``post``: after it, times the item size).
+A pointer ``p`` names row ``p % pool_size``, or the zero row when ``p < 0``.
+
+``gather`` is the general case. Stacks on the last axis of 1-byte frames (``[84, 84, 4]``)
+interleave one byte of each frame per pixel, which NumPy does as slow strided copies;
+``interleave4`` builds each pixel's four bytes as one little-endian uint32 word instead, and
+``interleave4_pair`` also builds the next observation in the same pass when it shares
+three frames with the observation (its word is the observation's shifted by one byte,
+plus the new frame's byte).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["deinterleave", "gather", "interleave4", "interleave4_pair"]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row(pointer, pool_size):  # pragma: no cover - compiled
+    return pool_size if pointer < 0 else pointer % pool_size
+
+
+@njit(cache=True, nogil=True)
+def gather(frames, pool_size, pointers, out):  # pragma: no cover - compiled
+    """Frames ``[R, pre, post]``, pointers ``[n, k]``, ``out`` ``[n, pre * k * post]``: item i's
+    stack ``[pre, k, post]`` holds frame ``row(pointers[i, j])`` at position j."""
+    n, k = pointers.shape
+    pre, post = frames.shape[1], frames.shape[2]
+    for i in range(n):
+        dst = out[i]
+        for j in range(k):
+            src = frames[_row(pointers[i, j], pool_size)]
+            if post == 1:  # one byte per pixel: a plain strided loop (LLVM handles it well)
+                for p in range(pre):
+                    dst[p * k + j] = src[p, 0]
+            else:
+                for p in range(pre):
+                    start = (p * k + j) * post
+                    dst[start : start + post] = src[p]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pack4(out, a, b, c, d):  # pragma: no cover - compiled
+    for x in range(out.shape[0]):
+        out[x] = np.uint32(a[x]) | (np.uint32(b[x]) << 8) | (np.uint32(c[x]) << 16) | (np.uint32(d[x]) << 24)
+
+
+@njit(cache=True, nogil=True)
+def interleave4(frames, pool_size, pointers, out):  # pragma: no cover - compiled
+    """Frames ``[R, m]`` uint8, pointers ``[n, 4]``, ``out`` ``[n, m]`` uint32 (little endian)."""
+    for i in range(pointers.shape[0]):
+        _pack4(
+            out[i],
+            frames[_row(pointers[i, 0], pool_size)],
+            frames[_row(pointers[i, 1], pool_size)],
+            frames[_row(pointers[i, 2], pool_size)],
+            frames[_row(pointers[i, 3], pool_size)],
+        )
+
+
+@njit(cache=True, nogil=True)
+def interleave4_pair(frames, pool_size, first, second, out_first, out_second):  # pragma: no cover - compiled
+    """``interleave4`` of two leaves at once; where ``second[i, :3] == first[i, 1:]`` (a next
+    observation after its observation) the second stack is the first shifted by one frame."""
+    for i in range(first.shape[0]):
+        a = frames[_row(first[i, 0], pool_size)]
+        b = frames[_row(first[i, 1], pool_size)]
+        c = frames[_row(first[i, 2], pool_size)]
+        d = frames[_row(first[i, 3], pool_size)]
+        e = frames[_row(second[i, 3], pool_size)]
+        if second[i, 0] == first[i, 1] and second[i, 1] == first[i, 2] and second[i, 2] == first[i, 3]:
+            o, s = out_first[i], out_second[i]
+            _pack4(o, a, b, c, d)
+            for x in range(o.shape[0]):  # a second pass over words still in cache vectorises
+                s[x] = (o[x] >> 8) | (np.uint32(e[x]) << 24)
+        else:
+            _pack4(out_first[i], a, b, c, d)
+            _pack4(
+                out_second[i],
+                frames[_row(second[i, 0], pool_size)],
+                frames[_row(second[i, 1], pool_size)],
+                frames[_row(second[i, 2], pool_size)],
+                e,
+            )
+
+
+@njit(cache=True, nogil=True)
+def deinterleave(stacks, pre, post, out):  # pragma: no cover - compiled
+    """The inverse of ``gather``'s layout: stacks ``[n, pre * k * post]`` bytes to frames
+    ``out`` ``[n, k, pre * post]``."""
+    n, k = out.shape[0], out.shape[1]
+    for i in range(n):
+        src = stacks[i]
+        for j in range(k):
+            dst = out[i, j]
+            if post == 1:
+                for p in range(pre):
+                    dst[p] = src[p * k + j]
+            else:
+                for p in range(pre):
+                    start = (p * k + j) * post
+                    dst[p * post : (p + 1) * post] = src[start : start + post]
+
+
+def warm_up() -> None:
+    """Compile (or load from the cache) every kernel on tiny arrays."""
+    frames = np.zeros((3, 2, 1), np.uint8)
+    pointers = np.array([[0, -1, 1, 0]], np.int64)
+    gather(frames, 2, pointers, np.zeros((1, 8), np.uint8))
+    gather(frames.reshape(3, 1, 2), 2, pointers, np.zeros((1, 8), np.uint8))
+    interleave4(frames[:, :, 0], 2, pointers, np.zeros((1, 2), np.uint32))
+    interleave4_pair(frames[:, :, 0], 2, pointers, pointers, np.zeros((1, 2), np.uint32), np.zeros((1, 2), np.uint32))
+    deinterleave(np.zeros((1, 8), np.uint8), 2, 1, np.zeros((1, 4, 2), np.uint8))
+    deinterleave(np.zeros((1, 8), np.uint8), 1, 2, np.zeros((1, 4, 2), np.uint8))
