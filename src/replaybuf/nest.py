@@ -20,6 +20,7 @@ from replaybuf.specs import ArraySpec, as_data_spec
 __all__ = ["FlatSpec", "to_numpy"]
 
 _NDARRAY = np.ndarray
+_CACHED_SIGNATURES = 32  # batch sizes whose signature is kept (adds of varying n stay bounded)
 
 
 def _path_string(path: tuple[Any, ...], spec: ArraySpec) -> str:
@@ -77,18 +78,14 @@ class FlatSpec:
         SpecMismatchError before anything is written.
         """
         leaves = self.flatten(items)
-        if batch_size is not None:
-            signature = self._signatures.get(batch_size)
-            if signature is None:
-                signature = self._signatures[batch_size] = [
-                    (_NDARRAY, s.dtype, (batch_size,) + s.shape) for s in self.leaves
-                ]
-            # The common case, arrays that already match, costs one list comparison.
-            try:
-                if [(leaf.__class__, leaf.dtype, leaf.shape) for leaf in leaves] == signature:
-                    return leaves
-            except AttributeError:  # a Python number or list: the slow path converts it
-                pass
+        # The common case, arrays that already match, costs one list comparison against
+        # the cached (class, dtype, shape) signature of a batch of n.
+        try:
+            n = batch_size if batch_size is not None else leaves[0].shape[0]
+            if [(leaf.__class__, leaf.dtype, leaf.shape) for leaf in leaves] == self._signature(n):
+                return leaves
+        except (AttributeError, IndexError):  # a Python number or list, an empty spec: slow path
+            pass
         out = [
             leaf
             if leaf.__class__ is _NDARRAY and leaf.dtype == spec.dtype and leaf.shape[1:] == spec.shape
@@ -102,6 +99,16 @@ class FlatSpec:
                 detail = ", ".join(f"{p}: {a.shape[0]}" for p, a in zip(self.paths, out))
                 raise SpecMismatchError(f"items: every field needs the same batch size, got {detail}")
         return out
+
+    def _signature(self, n: int) -> list[tuple]:
+        """``(ndarray, dtype, shape)`` of each leaf of a batch of n; the latest sizes are cached."""
+        signature = self._signatures.get(n)
+        if signature is None:
+            signature = [(_NDARRAY, s.dtype, (n,) + s.shape) for s in self.leaves]
+            if len(self._signatures) >= _CACHED_SIGNATURES:
+                self._signatures.clear()
+            self._signatures[n] = signature
+        return signature
 
     def _coerce(self, index: int, value: Any, batch_size: int | None) -> np.ndarray:
         spec, path = self.leaves[index], self.paths[index]

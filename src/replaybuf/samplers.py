@@ -8,7 +8,22 @@ import numpy as np
 
 from replaybuf.ring import StreamRing
 
-__all__ = ["UniformSampler"]
+__all__ = ["UniformSampler", "uniform_integers"]
+
+_INT64 = np.dtype(np.int64)  # a dtype object: .view(np.int64) would resolve the type per call
+
+
+def uniform_integers(rng: np.random.Generator, low: int, high: int, size: int | None) -> np.ndarray:
+    """Integers drawn uniformly from ``[low, high)``: ``size`` of them, or one 0-d array.
+
+    Raw 64-bit draws reduced modulo the range: ~3x cheaper than ``rng.integers`` for a
+    batch (its per-call argument handling dominates at a few hundred draws), and the
+    modulo bias is below ``(high - low) / 2**64`` (under 1e-9 for ranges up to 2**34).
+    """
+    raw = rng.bit_generator.random_raw(size if size is not None else 1)
+    draws = (raw % np.uint64(high - low)).view(_INT64)
+    draws += low
+    return draws if size is not None else draws.reshape(())
 
 
 class UniformSampler:
@@ -24,7 +39,7 @@ class UniformSampler:
     ) -> tuple[np.ndarray, float]:
         low, high = ring.window_starts(num_steps or 1, what)
         batch = ring.batch_size
-        first_ids = rng.integers(low * batch, high * batch, size=size if size is not None else ())
+        first_ids = uniform_integers(rng, low * batch, high * batch, size)
         return first_ids, 1.0 / ((high - low) * batch)
 
     def draw(

@@ -25,6 +25,17 @@ def record_dtype(leaves: Sequence[ArraySpec]) -> np.dtype:
     return np.dtype([(f"f{i}", spec.dtype, spec.shape) for i, spec in enumerate(leaves)], align=True)
 
 
+_PACKED_MAX_BYTES = 64  # larger rows are copied efficiently element-wise already
+
+
+def _packed_view(records: np.ndarray, name: str) -> np.ndarray | None:
+    """Field ``name`` as one ``void`` element per record, for small multi-element fields."""
+    dtype, offset = records.dtype.fields[name][:2]
+    if dtype.shape == () or dtype.itemsize > _PACKED_MAX_BYTES:
+        return None
+    return records.getfield(np.dtype((np.void, dtype.itemsize)), offset)
+
+
 class RecordStorage:
     """``capacity`` records of ``record_dtype(leaves)``, read and written by slot."""
 
@@ -35,6 +46,10 @@ class RecordStorage:
         self.records = np.zeros(capacity, self.dtype) if records is None else records
         self._names = list(self.dtype.names or ())
         self.fields = [self.records[name] for name in self._names]
+        # Batched writes of a small multi-element field (e.g. obs float32[4]) go through a
+        # view of it as one opaque n-byte element per record: NumPy then copies one element
+        # per row instead of looping over the row's elements (~4x faster for 16 bytes).
+        self._packed = [_packed_view(self.records, name) for name in self._names]
 
     @property
     def nbytes(self) -> int:
@@ -44,17 +59,20 @@ class RecordStorage:
         """Write rows ``arrays[k][i]`` to slot ``(start + i) % capacity``; n <= capacity."""
         n = arrays[0].shape[0] if arrays else 0
         end = start + n
+        if n == 0:
+            return
         if n == 1:  # one item (batch_size 1): integer indexing is ~2x faster than a slice
             for field, array in zip(self.fields, arrays):
                 field[start] = array[0]
-        elif end <= self.capacity:
-            for field, array in zip(self.fields, arrays):
-                field[start:end] = array
         else:
-            split = self.capacity - start
-            for field, array in zip(self.fields, arrays):
-                field[start:] = array[:split]
-                field[: end - self.capacity] = array[split:]
+            split = min(end, self.capacity) - start
+            for field, packed, array in zip(self.fields, self._packed, arrays):
+                if packed is not None and array.flags.c_contiguous:
+                    rows = array if array.ndim == 2 else array.reshape(n, -1)
+                    field, array = packed, rows.view(packed.dtype).reshape(n)
+                field[start : start + split] = array[:split]
+                if split < n:
+                    field[: n - split] = array[split:]
 
     def read(self, slots: np.ndarray) -> list[np.ndarray]:
         """The leaves of the records at ``slots``, each shaped ``slots.shape + leaf.shape``."""

@@ -139,8 +139,7 @@ class UniformReplayBuffer(ReplayBuffer):
                 self._rng, self._ring, sample_batch_size, num_steps, self._name
             )
             leaves = self._storage.read(ids % self._ring.capacity)
-        shape = () if sample_batch_size is None else (sample_batch_size,)
-        probabilities = np.broadcast_to(np.asarray(probability, np.float32), shape).copy()
+        probabilities = _probabilities(probability, sample_batch_size)
         items = self._flat.unflatten(leaves)
         if not time_stacked and num_steps is not None:
             items = _unstack_time(self._flat, leaves, num_steps, batched=sample_batch_size is not None)
@@ -282,6 +281,16 @@ class UniformReplayBuffer(ReplayBuffer):
         with self._lock:
             leaves = self._storage.read(ids % self._ring.capacity)
         return self._flat.unflatten(leaves), BufferInfo(ids, ())
+
+
+def _probabilities(probability: Any, sample_batch_size: int | None) -> np.ndarray:
+    """float32 probabilities shaped like the sample: one per drawn item or window."""
+    shape = () if sample_batch_size is None else (sample_batch_size,)
+    if isinstance(probability, float):  # the uniform case: one value for all
+        out = np.empty(shape, np.float32)
+        out.fill(probability)
+        return out
+    return np.broadcast_to(np.asarray(probability, np.float32), shape).copy()
 
 
 def _unstack_time(flat: FlatSpec, leaves: list[np.ndarray], num_steps: int, batched: bool) -> tuple:
