@@ -84,8 +84,6 @@ def test_windows_are_consecutive_steps_of_one_stream_and_stay_valid(case):
 
 def test_uniform_probabilities(case):
     backend, batch_size = case
-    if not backend.uniform_probabilities:
-        pytest.skip(f"{backend.name} does not draw uniformly")
     buffer = build(backend, batch_size, max_length=8)
     fill(buffer, batch_size, 5)
     _, info = buffer.get_next(4, 2)

@@ -76,9 +76,8 @@ def machine_for(backend, batch_size: int):
             first = ids if num_steps is None else ids[:, 0]
             assert set(first.tolist()) <= starts
             assert_items_match_ids(as_numpy(items, backend.to_numpy), ids)
-            if backend.uniform_probabilities:
-                probabilities = np.asarray(backend.to_numpy(info.probabilities))
-                np.testing.assert_allclose(probabilities, 1.0 / len(starts), rtol=1e-6)
+            probabilities = np.asarray(backend.to_numpy(info.probabilities))
+            np.testing.assert_allclose(probabilities, 1.0 / len(starts), rtol=1e-6)
 
         @precondition(lambda self: any(self.model.streams))
         @rule()
