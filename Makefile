@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-tf215 demo bench bench-quick install clean
+.PHONY: test lint test-tf215 demo bench bench-quick install clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# make lint: ruff (configured in pyproject.toml) over the code, tests, benchmarks and examples.
+lint: $(STAMP)
+	$(PY) -m ruff check src tests bench examples
 
 # make test-tf215: the TensorFlow tests and the conformance suite on TensorFlow 2.15 (the
 # version TF-Agents pins) with NumPy 1.26, in their own venv (no torch; ~500 MB download).
