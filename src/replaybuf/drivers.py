@@ -124,6 +124,20 @@ class _Driver:
         """The number of parallel streams (sub-envs)."""
         return self._env.batch_size
 
+    def run(self) -> int:
+        """Step until the driver's target (steps or episodes) is reached; returns the count."""
+        done = 0
+        while done < self._target():
+            done += self._progress(self._step())
+        return done
+
+    def _progress(self, trajectory: Trajectory) -> int:
+        """What one step adds towards the target."""
+        raise NotImplementedError
+
+    def _target(self) -> int:
+        raise NotImplementedError
+
     def _step(self) -> Trajectory:
         """Act once in every stream, call the observers, and return the Trajectory."""
         if self._observation is None:
@@ -167,7 +181,7 @@ class StepDriver(_Driver):
 
     Boundary steps (an env resetting) do not count, as in TF-Agents' DynamicStepDriver;
     a vector env steps every sub-env together, so a run may overshoot to the next
-    multiple of num_envs.
+    multiple of num_envs. ``run()`` returns how many steps were taken.
 
     Raises:
         ArgumentError: num_steps is not a positive int, policy or an observer is not
@@ -187,16 +201,17 @@ class StepDriver(_Driver):
         super().__init__(env, policy, observers, seed)
         self.num_steps = int(num_steps)
 
-    def run(self) -> int:
-        """Step until num_steps non-boundary steps are taken; returns how many were."""
-        steps = 0
-        while steps < self.num_steps:
-            steps += int(np.count_nonzero(~self._step().is_boundary()))
-        return steps
+    def _progress(self, trajectory: Trajectory) -> int:
+        return int(np.count_nonzero(~trajectory.is_boundary()))
+
+    def _target(self) -> int:
+        return self.num_steps
 
 
 class EpisodeDriver(_Driver):
     """Runs until ``num_episodes`` episodes end per ``run()`` (summed over streams).
+
+    ``run()`` returns how many episodes ended.
 
     Raises:
         ArgumentError: num_episodes is not a positive int, policy or an observer is not
@@ -216,12 +231,11 @@ class EpisodeDriver(_Driver):
         super().__init__(env, policy, observers, seed)
         self.num_episodes = int(num_episodes)
 
-    def run(self) -> int:
-        """Step until num_episodes episodes have ended; returns how many did."""
-        episodes = 0
-        while episodes < self.num_episodes:
-            episodes += int(np.count_nonzero(self._step().is_last()))
-        return episodes
+    def _progress(self, trajectory: Trajectory) -> int:
+        return int(np.count_nonzero(trajectory.is_last()))
+
+    def _target(self) -> int:
+        return self.num_episodes
 
 
 class EpisodeReturns:
