@@ -7,12 +7,14 @@ before an episode's first step). Frames come from a pool of 4096 random 84x84 fr
 before the first RSS reading, so only the buffers' own memory is counted.
 
 Rows:
-  RSS/transition  (RSS after the adds - RSS before) / stored transitions, in KB (1000 B)
+  RSS/transition  RSS growth during the buffer's adds / stored transitions, in KB (1000 B)
   add             microseconds per add_batch of one transition
   sample B        MB/s of returned bytes (every leaf) of get_next(B), best of --reps rounds
-The plain buffer is UniformReplayBuffer storing both full stacks; both run in one process,
-the frame buffer first. Run:
-    .venv/bin/python bench/frames_micro.py [--layout hwc|chw] [--stored 50000] [--capacity 100000] [--reps 5]
+The plain buffer is UniformReplayBuffer storing both full stacks. Both buffers live in one
+process and take turns (each transition is added to both; sampling rounds alternate), and
+the last line gives the frame buffer's ratios to the plain one. Layouts run one after the
+other (the default, both: [4, 84, 84] then [84, 84, 4]). Run:
+    .venv/bin/python bench/frames_micro.py [--layout hwc|chw|both] [--stored 50000] [--capacity 100000] [--reps 5]
 """
 
 from __future__ import annotations
@@ -69,29 +71,57 @@ def transitions(count: int, axis: int, seed: int = 0):
         frames = following
 
 
-def fill(buffer, stored: int, axis: int) -> tuple[float, float]:
-    """(RSS KB per transition, add microseconds)."""
-    items = transitions(stored, axis)
-    before, elapsed = rss(), 0.0
-    for item in items:
-        start = time.perf_counter()
-        buffer.add_batch(item)
-        elapsed += time.perf_counter() - start
-    return (rss() - before) / stored / 1000, elapsed / stored * 1e6
+def fill(buffers: dict, stored: int, axis: int) -> dict:
+    """Add the same transitions to every buffer, interleaved; {name: (RSS KB per transition, add us)}."""
+    elapsed = dict.fromkeys(buffers, 0.0)
+    grown = dict.fromkeys(buffers, 0)
+    for item in transitions(stored, axis):
+        for name, buffer in buffers.items():
+            start_rss = rss()
+            start = time.perf_counter()
+            buffer.add_batch(item)
+            elapsed[name] += time.perf_counter() - start
+            grown[name] += rss() - start_rss
+    return {name: (grown[name] / stored / 1000, elapsed[name] / stored * 1e6) for name in buffers}
 
 
-def sample_rate(buffer, size: int, reps: int) -> float:
-    """Best MB/s of returned bytes over ``reps`` rounds of about 60 MB each."""
-    items, _ = buffer.get_next(size)
-    nbytes = sum(leaf.nbytes for leaf in items.values())
-    calls = max(4, int(60e6 // nbytes))
-    best = 0.0
+def sample_rates(buffers: dict, size: int, reps: int) -> dict:
+    """{name: best MB/s of returned bytes}: rounds of about 30 MB per buffer, the buffers
+    taking turns within each of ``reps`` repetitions (so load changes hit both alike)."""
+    best = dict.fromkeys(buffers, 0.0)
+    nbytes = {}
+    for name, buffer in buffers.items():
+        items, _ = buffer.get_next(size)
+        nbytes[name] = sum(leaf.nbytes for leaf in items.values())
+    calls = max(4, int(30e6 // max(nbytes.values())))
     for _ in range(reps):
-        start = time.perf_counter()
-        for _ in range(calls):
-            buffer.get_next(size)
-        best = max(best, calls * nbytes / (time.perf_counter() - start) / 1e6)
+        for name, buffer in buffers.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                buffer.get_next(size)
+            best[name] = max(best[name], calls * nbytes[name] / (time.perf_counter() - start) / 1e6)
     return best
+
+
+def run_layout(layout: str, args: argparse.Namespace) -> None:
+    axis = AXIS[layout]
+    buffers = {
+        "frames": FrameStackReplayBuffer(spec(axis), 1, args.capacity, seed=0, stack_axis=axis),
+        "plain": UniformReplayBuffer(spec(axis), 1, args.capacity, seed=0),
+    }
+    filled = fill(buffers, args.stored, axis)
+    rates = {size: sample_rates(buffers, size, args.reps) for size in (32, 256)}
+    print(f"\nW2 {layout} {list(buffers['plain'].data_spec['observation'].shape)}: obs + next_obs, "
+          f"capacity {args.capacity}, {args.stored} stored, numba kernels: {buffers['frames']._storage.kernels is not None}")
+    print(f"{'buffer':8} {'RSS KB/transition':>18} {'add us':>8} {'sample 32 MB/s':>15} {'sample 256 MB/s':>16}")
+    for name in buffers:
+        kb, add = filled[name]
+        print(f"{name:8} {kb:18.2f} {add:8.1f} {rates[32][name]:15.0f} {rates[256][name]:16.0f}")
+    f, p = filled["frames"], filled["plain"]
+    print(
+        f"frames/plain: sample 32 {rates[32]['frames'] / rates[32]['plain']:.0%}, "
+        f"sample 256 {rates[256]['frames'] / rates[256]['plain']:.0%}, add time {f[1] / p[1]:.2f}x"
+    )
 
 
 def main() -> None:
@@ -99,24 +129,10 @@ def main() -> None:
     parser.add_argument("--stored", type=int, default=50_000)
     parser.add_argument("--capacity", type=int, default=100_000)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--layout", choices=sorted(AXIS), default="hwc")
+    parser.add_argument("--layout", choices=[*sorted(AXIS), "both"], default="both")
     args = parser.parse_args()
-    axis = AXIS[args.layout]
-    buffers = {
-        "frames": FrameStackReplayBuffer(spec(axis), 1, args.capacity, seed=0, stack_axis=axis),
-        "plain": UniformReplayBuffer(spec(axis), 1, args.capacity, seed=0),
-    }
-    rows = {}
-    for name, buffer in buffers.items():
-        rows[name] = fill(buffer, args.stored, axis)
-    for name, buffer in buffers.items():
-        rows[name] += tuple(sample_rate(buffer, size, args.reps) for size in (32, 256))
-    print(f"W2 ({args.layout}): 4 stacked 84x84 uint8 frames, obs + next_obs, capacity {args.capacity}, {args.stored} stored")
-    print(f"{'buffer':8} {'RSS KB/transition':>18} {'add us':>8} {'sample 32 MB/s':>15} {'sample 256 MB/s':>16}")
-    for name, (kb, add, s32, s256) in rows.items():
-        print(f"{name:8} {kb:18.2f} {add:8.1f} {s32:15.0f} {s256:16.0f}")
-    f, p = rows["frames"], rows["plain"]
-    print(f"ratio frames/plain: sample 32 {f[2] / p[2]:.0%}, sample 256 {f[3] / p[3]:.0%}")
+    for layout in sorted(AXIS) if args.layout == "both" else [args.layout]:
+        run_layout(layout, args)
 
 
 if __name__ == "__main__":

@@ -272,8 +272,9 @@ class FrameStorage:
         for i, (leaf, (pre, post)) in enumerate(zip(self.stacked, self._layout)):
             if len(self._pair) == 2 and i in self._pair:
                 continue
-            if pre == 1:  # contiguous frames: NumPy's take is a row memcpy
-                np.take(self.frames, self._rows(pointers[i]), axis=0, out=out[i].reshape(n, leaf.length, *leaf.frame_shape))
+            if pre == 1:  # contiguous frames: a row memcpy (mode="clip": "raise" buffers out)
+                rows = self._rows(pointers[i])
+                np.take(self.frames, rows, axis=0, out=out[i].reshape(n, leaf.length, *leaf.frame_shape), mode="clip")
             elif words[i] is not None:
                 kernels.interleave4(raw, size, pointers[i], words[i])  # type: ignore[union-attr]
             else:
