@@ -12,6 +12,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -156,6 +157,15 @@ def time_rep(run: Callable[[int], object], n: int) -> float:
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def filled_with_rss(fill: Callable[[dict[str, np.ndarray]], Any], stored: int) -> tuple[Any, float]:
+    """``fill(image_pool())`` and the RSS it added per stored transition (the pool not counted)."""
+    before = rss_bytes()
+    pool = image_pool()
+    pool_bytes = rss_bytes() - before
+    buffer = fill(pool)
+    return buffer, (rss_bytes() - before - pool_bytes) / stored
 
 
 def rss_bytes() -> int:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from importlib.metadata import version as dist_version
 
 import numpy as np
-from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, chunks, image_pool, rss_bytes, single_rows, small_pool
-from libs import Missing, shared
-
 from cpprb import PrioritizedReplayBuffer, ReplayBuffer
+
+from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, chunks, filled_with_rss, single_rows, small_pool
+from libs import Missing, shared
 
 SMALL = {
     "obs": {"shape": OBS_SHAPE, "dtype": np.float32},
@@ -83,14 +83,10 @@ def sample(batch_size, images=False):
 
 
 def _images(sizes):
-    def build():
-        before = rss_bytes()
-        pool = image_pool()
-        pool_bytes = rss_bytes() - before
-        buffer = _fill(ReplayBuffer(sizes.image_capacity, IMAGES), pool, sizes.image_stored)
-        return buffer, (rss_bytes() - before - pool_bytes) / sizes.image_stored
+    def fill(pool):
+        return _fill(ReplayBuffer(sizes.image_capacity, IMAGES), pool, sizes.image_stored)
 
-    return shared("images", build)
+    return shared("images", lambda: filled_with_rss(fill, sizes.image_stored))
 
 
 def per(sizes):

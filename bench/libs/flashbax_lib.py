@@ -12,7 +12,8 @@ from importlib.metadata import version as dist_version
 import flashbax as fbx
 import jax
 import numpy as np
-from common import BATCH, WINDOW, image_pool, rss_bytes, single_rows, small_pool
+
+from common import BATCH, WINDOW, filled_with_rss, single_rows, small_pool
 from libs import NOTES, shared
 
 
@@ -104,15 +105,11 @@ def images(batch_size):
 
 
 def _images(sizes):
-    def build():
-        before = rss_bytes()
-        pool = image_pool()
-        pool_bytes = rss_bytes() - before
+    def fill(pool):
         buffer = fbx.make_flat_buffer(sizes.image_capacity, 2, BATCH, add_batch_size=BATCH)
-        state = _filled(buffer, pool, sizes.image_stored)
-        return state, (rss_bytes() - before - pool_bytes) / sizes.image_stored
+        return _filled(buffer, pool, sizes.image_stored)
 
-    return shared("images", build)
+    return shared("images", lambda: filled_with_rss(fill, sizes.image_stored))
 
 
 def windows(sizes):

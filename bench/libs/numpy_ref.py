@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 import numpy as np
-from common import BATCH, WINDOW, chunks, image_pool, rss_bytes, single_rows, small_pool
+
+from common import BATCH, WINDOW, chunks, filled_with_rss, single_rows, small_pool
 from libs import shared
 
 FIELDS = ("obs", "action", "reward", "done", "next_obs")
@@ -110,18 +111,14 @@ def windows(sizes):
 
 
 def _filled_images(sizes):
-    def build():
-        before = rss_bytes()
-        pool = image_pool()
-        pool_bytes = rss_bytes() - before
+    def fill(pool):
         store = {k: np.zeros((sizes.image_capacity, *v.shape[1:]), v.dtype) for k, v in pool.items()}
         for start, batch in chunks(pool, sizes.image_stored):
             for k, v in batch.items():
                 store[k][start : start + len(v)] = v
-        per_item = (rss_bytes() - before - pool_bytes) / sizes.image_stored
-        return store, per_item
+        return store
 
-    return shared("images", build)
+    return shared("images", lambda: filled_with_rss(fill, sizes.image_stored))
 
 
 def take(batch_size):

@@ -11,10 +11,11 @@ from importlib.metadata import version as dist_version
 
 import numpy as np
 import torch
-from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, chunks, image_pool, rss_bytes, single_rows, small_pool
 from gymnasium import spaces
-from libs import Missing, shared
 from stable_baselines3.common.buffers import ReplayBuffer
+
+from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, chunks, filled_with_rss, single_rows, small_pool
+from libs import Missing, shared
 
 torch.set_num_threads(1)
 SMALL_SPACE = spaces.Box(-np.inf, np.inf, OBS_SHAPE, np.float32)
@@ -85,15 +86,11 @@ def sample(batch_size, images=False):
 
 
 def _images(sizes):
-    def build():
-        before = rss_bytes()
-        pool = image_pool()
-        pool_bytes = rss_bytes() - before
-        buffer = _fill(_buffer(sizes.image_capacity, IMAGE_SPACE, BATCH, images=True), pool, sizes.image_stored,
-                       images=True)
-        return buffer, (rss_bytes() - before - pool_bytes) / sizes.image_stored
+    def fill(pool):
+        buffer = _buffer(sizes.image_capacity, IMAGE_SPACE, BATCH, images=True)
+        return _fill(buffer, pool, sizes.image_stored, images=True)
 
-    return shared("images", build)
+    return shared("images", lambda: filled_with_rss(fill, sizes.image_stored))
 
 
 def unsupported(what):

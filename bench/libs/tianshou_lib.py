@@ -10,9 +10,10 @@ from importlib.metadata import version as dist_version
 
 import numpy as np
 import torch
-from common import BATCH, WINDOW, image_pool, rss_bytes, single_rows, small_pool
-from libs import NOTES, shared
 from tianshou.data import Batch, PrioritizedReplayBuffer, ReplayBuffer, VectorReplayBuffer
+
+from common import BATCH, WINDOW, filled_with_rss, single_rows, small_pool
+from libs import NOTES, shared
 
 torch.set_num_threads(1)
 
@@ -97,15 +98,11 @@ def windows(sizes):
 
 
 def _images(sizes):
-    def build():
-        before = rss_bytes()
-        pool = image_pool()
-        pool_bytes = rss_bytes() - before
-        buffer = _fill_single(ReplayBuffer(sizes.image_capacity, ignore_obs_next=True), pool, sizes.image_stored,
-                              obs_next=False)
-        return buffer, (rss_bytes() - before - pool_bytes) / sizes.image_stored
+    def fill(pool):
+        buffer = ReplayBuffer(sizes.image_capacity, ignore_obs_next=True)
+        return _fill_single(buffer, pool, sizes.image_stored, obs_next=False)
 
-    return shared("images", build)
+    return shared("images", lambda: filled_with_rss(fill, sizes.image_stored))
 
 
 def per(sizes):

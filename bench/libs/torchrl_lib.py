@@ -12,8 +12,6 @@ from importlib.metadata import version as dist_version
 
 import numpy as np
 import torch
-from common import BATCH, WINDOW, chunks, image_pool, rss_bytes, single_rows, small_pool
-from libs import NOTES, shared
 from tensordict import TensorDict
 from torchrl.data import (
     LazyTensorStorage,
@@ -21,6 +19,9 @@ from torchrl.data import (
     TensorDictReplayBuffer,
 )
 from torchrl.data.replay_buffers.samplers import SliceSampler
+
+from common import BATCH, WINDOW, chunks, filled_with_rss, single_rows, small_pool
+from libs import NOTES, shared
 
 torch.set_num_threads(1)
 NAMES = ("obs", "action", "reward", "done", "next_obs")
@@ -104,15 +105,11 @@ def images(batch_size):
 
 
 def _images(sizes):
-    def build():
-        before = rss_bytes()
-        pool = image_pool()
-        pool_bytes = rss_bytes() - before
-        buffer = _fill(TensorDictReplayBuffer(storage=LazyTensorStorage(sizes.image_capacity)), pool,
-                       sizes.image_stored)
-        return buffer, (rss_bytes() - before - pool_bytes) / sizes.image_stored
+    def fill(pool):
+        buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(sizes.image_capacity))
+        return _fill(buffer, pool, sizes.image_stored)
 
-    return shared("images", build)
+    return shared("images", lambda: filled_with_rss(fill, sizes.image_stored))
 
 
 def per(sizes):
