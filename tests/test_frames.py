@@ -292,11 +292,114 @@ def test_errors():
         FrameStackReplayBuffer(data_spec, storage="memmap", path="unused")
     buffer = FrameStackReplayBuffer(data_spec, 2, 3)
     with pytest.raises(CheckpointError):
-        buffer.state_dict()
-    with pytest.raises(CheckpointError):
         buffer.load_state_dict({})
     good = next(episodes(np.random.default_rng(0), 2, 1, 4, 0, True, 3))
     bad = dict(good, next_observation=good["next_observation"][:, :3])
     with pytest.raises(SpecMismatchError, match="next_observation"):
         buffer.add_batch(bad)
     assert buffer.num_frames() == 0 and buffer._storage.counter == 0
+
+
+def filled_pair(cls, **kwargs):
+    """A frame buffer after 2.5 wraps of random episodes (padding: repeat, zeros, raw)."""
+    data_spec = spec(4, -1)
+    buffer = cls(data_spec, 2, 9, seed=7, stack_axis=-1, **kwargs)
+    items = list(episodes(np.random.default_rng(11), 2, 40, 4, -1, True, levels=5))
+    for item in items[:23]:
+        buffer.add_batch(item)
+    return buffer, items[23:]
+
+
+@pytest.mark.parametrize(
+    "cls, kwargs",
+    [
+        (FrameStackReplayBuffer, {}),
+        (FrameStackReplayBuffer, {"respect_episodes": True}),
+        (PrioritizedFrameStackReplayBuffer, {}),
+    ],
+)
+@pytest.mark.parametrize("through_files", [False, True])
+def test_checkpoint_round_trip_continues_exactly(cls, kwargs, through_files, tmp_path):
+    original, later = filled_pair(cls, **kwargs)
+    restored = cls(original.data_spec, 2, 9, seed=99, stack_axis=-1, **kwargs)
+    if through_files:
+        original.save(tmp_path / "ckpt")
+        restored.load(tmp_path / "ckpt")
+    else:
+        restored.load_state_dict(original.state_dict())
+    state = original.state_dict()
+    assert set(state["items"]) == {"0", "3"}  # action, step_type: the stacks are in state["frames"]
+    assert state["frames"]["pool"].shape[0] <= original._storage.counter
+    for a, b in [(original, restored)] * 3:
+        assert_same(a.get_next(6, 2), b.get_next(6, 2))
+    for item in later:  # adds after the restore store and read back the same
+        frames_before = restored._storage.counter
+        original.add_batch(item)
+        restored.add_batch(item)
+        steady = item["step_type"].all()  # no episode starts: at most one new frame per stream
+        assert not steady or restored._storage.counter - frames_before <= 2
+        sample = original.get_next(5)
+        assert_same(sample, restored.get_next(5))
+        if isinstance(original, PrioritizedReplayBuffer):
+            priorities = np.arange(1.0, 6.0)
+            original.update_priorities(sample[1].ids, priorities)
+            restored.update_priorities(sample[1].ids, priorities)
+    for key, value in original.gather_all().items():
+        np.testing.assert_array_equal(value, restored.gather_all()[key])
+
+
+def test_checkpoint_of_a_grown_pool_and_of_an_empty_buffer_load():
+    data_spec = spec(4, 0)
+    source = FrameStackReplayBuffer(data_spec, 2, 5, seed=1)
+    rng = np.random.default_rng(4)
+    for _ in range(12):  # every stack new: the pool grows past its first size
+        source.add_batch({
+            "observation": rng.integers(0, 256, (2, 4, *FRAME), dtype=np.uint8),
+            "next_observation": rng.integers(0, 256, (2, 4, *FRAME), dtype=np.uint8),
+            "action": np.zeros(2, np.int64),
+            "step_type": np.zeros(2, np.int32),
+        })
+    target = FrameStackReplayBuffer(data_spec, 2, 5, seed=1)
+    assert source._storage.pool_size > target._storage.pool_size
+    target.load_state_dict(source.state_dict())
+    assert_same(source.get_next(10, 2), target.get_next(10, 2))
+    empty = FrameStackReplayBuffer(data_spec, 2, 5, seed=1)
+    target.load_state_dict(empty.state_dict())
+    assert target.num_frames() == 0 and target._storage.counter == 0
+
+
+def test_corrupt_or_foreign_checkpoints_are_refused_and_change_nothing(tmp_path):
+    buffer, _ = filled_pair(FrameStackReplayBuffer)
+    buffer.save(tmp_path / "ckpt")
+    target, _ = filled_pair(FrameStackReplayBuffer)
+    target.add_batch(_[0])
+    before = target.gather_all()
+    version = next(p for p in (tmp_path / "ckpt").iterdir() if p.is_dir())
+    pool_file = next(version.glob("*pool*.npy"))
+    data = bytearray(pool_file.read_bytes())
+    data[-1] ^= 0xFF
+    pool_file.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="checksum"):
+        target.load(tmp_path / "ckpt")
+    good = buffer.state_dict()
+    frames = good["frames"]
+    bad_states = [
+        dict(good, frames=dict(frames, pool=frames["pool"][:, :2])),
+        dict(good, frames=dict(frames, axes=[0, 0])),
+        dict(good, frames=dict(frames, pointers={"2": frames["pointers"]["2"]})),
+        dict(good, frames=dict(frames, pointers=dict(frames["pointers"], **{"2": frames["pointers"]["2"] + 10**6}))),
+        dict(good, frames=dict(frames, floors=frames["floors"] + 10**6)),
+        dict(good, frames=dict(frames, floors=frames["floors"][1:])),
+        dict(good, items=dict(good["items"], **{"0": good["items"]["0"][1:]})),
+        {key: value for key, value in good.items() if key != "frames"},
+        dict(good, rng={"bit_generator": "nonsense"}),
+    ]
+    for bad in bad_states:
+        with pytest.raises(CheckpointError):
+            target.load_state_dict(bad)
+        after = target.gather_all()
+        for key, value in before.items():
+            np.testing.assert_array_equal(value, after[key])
+    plain = replaybuf.UniformReplayBuffer(buffer.data_spec, 2, 9)
+    with pytest.raises(CheckpointError, match="FrameStackReplayBuffer"):
+        plain.load_state_dict(good)

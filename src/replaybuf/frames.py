@@ -9,14 +9,19 @@ per transition instead of eight.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
-from replaybuf.errors import ArgumentError, CheckpointError
+import numpy as np
+
+from replaybuf import checkpoint
+from replaybuf.errors import ArgumentError
 from replaybuf.frames_storage import FrameStorage, StackedLeaf
 from replaybuf.nest import FlatSpec
 from replaybuf.prioritized import PrioritizedReplayBuffer
 from replaybuf.ring import StreamRing
+from replaybuf.state import require
 from replaybuf.uniform import UniformReplayBuffer
 
 __all__ = ["FrameStackReplayBuffer", "PrioritizedFrameStackReplayBuffer", "stacked_leaves"]
@@ -85,13 +90,47 @@ class _FrameStackMixin:
             super().clear()  # type: ignore[misc]
             self._storage.clear()
 
+    # -- checkpoints (docs/persistence.md, docs/images.md) ----------------------------------------
     def state_dict(self) -> dict:
-        """Raises CheckpointError: frame-stack buffers have no checkpoints yet."""
-        raise CheckpointError(f"{type(self).__name__}: checkpoints are not supported yet (docs/images.md)")
+        """The parent's state, with ``items`` holding the small leaves only and ``frames``
+        the stacked ones, each distinct frame once (see ``FrameStorage.state``)."""
+        with self._lock:  # type: ignore[attr-defined]
+            state = super().state_dict()  # type: ignore[misc]
+            ring = self._ring  # type: ignore[attr-defined]
+            first = ring.first_valid_step()
+            start = (first % ring.max_length) * ring.batch_size
+            state["items"], state["frames"] = self._storage.state(start, (ring.steps - first) * ring.batch_size)
+            return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Raises CheckpointError: frame-stack buffers have no checkpoints yet."""
-        raise CheckpointError(f"{type(self).__name__}: checkpoints are not supported yet (docs/images.md)")
+        """Restore a ``state_dict()``: later samples equal the original's for the same calls.
+
+        Raises:
+            CheckpointError: as for the parent class, or ``frames`` that do not fit this
+                buffer's stacked fields; the buffer is left unchanged.
+        """
+        items = require(state, "items", dict)
+        count = self._storage.check_state(state.get("frames"))
+        full = dict(items)
+        for leaf in self._stacked:  # the parent checks and writes placeholders (no memory)
+            spec = self._flat.leaves[leaf.index]
+            full[str(leaf.index)] = np.broadcast_to(np.zeros((), spec.dtype), (count, *spec.shape))
+        with self._lock:  # type: ignore[attr-defined]
+            with self._storage.restoring():
+                super().load_state_dict(dict(state, items=full))  # type: ignore[misc]
+            ring = self._ring  # type: ignore[attr-defined]
+            first = ring.steps - count // ring.batch_size
+            start = (first % ring.max_length) * ring.batch_size
+            self._storage.load_state(start, items, state["frames"], ring.steps)
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Replace this buffer's state with the checkpoint at ``path``, every file verified first.
+
+        Raises:
+            CheckpointError: no checkpoint there, a missing, truncated, corrupt or malformed
+                file, or a state this buffer cannot take; the buffer is left unchanged.
+        """
+        self.load_state_dict(checkpoint.read_state(path))
 
 
 class FrameStackReplayBuffer(_FrameStackMixin, UniformReplayBuffer):

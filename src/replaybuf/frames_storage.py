@@ -28,14 +28,17 @@ next observation (the observation shifted by one frame, plus one) run as compile
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from math import prod
 from types import ModuleType
 
 import numpy as np
 
+from replaybuf.errors import CheckpointError
 from replaybuf.specs import ArraySpec
+from replaybuf.state import read_run
 from replaybuf.storage import RecordStorage
 
 __all__ = ["FrameStorage", "StackedLeaf"]
@@ -119,6 +122,7 @@ class FrameStorage:
         packs4 = [s.length == 4 and post == 1 and sys.byteorder == "little" for s, (_, post) in zip(self.stacked, self._layout)]
         self._packs4 = packs4  # built as one uint32 word per pixel
         self._pair = [i for i, ok in enumerate(packs4) if ok][:2]  # observation and next, in one pass
+        self._restoring = False
         self.clear()
 
     @property
@@ -139,6 +143,8 @@ class FrameStorage:
     # -- writing ---------------------------------------------------------------------------------
     def write(self, start: int, arrays: Sequence[np.ndarray]) -> None:
         """Write one step of every stream (``arrays[k]`` shaped ``[batch_size, ...]``) at ``start``."""
+        if self._restoring:  # load_state writes the records and frames of a checkpoint instead
+            return
         new_frames: list[np.ndarray] = []
         resolved: list[tuple[np.ndarray, np.ndarray]] = []  # (stack [B, k, *frame], pointers [B, k])
         for leaf, layout in zip(self.stacked, self._layout):
@@ -227,6 +233,91 @@ class FrameStorage:
         live = np.arange(max(0, self.counter - self.pool_size), self.counter)
         frames[live % size] = self.frames[live % self.pool_size]
         self.frames, self.pool_size = frames, size
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def state(self, start: int, count: int) -> tuple[dict, dict]:
+        """``(items, frames)`` of the ``count`` items from slot ``start`` (id order): the small
+        leaves by flat index, and the frames they use once each with pointers into them.
+
+        ``frames`` holds ``pool`` (``[m, *frame]``: the frames from the oldest one still used
+        to the newest), ``pointers`` (per stacked leaf, ``[count, k]`` rows of ``pool``, -1
+        for the zero frame), ``floors`` (``[count]``, each item's oldest frame) and ``axes``.
+        """
+        runs = read_run(self.fields, start, count)
+        floors = runs[-1]
+        base = int(floors.min()) if count else self.counter
+        pointers = {
+            str(leaf.index): np.where(run >= 0, run - base, ZERO) for leaf, run in zip(self.stacked, runs[len(self._small) : -1])
+        }
+        live = np.arange(base, self.counter)
+        frames = {
+            "pool": self.frames[live % self.pool_size],
+            "pointers": pointers,
+            "floors": floors - base,
+            "axes": [leaf.axis for leaf in self.stacked],
+        }
+        return {str(i): run for i, run in zip(self._small, runs)}, frames
+
+    def check_state(self, frames: object) -> int:
+        """The item count of a ``state()``'s ``frames``; CheckpointError when it does not fit."""
+        if not isinstance(frames, dict):
+            raise CheckpointError(f"state['frames']: expected a dict, got {type(frames).__name__}")
+        pool, pointers, floors = frames.get("pool"), frames.get("pointers"), frames.get("floors")
+        shape = self.frames.shape[1:]
+        if not isinstance(pool, np.ndarray) or pool.shape[1:] != shape or pool.dtype != self.frame_dtype:
+            raise CheckpointError(f"state['frames']['pool']: expected frames [m, *{shape}] {self.frame_dtype}")
+        if frames.get("axes") != [leaf.axis for leaf in self.stacked]:
+            raise CheckpointError(
+                f"state['frames']['axes']: saved stack axes {frames.get('axes')!r}, this buffer has "
+                f"{[leaf.axis for leaf in self.stacked]}"
+            )
+        if not isinstance(floors, np.ndarray) or floors.ndim != 1 or floors.dtype != np.int64:
+            raise CheckpointError("state['frames']['floors']: expected a 1-d int64 array")
+        count, m = floors.shape[0], pool.shape[0]
+        keys = sorted(str(leaf.index) for leaf in self.stacked)
+        if not isinstance(pointers, dict) or sorted(pointers) != keys:
+            raise CheckpointError(f"state['frames']['pointers']: expected arrays for leaves {keys}")
+        oldest = np.full(count, m, np.int64)
+        for leaf in self.stacked:
+            rows = pointers[str(leaf.index)]
+            if not isinstance(rows, np.ndarray) or rows.shape != (count, leaf.length) or rows.dtype != np.int64:
+                raise CheckpointError(
+                    f"state['frames']['pointers'][{str(leaf.index)!r}]: expected ({count}, {leaf.length}) int64"
+                )
+            if count and (rows.min() < ZERO or rows.max() >= m):
+                raise CheckpointError(f"state['frames']['pointers']: rows outside the pool of {m} frames")
+            oldest = np.minimum(oldest, np.where(rows >= 0, rows, m).min(axis=1, initial=m))
+        if count and (floors.min() < 0 or (floors > oldest).any()):
+            raise CheckpointError("state['frames']['floors']: an item's floor is above a frame it uses")
+        return count
+
+    @contextmanager
+    def restoring(self) -> Iterator[None]:
+        """Within it, ``write`` writes nothing (a checkpoint is loaded by ``load_state``)."""
+        self._restoring = True
+        try:
+            yield
+        finally:
+            self._restoring = False
+
+    def load_state(self, start: int, items: dict, frames: dict, steps: int) -> None:
+        """Hold the ``items`` and ``frames`` of a ``state()`` (checked) from slot ``start``,
+        ``steps`` steps having been written; later adds match against the newest step."""
+        self.clear()
+        pool = frames["pool"]
+        m = pool.shape[0]
+        if m > self.pool_size:
+            self.frames = np.zeros((m + self.batch_size + 1, *self.frames.shape[1:]), self.frame_dtype)
+            self.pool_size = m + self.batch_size
+        self.frames[:m] = pool
+        self.counter, self.written = m, steps
+        pointers = [frames["pointers"][str(leaf.index)] for leaf in self.stacked]
+        count = frames["floors"].shape[0]
+        if count:
+            small = [items[str(i)] for i in self._small]
+            self.records.write(start, [*small, *pointers, frames["floors"]])
+            newest = [p[count - self.batch_size :] for p in pointers]
+            self._previous = [(_words(self.frames.take(self._rows(p), axis=0)), p) for p in newest]
 
     # -- reading ---------------------------------------------------------------------------------
     def read(self, slots: np.ndarray) -> list[np.ndarray]:
