@@ -117,12 +117,15 @@ def test_every_stored_item_reads_back_as_added(seed, batch, max_length, k, steps
     data_spec = spec(k, 0)
     plain = replaybuf.UniformReplayBuffer(data_spec, batch, max_length)
     frames = FrameStackReplayBuffer(data_spec, batch, max_length)
+    numpy_path = use_path(FrameStackReplayBuffer(data_spec, batch, max_length), compiled=False)
     for item in episodes(np.random.default_rng(seed), batch, steps, k, 0, True, levels):
-        plain.add_batch(item)
-        frames.add_batch(item)
-    gathered = frames.gather_all()
-    for key, value in plain.gather_all().items():
-        np.testing.assert_array_equal(value, gathered[key])
+        for buffer in (plain, frames, numpy_path):
+            buffer.add_batch(item)
+    for buffer in (frames, numpy_path):
+        gathered = buffer.gather_all()
+        for key, value in plain.gather_all().items():
+            np.testing.assert_array_equal(value, gathered[key])
+    assert frames._storage.counter == numpy_path._storage.counter  # both match the same frames
 
 
 @settings(max_examples=40, deadline=None)

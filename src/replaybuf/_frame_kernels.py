@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["deinterleave", "gather", "interleave4", "interleave4_pair"]
+__all__ = ["deinterleave", "gather", "interleave4", "interleave4_pair", "match"]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -109,6 +109,58 @@ def deinterleave(stacks, pre, post, out):  # pragma: no cover - compiled
                     dst[p * post : (p + 1) * post] = src[start : start + post]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _equal(a, b):  # pragma: no cover - compiled
+    for x in range(a.shape[0]):
+        if a[x] != b[x]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _take_matches(words, other, other_pointers, offset, pointers):  # pragma: no cover - compiled
+    for b in range(words.shape[0]):
+        for j in range(words.shape[1] - offset):
+            if pointers[b, j] == -2 and _equal(words[b, j], other[b, j + offset]):
+                pointers[b, j] = other_pointers[b, j + offset]
+
+
+@njit(cache=True, nogil=True)
+def match(words, first, first_pointers, first_offset, second, second_pointers, second_offset, base, pointers, fresh):  # pragma: no cover - compiled
+    """Pointers ``[B, k]`` of the frames ``words`` ``[B, k, n]``, FrameStorage's rules in one pass.
+
+    A frame takes, in order: the pointer of an equal frame ``first[b, j + first_offset]``
+    (then ``second``; an offset < 0 skips a candidate), the zero pointer -1 when all zero,
+    the pointer of the next newer frame of its stack when equal to it, else a new pointer
+    ``base + c`` with ``fresh[c] = b * k + j``. Returns the number of new frames.
+    """
+    batch, k = pointers.shape
+    pointers[:] = -2
+    if first_offset >= 0:
+        _take_matches(words, first, first_pointers, first_offset, pointers)
+    if second_offset >= 0:
+        _take_matches(words, second, second_pointers, second_offset, pointers)
+    count = 0
+    for b in range(batch):
+        for j in range(k - 1, -1, -1):  # newest first: an alias takes its newer frame's pointer
+            if pointers[b, j] != -2:
+                continue
+            zero = True
+            for x in range(words.shape[2]):
+                if words[b, j, x] != 0:
+                    zero = False
+                    break
+            if zero:
+                pointers[b, j] = -1
+            elif j < k - 1 and _equal(words[b, j], words[b, j + 1]):
+                pointers[b, j] = pointers[b, j + 1]
+            else:
+                pointers[b, j] = base + count
+                fresh[count] = b * k + j
+                count += 1
+    return count
+
+
 def warm_up() -> None:
     """Compile (or load from the cache) every kernel on tiny arrays."""
     frames = np.zeros((3, 2, 1), np.uint8)
@@ -119,3 +171,6 @@ def warm_up() -> None:
     interleave4_pair(frames[:, :, 0], 2, pointers, pointers, np.zeros((1, 2), np.uint32), np.zeros((1, 2), np.uint32))
     deinterleave(np.zeros((1, 8), np.uint8), 2, 1, np.zeros((1, 4, 2), np.uint8))
     deinterleave(np.zeros((1, 8), np.uint8), 1, 2, np.zeros((1, 4, 2), np.uint8))
+    for dtype in (np.uint8, np.uint64):
+        words = np.zeros((1, 4, 2), dtype)
+        match(words, words, pointers, 1, words, pointers, -1, 0, np.zeros((1, 4), np.int64), np.zeros(4, np.int64))

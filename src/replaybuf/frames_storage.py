@@ -145,20 +145,25 @@ class FrameStorage:
         """Write one step of every stream (``arrays[k]`` shaped ``[batch_size, ...]``) at ``start``."""
         if self._restoring:  # load_state writes the records and frames of a checkpoint instead
             return
-        new_frames: list[np.ndarray] = []
-        resolved: list[tuple[np.ndarray, np.ndarray]] = []  # (stack [B, k, *frame], pointers [B, k])
+        base = self.counter
+        new_frames: list[np.ndarray] = []  # [m, *frame] blocks of frames matching nothing held
+        resolved: list[tuple[np.ndarray, np.ndarray]] = []  # (words [B, k, n], pointers [B, k])
         for leaf, layout in zip(self.stacked, self._layout):
             stack = self._split(leaf, layout, arrays[leaf.index])
-            pointers = self._match(_words(stack), stack, resolved, new_frames)
-            resolved.append((_words(stack), pointers))
+            words = _words(stack)
+            pointers, fresh = self._match(words, self._candidates(leaf, resolved), base)
+            if fresh.size:
+                new_frames.append(stack.reshape(-1, *leaf.frame_shape)[fresh])
+                base += fresh.size
+            resolved.append((words, pointers))
         pointers = [p for _, p in resolved]
-        live = np.concatenate(pointers, axis=1)
-        floor = np.where(live >= 0, live, self.counter + len(new_frames)).min(axis=1)
+        live = pointers[0] if len(pointers) == 1 else np.concatenate(pointers, axis=1)
+        floor = np.where(live >= 0, live, base).min(axis=1)
         rows = [arrays[i] for i in self._small] + pointers + [floor]
         self.records.write(start, rows)
         self.written += 1
         if new_frames:
-            self._append(start, new_frames)
+            self._append(start, new_frames[0] if len(new_frames) == 1 else np.concatenate(new_frames))
         self._previous = [(words.copy(), p) for words, p in resolved]
 
     def _split(self, leaf: StackedLeaf, layout: tuple[int, int], array: np.ndarray) -> np.ndarray:
@@ -173,50 +178,52 @@ class FrameStorage:
         self.kernels.deinterleave(raw, pre, layout[1], frames.reshape(batch, leaf.length, -1).view(np.uint8))
         return frames
 
-    def _match(
-        self,
-        words: np.ndarray,
-        stack: np.ndarray,
-        resolved: list[tuple[np.ndarray, np.ndarray]],
-        new_frames: list[np.ndarray],
-    ) -> np.ndarray:
-        """Pointers ``[B, k]`` of ``stack``'s frames (``words``: the same bytes as ``[B, k, n]``
-        words, compared in one contiguous pass); frames that match nothing go to ``new_frames``."""
-        batch, length = words.shape[:2]
-        pointers = np.full((batch, length), -2, np.int64)  # -2: not found yet
-        candidates = []  # (stack, pointers, offset): stack[:, j] may equal candidate[:, j + offset]
+    def _candidates(self, leaf: StackedLeaf, resolved: list) -> list[tuple[np.ndarray, np.ndarray, int]]:
+        """Up to two ``(words, pointers, offset)`` held frames that ``leaf``'s frame j may
+        equal at position ``j + offset``, in the order they are tried."""
+        out = []
         if self._previous is not None:
-            candidates.append((*self._previous[len(resolved)], 1))  # this leaf shifted one step
-            if len(resolved) == 0 and len(self._previous) > 1:
-                candidates.append((*self._previous[-1], 0))  # obs[t+1] == next_obs[t]
+            out.append((*self._previous[len(resolved)], 1))  # this leaf one step earlier
+            if not resolved and len(self._previous) > 1:
+                out.append((*self._previous[-1], 0))  # obs[t+1] == next_obs[t]
         if resolved:
-            candidates.append((*resolved[0], 1))  # next_obs[t] == obs[t] shifted
+            out.append((*resolved[0], 1))  # next_obs[t] == obs[t] shifted
+        return [c for c in out if c[0].shape[1] == leaf.length]
+
+    def _match(self, words: np.ndarray, candidates: list, base: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(pointers [B, k], fresh)``: the frames of ``words`` (``[B, k, n]``) that match
+        nothing held get pointers ``base, base + 1, ...`` and their flat ``b * k + j`` in ``fresh``."""
+        batch, length = words.shape[:2]
+        if self.kernels is not None:
+            pointers = np.empty((batch, length), np.int64)
+            fresh = np.empty(batch * length, np.int64)
+            (a, pa, oa), (b, pb, ob) = (candidates + [(words, pointers, -1)] * 2)[:2]
+            count = self.kernels.match(words, a, pa, oa, b, pb, ob, base, pointers, fresh)
+            return pointers, fresh[:count]
+        pointers = np.full((batch, length), -2, np.int64)  # -2: not found yet
         for other, other_pointers, offset in candidates:
-            if other.shape[1] != length:
-                continue
             span = length - offset
             same = (words[:, :span] == other[:, offset:]).all(axis=-1)
             take = same & (pointers[:, :span] == -2)
             pointers[:, :span] = np.where(take, other_pointers[:, offset:], pointers[:, :span])
-        zero = ~words.any(axis=-1) & (pointers == -2)
-        pointers[zero] = ZERO
+        pointers[~words.any(axis=-1) & (pointers == -2)] = ZERO
         # The next newer frame of the same stack (repeat padding), resolved newest first.
         alias = np.zeros((batch, length), bool)
         alias[:, :-1] = (words[:, :-1] == words[:, 1:]).all(axis=-1) & (pointers[:, :-1] == -2)
-        fresh = (pointers == -2) & ~alias
-        for b, j in zip(*np.nonzero(fresh)):
-            pointers[b, j] = self.counter + len(new_frames)
-            new_frames.append(stack[b, j])
+        fresh = np.flatnonzero((pointers == -2) & ~alias)
+        pointers.reshape(-1)[fresh] = base + np.arange(fresh.size)
         for j in range(length - 2, -1, -1):
             pointers[:, j] = np.where(alias[:, j], pointers[:, j + 1], pointers[:, j])
-        return pointers
+        return pointers, fresh
 
-    def _append(self, start: int, new_frames: list[np.ndarray]) -> None:
+    def _append(self, start: int, new_frames: np.ndarray) -> None:
         end = self.counter + len(new_frames)
         if end - self.pool_size > self._oldest_floor(start):
             self._grow(end - self._oldest_floor(start))
-        slots = np.arange(self.counter, end) % self.pool_size
-        self.frames[slots] = np.stack(new_frames) if len(new_frames) > 1 else new_frames[0]
+        if end - self.counter == 1:
+            self.frames[self.counter % self.pool_size] = new_frames[0]
+        else:
+            self.frames[np.arange(self.counter, end) % self.pool_size] = new_frames
         self.counter = end
 
     def _oldest_floor(self, start: int) -> int:
