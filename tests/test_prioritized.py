@@ -153,7 +153,7 @@ def test_episode_windows_with_priorities():
 @settings(max_examples=30, deadline=None)
 @given(
     values=st.lists(st.floats(0.0, 100.0), min_size=1, max_size=300),
-    arity=st.sampled_from([2, 4, 32]),
+    arity=st.sampled_from([2, 4, 16, 32]),
     compiled=st.sampled_from([False, None]),  # the NumPy path, and numba's when installed
     data=st.data(),
 )

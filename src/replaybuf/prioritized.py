@@ -13,33 +13,49 @@ drawn, and probabilities are renormalised over the windows that can be.
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from replaybuf.buffer import check_positive
+from replaybuf.checkpoint import StoredArray
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError
+from replaybuf.info import SampleInfo
 from replaybuf.ring import StreamRing
 from replaybuf.sumtree import MinTree, SumTree
-from replaybuf.uniform import UniformReplayBuffer
+from replaybuf.uniform import UniformReplayBuffer, _unstack_time
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedSampler"]
+
+_WINDOW_TREES = 4  # window lengths whose episode-aware sum trees are kept (least recently used dropped)
+_REDRAWS = 64  # rounds of redraws (rounding onto a zero slot, a window into the head) before giving up
 
 
 class PrioritizedSampler:
     """Stratified draws from a sum tree of ``(priority + epsilon) ** alpha`` per slot.
 
-    Targets ``(j + U_j) * total / B`` are found in the tree all at once; draws that land
-    on an invalid start (near the head, across an episode end, or a zero slot by rounding)
-    are drawn again with fresh uniform targets until every one is valid.
+    Targets ``(j + U_j) * total / B`` are found in the tree all at once (one kernel call:
+    descent, ids, probabilities, weights); draws that land on an invalid start (a window
+    into the head, or a zero slot by rounding) are drawn again with fresh uniform targets.
+
+    With ``respect_episodes`` (not padded), windows of T steps are drawn from a second sum
+    tree per T whose leaf is the slot's mass when a window of T starting there lies inside
+    one episode and before the head, else 0: built once when T is first asked for, then
+    kept up to date by every add (the starts that become decided) and every priority
+    update, so a sample never scans the buffer.
     """
 
-    def __init__(self, capacity: int, beta: float | Callable[[], float], episodes: Any, pad: bool):
-        self.sums = SumTree(capacity)
-        self.mins = MinTree(capacity)
+    def __init__(self, capacity: int, beta: float | Callable[[], float], episodes: Any, pad: bool, compiled: bool | None):
+        self.sums = SumTree(capacity, compiled=compiled)
+        self.mins = MinTree(capacity, compiled=compiled)
+        self.kernels = self.sums.kernels
+        self.compiled = compiled
         self.beta_source = beta
         self.episodes = episodes
         self.pad = pad
+        self.windows: OrderedDict[int, SumTree] = OrderedDict()  # T -> masses of valid starts
 
     def beta(self) -> float:
         return float(self.beta_source() if callable(self.beta_source) else self.beta_source)
@@ -47,67 +63,92 @@ class PrioritizedSampler:
     def clear(self) -> None:
         self.sums.clear()
         self.mins.clear()
+        self.windows.clear()
 
-    def draw(
+    def sample(
         self, rng: np.random.Generator, ring: StreamRing, size: int | None, num_steps: int | None, what: str
-    ) -> tuple[np.ndarray, np.ndarray, dict]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(ids, probabilities, weights, mask)`` of ``size`` draws (one, 0-d, for None)."""
         steps = num_steps or 1
         low, high = ring.window_starts(steps, what)
-        total = self.sums.total()
-        wanted = 1 if size is None else size
-        valid_mass = total - self._excluded_mass(ring, low, high, steps)
-        if not valid_mass > 0:
+        batch, head = ring.batch_size, ring.steps * ring.batch_size
+        tree, excluded = self.sums, 0.0
+        if steps > 1:
+            if self.episodes is not None and not self.pad:
+                tree = self._window_tree(ring, steps)
+            else:
+                excluded = self._head_mass(ring, high)
+        n = 1 if size is None else size
+        ids, probabilities, weights = np.empty(n, np.int64), np.empty(n, np.float32), np.empty(n, np.float32)
+        args = (tree.tree, self.mins.tree, tree.offsets, tree.arity, ring.capacity)
+        limits = (excluded, self.beta(), low * batch, high * batch, head)
+        bad = self.kernels.draw(*args, rng.random(n), True, *limits, ids, probabilities, weights)
+        for _ in range(_REDRAWS):
+            if bad <= 0:
+                break
+            redo = np.flatnonzero(ids < 0)
+            again = np.empty(redo.shape[0], np.int64), np.empty(redo.shape[0], np.float32), np.empty(redo.shape[0], np.float32)
+            bad = self.kernels.draw(*args, rng.random(redo.shape[0]), False, *limits, *again)
+            ids[redo], probabilities[redo], weights[redo] = again
+        if bad:
             raise EmptyBufferError(
-                f"num_steps={num_steps}: no stored episode holds {num_steps} steps; add longer "
-                "episodes, ask for shorter windows, or pass pad_episode_ends=True"
+                f"num_steps={num_steps}: no stored episode holds {num_steps} steps (or their priority mass is 0); "
+                "add longer episodes, ask for shorter windows, or pass pad_episode_ends=True"
             )
-        targets = (np.arange(wanted) + rng.random(wanted)) * (total / wanted)
-        slots, mass = self.sums.find(targets)
-        bad = ~self._valid(ring, slots, mass, low, high, steps)
-        while bad.any():
-            again, again_mass = self.sums.find(rng.random(int(bad.sum())) * total)
-            slots[bad], mass[bad] = again, again_mass
-            bad[bad] = ~self._valid(ring, again, again_mass, low, high, steps)
-        first = _slot_to_id(ring, slots)
-        probabilities = mass / valid_mass
-        weights = (mass / self.mins.root()) ** -self.beta()
         if size is None:
-            first, probabilities, weights = first[0], probabilities[0], weights[0]
-        ids = ring.window_ids(np.asarray(first), num_steps)
-        extras: dict = {"weights": np.asarray(weights, np.float32)}
+            ids, probabilities, weights = ids.reshape(()), probabilities.reshape(()), weights.reshape(())
+        ids = ring.window_ids(ids, num_steps)
+        mask = None
         if self.pad and num_steps is not None:
             mask = self.episodes.real(ids)
             last_real = np.take_along_axis(ids, mask.sum(axis=-1, keepdims=True) - 1, axis=-1)
-            ids, extras["mask"] = np.where(mask, ids, last_real), mask
-        return ids, probabilities, extras
+            ids = np.where(mask, ids, last_real)
+        return ids, probabilities, weights, mask
 
-    def _valid(
-        self, ring: StreamRing, slots: np.ndarray, mass: np.ndarray, low: int, high: int, steps: int
-    ) -> np.ndarray:
-        ids = _slot_to_id(ring, slots)
-        ok = (mass > 0) & (ids >= low * ring.batch_size) & (ids < high * ring.batch_size)
-        if self.episodes is not None and not self.pad and steps > 1:
-            ok &= self.episodes.inside(ids, steps)
-        return ok
+    def _head_mass(self, ring: StreamRing, high: int) -> float:
+        """The mass of the starts whose windows would pass the head: (T - 1) steps of slots."""
+        start, stop = (high * ring.batch_size) % ring.capacity, (ring.steps * ring.batch_size) % ring.capacity
+        leaves = self.sums.levels[0]
+        if start < stop:
+            return float(leaves[start:stop].sum())
+        return float(leaves[start : ring.capacity].sum() + leaves[:stop].sum())
 
-    def _excluded_mass(self, ring: StreamRing, low: int, high: int, steps: int) -> float:
-        """The mass of stored starts that cannot be drawn: those near the head and, when
-        windows must stay inside episodes, those crossing an end (a pass over all stored
-        starts: O(capacity))."""
-        batch = ring.batch_size
-        head = np.arange(high * batch, ring.steps * batch) % ring.capacity
-        excluded = float(self.sums.values(head).sum())
-        if self.episodes is not None and not self.pad and steps > 1:
-            starts = np.arange(low * batch, high * batch)
-            outside = starts[~self.episodes.inside(starts, steps)]
-            excluded += float(self.sums.values(outside % ring.capacity).sum())
-        return excluded
+    # -- episode-aware window trees ---------------------------------------------------------------
+    def _valid_starts(self, ring: StreamRing, ids: np.ndarray, steps: int) -> np.ndarray:
+        """Whether windows of ``steps`` starting at stored ``ids`` lie inside one episode, before the head."""
+        return (ids < (ring.steps - steps + 1) * ring.batch_size) & self.episodes.inside(ids, steps)
 
+    def _window_tree(self, ring: StreamRing, steps: int) -> SumTree:
+        tree = self.windows.get(steps)
+        if tree is None:  # built once per window length: O(capacity)
+            if len(self.windows) >= _WINDOW_TREES:
+                self.windows.popitem(last=False)
+            tree = self.windows[steps] = SumTree(ring.capacity, compiled=self.compiled)
+            ids = ring.stream_ids().ravel()
+            slots = ids % ring.capacity
+            tree.levels[0][slots] = np.where(self._valid_starts(ring, ids, steps), self.sums.levels[0][slots], 0.0)
+            tree.rebuild()
+        self.windows.move_to_end(steps)
+        return tree
 
-def _slot_to_id(ring: StreamRing, slots: np.ndarray) -> np.ndarray:
-    """The id stored in each slot now (slots hold the newest item of their position)."""
-    head = ring.steps * ring.batch_size  # the id the next add writes to slot head % capacity
-    return head - 1 - ((head - 1 - slots) % ring.capacity)
+    def added(self, ring: StreamRing) -> None:
+        """After an add: the new step's slots are no window start yet; the starts whose
+        windows now end at the new step are decided (valid: their mass; else 0)."""
+        step, batch = ring.steps - 1, ring.batch_size
+        new = (step % ring.max_length) * batch
+        for steps, tree in self.windows.items():
+            tree.update_range(new, new + batch, 0.0)
+            first = step - steps + 1
+            if first >= 0:
+                start = (first % ring.max_length) * batch
+                inside = self.episodes.position[new : new + batch] >= steps - 1
+                tree.update_range(start, start + batch, np.where(inside, self.sums.levels[0][start : start + batch], 0.0))
+
+    def assigned(self, ring: StreamRing, ids: np.ndarray) -> None:
+        """After new priorities of the live ``ids``: copy their masses into the window trees."""
+        slots = ids % ring.capacity
+        for steps, tree in self.windows.items():
+            tree.update(slots, np.where(self._valid_starts(ring, ids, steps), self.sums.levels[0][slots], 0.0))
 
 
 class PrioritizedReplayBuffer(UniformReplayBuffer):
@@ -124,6 +165,8 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
         beta: importance-sampling exponent, a float or a zero-argument callable read at
             every sample (an annealing schedule); also settable through ``.beta``.
         epsilon: added to every priority before ``** alpha``.
+        compiled: None (default) uses numba's compiled tree kernels when numba is
+            installed (the ``fast`` extra), False the NumPy ones, True insists on numba.
         Other keywords go to UniformReplayBuffer (seed, respect_episodes, ...).
     """
 
@@ -144,6 +187,7 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
         episode_end_field: str | None = None,
         storage: str = "memory",
         path: str | os.PathLike | None = None,
+        compiled: bool | None = None,
     ):
         for name, value in (("alpha", alpha), ("epsilon", epsilon)):
             if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 0):
@@ -161,7 +205,9 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
         )
         self._alpha, self._epsilon = float(alpha), float(epsilon)
         self._max_priority = 1.0
-        self._sampler = PrioritizedSampler(self._ring.capacity, beta, self._episodes, bool(pad_episode_ends))
+        self._sampler = PrioritizedSampler(
+            self._ring.capacity, beta, self._episodes, bool(pad_episode_ends), compiled
+        )
         self.beta = beta
 
     @property
@@ -187,11 +233,38 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
         """
         with self._lock:
             super().add_batch(items)
-            ring = self._ring
+            ring, sampler = self._ring, self._sampler
             start = ((ring.steps - 1) % ring.max_length) * ring.batch_size
             mass = (self._max_priority + self._epsilon) ** self._alpha
-            self._sampler.sums.update_range(start, start + ring.batch_size, mass)
-            self._sampler.mins.update_range(start, start + ring.batch_size, mass)
+            sampler.sums.update_range(start, start + ring.batch_size, mass)
+            sampler.mins.update_range(start, start + ring.batch_size, mass)
+            if sampler.windows:
+                sampler.added(ring)
+
+    def get_next(
+        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+    ) -> tuple[Any, SampleInfo]:
+        """Sample in proportion to the priorities; shapes as for UniformReplayBuffer.
+
+        Raises:
+            EmptyBufferError: nothing is stored, or no stream holds ``num_steps`` items
+                (inside one episode, with ``respect_episodes``).
+            ArgumentError: sample_batch_size or num_steps is not a positive int.
+        """
+        if sample_batch_size is not None and (sample_batch_size.__class__ is not int or sample_batch_size < 1):
+            check_positive("sample_batch_size", sample_batch_size)
+        if num_steps is not None:
+            check_positive("num_steps", num_steps)
+        with self._lock:
+            ids, probabilities, weights, mask = self._sampler.sample(
+                self._rng, self._ring, sample_batch_size, num_steps, self._name
+            )
+            leaves = self._storage.read(ids % self._ring.capacity)
+        if time_stacked or num_steps is None:
+            items = self._flat.unflatten(leaves)
+        else:
+            items = _unstack_time(self._flat, leaves, num_steps, batched=sample_batch_size is not None)
+        return items, SampleInfo(ids, probabilities, weights, mask)
 
     def update_priorities(self, ids: Any, priorities: Any) -> None:
         """Set the priorities of the items (or windows) with logical ``ids``.
@@ -209,32 +282,37 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
         priorities = np.asarray(priorities, dtype=np.float64)
         if ids.ndim == priorities.ndim + 1:
             ids = ids[..., 0]
-        if ids.shape != priorities.shape or not np.issubdtype(ids.dtype, np.integer):
+        if ids.shape != priorities.shape or ids.dtype.kind not in "iu":
             raise ArgumentError(
                 f"update_priorities: expected integer ids shaped like priorities {priorities.shape} "
                 f"(or with one more time axis), got ids {ids.shape} {ids.dtype}"
             )
-        bad = ~(np.isfinite(priorities) & (priorities > 0))
-        if bad.any():
-            raise PriorityError(
-                f"priorities: expected finite values > 0, got {priorities[bad][:5].tolist()} "
-                f"at positions {np.flatnonzero(bad)[:5].tolist()}"
-            )
+        ids = np.ascontiguousarray(ids, np.int64).ravel()
+        priorities = np.ascontiguousarray(priorities).ravel()
         with self._lock:
-            ring = self._ring
+            ring, sampler = self._ring, self._sampler
             head = ring.steps * ring.batch_size
-            never = (ids < 0) | (ids >= head)
-            if never.any():
+            oldest = ring.first_valid_step() * ring.batch_size
+            sums = sampler.sums
+            code, largest, _ = sampler.kernels.assign(
+                sums.tree, sampler.mins.tree, sums.offsets, sums.arity, ring.capacity, ids, priorities,
+                self._alpha, self._epsilon, oldest, head, np.empty(ids.shape[0], np.int64),
+            )
+            if code == 1:
+                bad = ~(np.isfinite(priorities) & (priorities > 0))
+                raise PriorityError(
+                    f"priorities: expected finite values > 0, got {priorities[bad][:5].tolist()} "
+                    f"at positions {np.flatnonzero(bad)[:5].tolist()}"
+                )
+            if code == 2:
+                never = (ids < 0) | (ids >= head)
                 raise PriorityError(
                     f"ids: expected ids of added items (0 <= id < {head}), got {ids[never][:5].tolist()}"
                 )
-            live = ids >= ring.first_valid_step() * ring.batch_size
-            slots = (ids[live] % ring.capacity).ravel()
-            mass = (priorities[live].ravel() + self._epsilon) ** self._alpha
-            self._sampler.sums.update(slots, mass)
-            self._sampler.mins.update(slots, mass)
-            if priorities.size:
-                self._max_priority = max(self._max_priority, float(priorities.max()))
+            if sampler.windows:
+                sampler.assigned(ring, ids[ids >= oldest])
+            if largest > self._max_priority:
+                self._max_priority = largest
 
     def clear(self) -> None:
         with self._lock:
@@ -261,7 +339,7 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
         if not isinstance(mass, np.ndarray) or mass.ndim != 1 or not isinstance(saved.get("max_priority"), float):
             raise CheckpointError("state['priorities']: expected {'mass': 1-d array, 'max_priority': float}")
         first_leaf = state.get("items", {}).get("0")
-        count = first_leaf.shape[0] if isinstance(first_leaf, np.ndarray) else 0
+        count = first_leaf.shape[0] if isinstance(first_leaf, (np.ndarray, StoredArray)) else 0
         if mass.shape != (count,):
             raise CheckpointError(f"state['priorities']['mass']: expected {count} masses, got shape {mass.shape}")
         with self._lock:

@@ -2,52 +2,143 @@
 
 A k-ary tree (``arity`` children per node, 16 by default): level 0 holds one value per slot,
 each level above holds one value per group of ``arity`` nodes below, up to a top level of
-at most ``arity`` nodes. A wide tree is shallow (four levels below the top for a million
-slots), so a batch of B updates or searches costs a handful of NumPy calls per level on
-``[B, arity]`` blocks instead of twenty calls per level of a binary tree; no Python loop
-runs over the batch.
+at most ``arity`` nodes. Every level lives in one float64 array (``offsets[level]`` is where
+it starts). A wide tree is shallow (four levels below the top for a million slots), so a
+batch of B updates or searches costs a handful of NumPy calls per level on ``[B, arity]``
+blocks; no Python loop runs over the batch.
 
-``SumTree.find(targets)`` descends all B targets level by level: in the ``[B, arity]``
-block of children it picks, per row, the first child whose running sum exceeds the target
-and subtracts the sums to its left.
-
-When numba is installed (the ``fast`` extra), ``find`` and ``update`` run compiled loops
-over the same arrays (replaybuf._tree_kernels), several times faster for batches of a few
-hundred; ``compiled=False`` keeps the NumPy path. Both follow the same rules.
+The work on the arrays is done by a *kernels* namespace: ``NumpyKernels`` here, or
+``replaybuf._tree_kernels`` (the same functions compiled by numba, the ``fast`` extra),
+several times faster for batches of a few hundred. ``kernels(compiled)`` picks one;
+``compiled=False`` keeps NumPy. Both follow the same rules and are tested against each other.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
-__all__ = ["MinTree", "SumTree"]
+__all__ = ["MinTree", "NumpyKernels", "SumTree", "kernels"]
 
 _BELOW_ONE = 1.0 - 2.0**-50  # keeps a target strictly below its group's sum despite rounding
 
 
-_kernels: ModuleType | None | bool = False  # False: not looked up yet
+def _blocks(tree: np.ndarray, offsets: np.ndarray, arity: int) -> list[np.ndarray]:
+    """Each level as ``[nodes / arity, arity]`` groups of siblings, leaves first."""
+    return [tree[a:b].reshape(-1, arity) for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
 
 
-def compiled_kernels() -> ModuleType | None:
-    """replaybuf._tree_kernels when numba is importable, else None (looked up once)."""
-    global _kernels
-    if _kernels is False:
+class NumpyKernels:
+    """The tree kernels in plain NumPy (vectorised over the batch, one pass per level).
+
+    Same functions and arguments as ``replaybuf._tree_kernels``; see there for what each does.
+    """
+
+    @staticmethod
+    def find(tree, offsets, arity, targets, slots, values) -> None:
+        """Per level, the ``[B, arity]`` children of the B current nodes are laid end to end
+        and one ``searchsorted`` in their running sum picks every child at once."""
+        blocks = _blocks(tree, offsets, arity)
+        residual = np.asarray(targets, dtype=np.float64)
+        row_starts = np.arange(residual.shape[0], dtype=np.int64) * arity
+        row_ends = row_starts + (arity - 1)
+        node = np.zeros(residual.shape[0], np.int64)
+        for block in reversed(blocks):
+            children = block[node].ravel()
+            running = np.cumsum(children)
+            before_row = running[row_starts] - children[row_starts]
+            # rounding must not carry a target past its row's last positive child
+            wanted = before_row + np.minimum(residual, (running[row_ends] - before_row) * _BELOW_ONE)
+            flat = np.searchsorted(running, wanted, side="right")
+            np.clip(flat, row_starts, row_ends, out=flat)
+            residual = wanted - (running[flat] - children[flat])
+            node = node * arity + (flat - row_starts)
+        slots[:] = node
+        values[:] = tree[node]
+
+    @staticmethod
+    def update(tree, offsets, arity, slots, new_values, use_min) -> None:
+        blocks = _blocks(tree, offsets, arity)
+        tree[slots] = new_values
+        parents = slots // arity
+        for level, below in zip(offsets[1:-1].tolist(), blocks[:-1]):
+            children = below[parents]
+            tree[level + parents] = children.min(axis=1) if use_min else children.sum(axis=1)
+            parents = parents // arity
+
+    @staticmethod
+    def draw(
+        sums, mins, offsets, arity, capacity, uniforms, stratified, excluded, beta, low_id, high_id, head_id, ids,
+        probabilities, weights,
+    ) -> int:
+        top = sums[offsets[-2] :]
+        total, smallest = float(top.sum()), float(mins[offsets[-2] :].min())
+        valid = total - excluded
+        if not valid > 0:
+            return -1
+        n = uniforms.shape[0]
+        targets = (np.arange(n) + uniforms) * (total / n) if stratified else uniforms * total
+        slots, mass = np.empty(n, np.int64), np.empty(n)
+        NumpyKernels.find(sums, offsets, arity, targets, slots, mass)
+        found = head_id - 1 - (head_id - 1 - slots) % capacity
+        ok = (mass > 0) & (found >= low_id) & (found < high_id)
+        ids[:] = np.where(ok, found, -1)
+        probabilities[:] = mass / valid
+        with np.errstate(divide="ignore"):
+            weights[:] = (mass / smallest) ** -beta
+        return int(n - ok.sum())
+
+    @staticmethod
+    def assign(
+        sums, mins, offsets, arity, capacity, ids, priorities, alpha, epsilon, oldest_id, head_id, slots
+    ) -> tuple[int, float, int]:
+        good = np.isfinite(priorities) & (priorities > 0)
+        largest = float(priorities[good].max()) if good.any() else 0.0
+        if not good.all():
+            return 1, largest, 0
+        if ((ids < 0) | (ids >= head_id)).any():
+            return 2, largest, 0
+        live = ids >= oldest_id
+        count = int(live.sum())
+        slots[:count] = ids[live] % capacity
+        mass = (priorities[live] + epsilon) ** alpha
+        NumpyKernels.update(sums, offsets, arity, slots[:count], mass, False)
+        NumpyKernels.update(mins, offsets, arity, slots[:count], mass, True)
+        return 0, largest, count
+
+
+_compiled: ModuleType | None | bool = False  # False: not looked up yet
+
+
+def kernels(compiled: bool | None = None) -> Any:
+    """The kernels to use: numba's when ``compiled`` is None and numba is importable (looked
+    up and compiled or loaded from the disk cache once), NumPy's when False; ``True``
+    insists on numba (ImportError without it)."""
+    global _compiled
+    if compiled is False:
+        return NumpyKernels
+    if _compiled is False:
         try:
             from replaybuf import _tree_kernels
 
             _tree_kernels.warm_up()
-            _kernels = _tree_kernels
+            _compiled = _tree_kernels
         except ImportError:
-            _kernels = None
-    return _kernels  # type: ignore[return-value]
+            _compiled = None
+    if _compiled is None:
+        if compiled:
+            raise ImportError("compiled=True: numba is not installed (pip install 'replaybuf[fast]')")
+        return NumpyKernels
+    return _compiled
 
 
 class _Tree:
     """Levels of a k-ary tree; ``_reduce`` combines the ``[n, arity]`` children of n nodes."""
 
     _fill = 0.0
+    _use_min = False
 
     def __init__(self, capacity: int, arity: int = 16, compiled: bool | None = None):
         self.capacity = int(capacity)
@@ -63,8 +154,8 @@ class _Tree:
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.tree = np.full(int(self.offsets[-1]), self._fill, np.float64)  # every level, leaves first
         self.levels = [self.tree[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:])]
-        self._kernels = compiled_kernels() if compiled is not False else None
         self._blocks = [level.reshape(-1, self.arity) for level in self.levels]
+        self.kernels = kernels(compiled)
 
     def _reduce(self, children: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -78,25 +169,21 @@ class _Tree:
 
     def update(self, slots: np.ndarray, values: np.ndarray) -> None:
         """Set leaves ``slots`` to ``values`` and recompute their ancestors (duplicates: last wins)."""
-        if self._kernels is not None:
-            slots = np.ascontiguousarray(slots, np.int64)
-            values = np.ascontiguousarray(values, np.float64)
-            if values.shape != slots.shape:
-                values = np.ascontiguousarray(np.broadcast_to(values, slots.shape))
-            self._kernels.update(self.tree, self.offsets, self.arity, slots, values, self._fill != 0.0)
-            return
-        self.levels[0][slots] = values
-        parents = slots // self.arity
-        for level, below in zip(self.levels[1:], self._blocks[:-1]):
-            level[parents] = self._reduce(below[parents])
-            parents = parents // self.arity
+        slots = np.ascontiguousarray(slots, np.int64).ravel()
+        values = np.ascontiguousarray(np.broadcast_to(values, slots.shape), np.float64)
+        self.kernels.update(self.tree, self.offsets, self.arity, slots, values, self._use_min)
 
-    def update_range(self, start: int, stop: int, value: float) -> None:
-        """Set the contiguous leaves ``[start, stop)`` to one value and fix their ancestors."""
-        self.levels[0][start:stop] = value
+    def update_range(self, start: int, stop: int, values: float | np.ndarray) -> None:
+        """Set the contiguous leaves ``[start, stop)`` to ``values`` and fix their ancestors."""
+        self.levels[0][start:stop] = values
         for level, below in zip(self.levels[1:], self._blocks[:-1]):
             start, stop = start // self.arity, -(-stop // self.arity)
             level[start:stop] = self._reduce(below[start:stop])
+
+    def rebuild(self) -> None:
+        """Recompute every level above the leaves (after writing ``levels[0]`` directly)."""
+        for level, below in zip(self.levels[1:], self._blocks[:-1]):
+            level[: below.shape[0]] = self._reduce(below)
 
     def root(self) -> float:
         return float(self._reduce(self._blocks[-1])[0])
@@ -127,39 +214,21 @@ class SumTree(_Tree):
     def find(self, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The slot each target (``0 <= target < total``) falls in, and that slot's value.
 
-        Slot ``i`` is found for targets in ``[prefix(i), prefix(i) + value_i)``. Per level,
-        the ``[B, arity]`` children of the B current nodes are laid end to end and one
-        ``searchsorted`` in their running sum finds every child at once. Rounding can push
-        a target onto a zero-valued slot; such a slot comes back with value 0 and the
-        caller draws again (``PrioritizedSampler`` does).
+        Slot ``i`` is found for targets in ``[prefix(i), prefix(i) + value_i)``. Rounding
+        can push a target onto a zero-valued slot; such a slot comes back with value 0 and
+        the caller draws again (``PrioritizedSampler`` does).
         """
-        if self._kernels is not None:
-            targets = np.ascontiguousarray(targets, np.float64)
-            slots, values = np.empty(targets.shape[0], np.int64), np.empty(targets.shape[0])
-            self._kernels.find(self.tree, self.offsets, self.arity, targets, slots, values)
-            return slots, values
-        residual = np.asarray(targets, dtype=np.float64)
-        top = self.levels[-1]
-        running = np.cumsum(top)
-        node = np.minimum(np.searchsorted(running, residual, side="right"), self.arity - 1)
-        residual = residual - (running[node] - top[node])
-        row_starts = np.arange(residual.shape[0], dtype=np.int64) * self.arity
-        row_ends = row_starts + (self.arity - 1)
-        for block in reversed(self._blocks[:-1]):
-            children = block[node].ravel()
-            running = np.cumsum(children)
-            wanted = residual + (running[row_starts] - children[row_starts])
-            flat = np.searchsorted(running, wanted, side="right")
-            np.clip(flat, row_starts, row_ends, out=flat)
-            residual = wanted - (running[flat] - children[flat])
-            node = node * self.arity + (flat - row_starts)
-        return node, self.levels[0][node]
+        targets = np.ascontiguousarray(targets, np.float64)
+        slots, values = np.empty(targets.shape[0], np.int64), np.empty(targets.shape[0])
+        self.kernels.find(self.tree, self.offsets, self.arity, targets, slots, values)
+        return slots, values
 
 
 class MinTree(_Tree):
     """Minima of slot values (empty slots hold +inf); ``root`` is the smallest value."""
 
     _fill = np.inf
+    _use_min = True
 
     def _reduce(self, children: np.ndarray) -> np.ndarray:
         return children.min(axis=1)
