@@ -14,7 +14,7 @@ The plain buffer is UniformReplayBuffer storing both full stacks. Both buffers l
 process and take turns (each transition is added to both; sampling rounds alternate), and
 the last line gives the frame buffer's ratios to the plain one. Layouts run one after the
 other (the default, both: [4, 84, 84] then [84, 84, 4]). Run:
-    .venv/bin/python bench/frames_micro.py [--layout hwc|chw|both] [--stored 50000] [--capacity 100000] [--reps 5]
+    .venv/bin/python bench/frames_micro.py [--layout hwc|chw|both] [--stored 50000] [--capacity 100000] [--reps 5] [--numpy]
 """
 
 from __future__ import annotations
@@ -109,6 +109,8 @@ def run_layout(layout: str, args: argparse.Namespace) -> None:
         "frames": FrameStackReplayBuffer(spec(axis), 1, args.capacity, seed=0, stack_axis=axis),
         "plain": UniformReplayBuffer(spec(axis), 1, args.capacity, seed=0),
     }
+    if args.numpy:
+        buffers["frames"]._storage.kernels = None
     filled = fill(buffers, args.stored, axis)
     rates = {size: sample_rates(buffers, size, args.reps) for size in (32, 256)}
     print(f"\nW2 {layout} {list(buffers['plain'].data_spec['observation'].shape)}: obs + next_obs, "
@@ -130,6 +132,7 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=100_000)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--layout", choices=[*sorted(AXIS), "both"], default="both")
+    parser.add_argument("--numpy", action="store_true", help="the NumPy path (as without numba installed)")
     args = parser.parse_args()
     for layout in sorted(AXIS) if args.layout == "both" else [args.layout]:
         run_layout(layout, args)
