@@ -200,10 +200,10 @@ def test_clear_keeps_or_zeroes_the_variables():
     fill(buffer, 3)
     buffer.clear()
     assert int(buffer.num_frames()) == 0
-    assert buffer._storage[0].numpy().any()  # bytes still there, just forgotten
+    assert buffer._store.leaves[0].numpy().any()  # bytes still there, just forgotten
     fill(buffer, 1)
     buffer.clear(clear_all_variables=True)
-    assert not any(v.numpy().any() for v in buffer._storage)
+    assert not any(v.numpy().any() for v in buffer._store.leaves)
 
     @tf.function
     def add_then_clear():
@@ -396,10 +396,46 @@ def test_parallel_dataset_reads_never_tear_while_an_add_loop_wraps_the_buffer():
 def test_sampling_skips_the_step_an_add_in_progress_is_overwriting():
     buffer = make(batch_size=2, max_length=4)
     fill(buffer, 6)  # full: steps 2..5 stored
-    buffer._started.assign(7)  # as if the add of step 6 were writing over step 2 right now
+    buffer._store.steps.assign(7)  # as if the add of step 6 had reserved its step (row 2)
     # one item per draw: a draw that hits step 2 is drawn again (a batch would wait for the add)
     firsts = {int(buffer.get_next()[1].ids) // 2 for _ in range(40)}
     assert firsts == {3, 4, 5}
-    buffer._started.assign(6)  # that add finished: step 2 is readable again
+    buffer._store.steps.assign(6)  # as if it had not started: step 2 is readable again
     _, info = buffer.get_next(64)
     assert 2 in (info.ids.numpy() // 2).tolist()
+
+
+def test_sampling_skips_a_reserved_step_whose_write_is_not_complete():
+    buffer = make(batch_size=2, max_length=4)
+    fill(buffer, 2)
+    buffer._store.steps.assign(3)  # step 2 reserved, its rows not written or marked yet
+    ids = {int(buffer.get_next()[1].ids) // 2 for _ in range(40)}
+    assert ids == {0, 1}
+    assert [int(buffer.num_frames())] == [6]  # the head counts reserved steps
+
+
+def test_random_dataset_drops_elements_sampled_ahead_once_they_are_overwritten():
+    buffer = make(batch_size=1, max_length=4)
+    fill(buffer, 4)
+    iterator = iter(buffer.as_dataset(2, 2, num_parallel_calls=2))
+    next(iterator)  # elements are being sampled ahead of this point
+    fill(buffer, 4, start=4)  # every step they read is overwritten
+    for _ in range(5):
+        items, info = next(iterator)
+        assert info.ids.numpy().min() >= 4
+        assert_items_match_ids(numpy_nest(items), info.ids.numpy())
+
+
+def test_random_dataset_drops_elements_sampled_before_a_clear():
+    buffer = make(batch_size=1, max_length=8)
+    fill(buffer, 8)
+    iterator = iter(buffer.as_dataset(2, num_parallel_calls=2))
+    next(iterator)
+    buffer.clear()
+    new = fields_for_ids(np.arange(8) + 100)
+    for t in range(8):  # the same steps again, other items
+        buffer.add_batch({k: v[t : t + 1] for k, v in new.items() if k != "observation"}
+                         | {"observation": {k: v[t : t + 1] for k, v in new["observation"].items()}})
+    for _ in range(5):
+        items, _ = next(iterator)
+        assert (items["id"].numpy() >= 100).all()

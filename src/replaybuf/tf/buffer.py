@@ -1,25 +1,26 @@
 """``TFUniformReplayBuffer``: TF-Agents' segmented uniform buffer on tf.Variables.
 
-Storage is one variable per leaf of the data_spec, ``[capacity] + leaf.shape``, plus one
-int64 counter of the steps each stream has received. Step ``t`` of stream ``s`` has id
-``t * batch_size + s`` and lives in slot ``id % capacity`` (the NumPy buffer's convention),
-so one add writes one contiguous run of ``batch_size`` rows per leaf and one sample is one
-draw of ``sample_batch_size`` integers and one gather per leaf.
+Storage is one variable per leaf of the data_spec, ``[capacity] + leaf.shape``. Step ``t`` of
+stream ``s`` has id ``t * batch_size + s`` and lives in slot ``id % capacity`` (the NumPy
+buffer's convention), so one add writes one contiguous run of ``batch_size`` rows per leaf
+and one sample is one draw of ``sample_batch_size`` integers and one gather per leaf.
 
-Adds, gathers and clears run inside one ``tf.CriticalSection`` (eagerly, in a
-``tf.function`` and in ``tf.data``). An add writes its rows before the counter moves, after
-the batch was checked against the data_spec, so a rejected add changes nothing and no
-reader takes a half-written step for a stored one. Sampling takes no lock, so parallel
-``tf.data`` calls sample in parallel: a sample reads the mark of the step being written
-after its gathers and draws again when an add may have overwritten what it read. Eager
-calls run precompiled graphs, so an eager call costs one function call, not one op
-dispatch per leaf.
+Nothing takes a lock (a ``tf.CriticalSection`` costs more than the rest of a batch-1 add).
+An add reserves its step with one atomic fetch-and-increment of the step counter
+(``ResourceCountUpTo``), so concurrent adds get distinct steps, writes its rows, and then
+marks its step row complete (``marks[step % max_length] = step``). Readers check their
+reads seqlock-style: every step they read was marked complete before they gathered, and
+no add had reserved a step that overwrites it by the time they finished (see
+``replaybuf.tf.reads``). An add is reserved only after its batch passed its checks, so a
+rejected add changes nothing. Eager calls run precompiled graphs, so an eager call costs
+one function call, not one op dispatch per leaf.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive
@@ -28,6 +29,7 @@ from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.tf import datasets
 from replaybuf.tf.convert import convert_batch
+from replaybuf.tf.slots import SlotStore
 
 __all__ = ["TFUniformReplayBuffer"]
 
@@ -97,23 +99,12 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         self._window_shift = dataset_window_shift
         self._stateful_dataset = bool(stateful_dataset)
         with tf.device(device), self.name_scope:
-            self._storage = [
-                tf.Variable(
-                    tf.zeros((self._capacity,) + s.shape, s.dtype),
-                    trainable=False,
-                    name=f"leaf_{i}",
-                )
-                for i, s in enumerate(self._flat.leaves)
-            ]
-            self._steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
-            # steps whose write has started: ahead of _steps only while an add is writing
-            self._started = tf.Variable(0, dtype=tf.int64, trainable=False, name="started")
+            self._store = SlotStore(self._flat.leaves, self._batch_size, self._max_length, "store")
             self._rng = (
                 tf.random.Generator.from_non_deterministic_state()
                 if seed is None
                 else tf.random.Generator.from_seed(seed)
             )
-            self._lock = tf.CriticalSection(name="lock")
         self._compiled = _Compiled()
         signature = [
             tf.TensorSpec((self._batch_size,) + s.shape, s.dtype) for s in self._flat.leaves
@@ -165,25 +156,8 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         return None
 
     def _write(self, leaves: list[Any]) -> tf.Tensor:
-        def write() -> tf.Tensor:
-            step = self._steps.read_value()
-            slots = (step % self._max_length) * self._batch_size + tf.range(
-                self._batch_size, dtype=tf.int64
-            )
-            start = self._started.assign(step + 1, read_value=False)
-            with tf.control_dependencies([start]):
-                # scatter writes in place; a strided-slice assign would copy the whole variable
-                writes = [
-                    var.scatter_update(tf.IndexedSlices(x, slots))
-                    for var, x in zip(self._storage, leaves, strict=True)
-                ]
-            with tf.control_dependencies(writes):
-                bump = self._steps.assign_add(1, read_value=False)
-            with tf.control_dependencies([bump]):
-                return tf.identity(step)
-
         with tf.device(self._device), tf.name_scope("add_batch"):
-            return self._lock.execute(write)
+            return self._store.write(leaves)
 
     # -- reading ----------------------------------------------------------------------------
     @tf.autograph.experimental.do_not_convert
@@ -219,9 +193,16 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             items = self._flat.unflatten(leaves)
         return items, BufferInfo(ids, probabilities)
 
-    def _sample(
+    def _attempt(
         self, sample_batch_size: int | None, num_steps: int | None
-    ) -> tuple[list, tf.Tensor, tf.Tensor]:
+    ) -> tuple[list, tf.Tensor, tf.Tensor, tuple]:
+        """One uniform draw and its read: ``(leaves, ids, probabilities, check)``.
+
+        ``check`` is ``(complete, first_step, clears)``: whether every step read was complete
+        before the read, the oldest step read, and the clear count before the read;
+        ``_still_intact(check)`` says whether the read is whole and nothing in it has been
+        overwritten or cleared since.
+        """
         size = num_steps or 1
         shape = () if sample_batch_size is None else (sample_batch_size,)
         batch = self._batch_size
@@ -229,58 +210,64 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             f"num_steps={size}: the streams hold fewer steps than a window needs; add more steps "
             "or ask for shorter windows"
         )
+        store = self._store
+        clears = store.clears.value()
+        steps = store.steps.value()
+        low = tf.maximum(steps - self._max_length, 0)
+        high = steps - size + 1
+        # one Assert for both conditions; its message is the empty-buffer one when nothing
+        # is stored
+        reason = tf.where(steps > 0, too_long, EMPTY_MESSAGE)
+        with tf.control_dependencies([tf.debugging.Assert(high > low, [reason])]):
+            first = self._rng.uniform(shape, low * batch, high * batch, dtype=tf.int64)
+        if num_steps is not None:
+            ids = first[..., None] + np.arange(num_steps, dtype=np.int64) * batch
+        else:
+            ids = first
+        with tf.control_dependencies([clears]):
+            leaves, marks, _ = store.read(ids)
+        complete = tf.reduce_all(tf.equal(marks, store.step_of(ids)))
+        first_step = store.step_of(tf.reduce_min(first))
+        probability = 1.0 / tf.cast((high - low) * batch, tf.float32)
+        return leaves, ids, tf.fill(shape, probability), (complete, first_step, clears)
 
-        def attempt() -> tuple[tf.Tensor, list, tf.Tensor, tf.Tensor]:
-            steps = self._steps.read_value()
-            low = tf.maximum(steps - self._max_length, 0)
-            high = steps - size + 1
-            # one Assert for both conditions; its message is the empty-buffer one when
-            # nothing is stored
-            reason = tf.where(steps > 0, too_long, EMPTY_MESSAGE)
-            with tf.control_dependencies([tf.debugging.Assert(high > low, [reason])]):
-                first = self._rng.uniform(shape, low * batch, high * batch, dtype=tf.int64)
-            ids = (
-                first
-                if num_steps is None
-                else first[..., None] + tf.range(num_steps, dtype=tf.int64) * batch
-            )
-            slots = ids % self._capacity
-            leaves = [tf.gather(var, slots) for var in self._storage]
+    def _still_intact(self, check: tuple) -> tf.Tensor:
+        """The read of ``check`` was whole, and nothing it read was overwritten or cleared since."""
+        complete, first_step, clears = check
+        store = self._store
+        return tf.logical_and(
+            tf.logical_and(complete, first_step >= store.steps.value() - self._max_length),
+            tf.equal(store.clears.value(), clears),
+        )
+
+    def _sample(
+        self, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[list, tf.Tensor, tf.Tensor]:
+        def attempt() -> tuple:
+            leaves, ids, probabilities, check = self._attempt(sample_batch_size, num_steps)
             with tf.control_dependencies(leaves):
-                started = self._started.read_value()
-            # The adds that can have overlapped these reads wrote steps [steps, started) and
-            # so overwrote steps [steps - max_length, started - max_length): every window
-            # must start at or after the last of those (a clear meanwhile also retries).
-            intact = tf.logical_and(
-                started >= steps, tf.reduce_min(first) // batch >= started - self._max_length
-            )
-            probability = 1.0 / tf.cast((high - low) * batch, tf.float32)
-            return intact, leaves, ids, tf.fill(shape, probability)
+                return self._still_intact(check), leaves, ids, probabilities
 
         with tf.device(self._device), tf.name_scope("get_next"):
-            # Readers take no lock (parallel tf.data calls run in parallel); a read that a
-            # concurrent add may have torn is drawn again.
+            # no lock: a read that an add (or clear) may have torn is drawn again
             _, leaves, ids, probabilities = tf.while_loop(
                 lambda intact, *_: tf.logical_not(intact), lambda *_: attempt(), attempt()
             )
             return leaves, ids, probabilities
 
     def _read_ids(self, ids: tf.Tensor) -> list[tf.Tensor]:
-        """The leaves stored under ``ids`` (any shape), read under the lock."""
+        """The leaves stored under ``ids`` (any shape) now, read again while an add tears them."""
+        store = self._store
 
-        def read() -> list[tf.Tensor]:
-            slots = ids % self._capacity
-            return [tf.gather(var, slots) for var in self._storage]
+        def attempt() -> tuple:
+            leaves, marks, head = store.read(ids)
+            return tf.reduce_all(store.untorn(ids, marks, head)), leaves
 
         with tf.device(self._device), tf.name_scope("read"):
-            return self._lock.execute(read)
-
-    def _stream_ids(self) -> tf.Tensor:
-        """Ids of every stored item, ``[batch_size, n]`` oldest first, for the steps now."""
-        steps = self._steps.read_value()
-        start = tf.maximum(steps - self._max_length, 0)
-        step_ids = tf.range(start, steps, dtype=tf.int64)[None, :] * self._batch_size
-        return step_ids + tf.range(self._batch_size, dtype=tf.int64)[:, None]
+            _, leaves = tf.while_loop(
+                lambda untorn, _: tf.logical_not(untorn), lambda *_: attempt(), attempt()
+            )
+            return leaves
 
     @tf.autograph.experimental.do_not_convert
     def gather_all(self) -> Any:
@@ -292,12 +279,8 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         return self._flat.unflatten(leaves)
 
     def _gather_all(self) -> list[tf.Tensor]:
-        def gather() -> list[tf.Tensor]:
-            slots = self._stream_ids() % self._capacity
-            return [tf.gather(var, slots) for var in self._storage]
-
         with tf.device(self._device), tf.name_scope("gather_all"):
-            return self._lock.execute(gather)
+            return self._store.gather_all()
 
     @tf.autograph.experimental.do_not_convert
     def as_dataset(
@@ -345,10 +328,11 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
                 self._drop_remainder,
             )
             return datasets.deterministic_pass(
-                plan, self._steps.read_value, self._read_ids, self._flat.unflatten, EMPTY_MESSAGE
+                plan, self._store.steps.value, self._read_ids, self._flat.unflatten, EMPTY_MESSAGE
             )
         return datasets.random_dataset(
-            lambda: self._sample(sample_batch_size, num_steps),
+            lambda: self._attempt(sample_batch_size, num_steps),
+            self._still_intact,
             self._flat.unflatten,
             num_parallel_calls,
         )
@@ -364,25 +348,14 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         return None
 
     def _clear(self, clear_all_variables: bool) -> tf.Tensor:
-        def clear() -> tf.Tensor:
-            resets = [
-                self._steps.assign(0, read_value=False),
-                self._started.assign(0, read_value=False),
-            ]
-            if clear_all_variables:
-                resets += [
-                    var.assign(tf.zeros_like(var), read_value=False) for var in self._storage
-                ]
-            with tf.control_dependencies(resets):
-                return tf.constant(0, tf.int64)
-
         with tf.device(self._device), tf.name_scope("clear"):
-            return self._lock.execute(clear)
+            with tf.control_dependencies(self._store.clear(clear_all_variables)):
+                return tf.constant(0, tf.int64)
 
     @tf.autograph.experimental.do_not_convert
     def num_frames(self) -> tf.Tensor:
         """How many items are stored now: an int64 scalar tensor (as in TF-Agents)."""
-        return tf.minimum(self._steps.read_value(), self._max_length) * self._batch_size
+        return tf.minimum(self._store.steps.value(), self._max_length) * self._batch_size
 
     # -- eager entry points -----------------------------------------------------------------------
     def _eager(self, what: str, *args: Any) -> Any:
@@ -404,6 +377,6 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             if what != "sample":
                 raise
             ring = StreamRing(self._batch_size, self._max_length)
-            ring.steps = int(self._steps.numpy())
+            ring.steps = int(self._store.steps.numpy())
             ring.window_starts(args[1] or 1, "TFUniformReplayBuffer")
             raise EmptyBufferError(err.message.split("\n")[0]) from None

@@ -23,15 +23,22 @@ __all__ = ["PassPlan", "check_pass_arguments", "deterministic_pass", "random_dat
 
 
 def random_dataset(
-    sample: Callable[[], tuple[list, tf.Tensor, tf.Tensor]],
+    attempt: Callable[[], tuple[list, tf.Tensor, tf.Tensor, Any]],
+    still_intact: Callable[[Any], tf.Tensor],
     unflatten: Callable,
     num_parallel_calls: int | None,
 ) -> tf.data.Dataset:
-    """Call ``sample`` for every element; ``num_parallel_calls`` elements in flight."""
+    """One ``attempt`` (a draw and its read) per element; ``num_parallel_calls`` in flight.
 
-    def element(_: tf.Tensor) -> tuple[Any, BufferInfo]:
-        leaves, ids, probabilities = sample()
-        return unflatten(leaves), BufferInfo(ids, probabilities)
+    An element is handed out only when ``still_intact`` holds for it at that moment: its
+    read was whole, and nothing in it was overwritten or cleared since it was drawn, however
+    far ahead it was sampled. Dropped elements are simply replaced by the next draw, so
+    the elements stay uniform draws.
+    """
+
+    def element(_: tf.Tensor) -> tuple[tuple[Any, BufferInfo], Any]:
+        leaves, ids, probabilities, check = attempt()
+        return (unflatten(leaves), BufferInfo(ids, probabilities)), check
 
     parallel = num_parallel_calls is not None
     dataset = (
@@ -42,13 +49,14 @@ def random_dataset(
             num_parallel_calls=num_parallel_calls,
             deterministic=None if not parallel else False,
         )
+        .filter(lambda _, check: still_intact(check))
+        .map(lambda item, _: item)
     )
-    if parallel:
-        return dataset
-    # Sample when asked, never ahead: tf.data would otherwise add a prefetch that serves
-    # elements drawn before the latest adds.
+    # Nothing is buffered after the check: tf.data would otherwise inject a prefetch, or turn
+    # the last map into a parallel one, and serve elements checked before the latest adds.
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False
+    options.experimental_optimization.map_parallelization = False
     return dataset.with_options(options)
 
 
