@@ -14,7 +14,8 @@ The plain buffer is UniformReplayBuffer storing both full stacks. Both buffers l
 process and take turns (each transition is added to both; sampling rounds alternate), and
 the last line gives the frame buffer's ratios to the plain one. Layouts run one after the
 other (the default, both: [4, 84, 84] then [84, 84, 4]). Run:
-    .venv/bin/python bench/frames_micro.py [--layout hwc|chw|both] [--stored 50000] [--capacity 100000] [--reps 5] [--numpy]
+    .venv/bin/python bench/frames_micro.py [--layout hwc|chw|both] [--stored 50000] [--capacity 100000]
+        [--reps 5] [--numpy]
 """
 
 from __future__ import annotations
@@ -113,8 +114,11 @@ def run_layout(layout: str, args: argparse.Namespace) -> None:
         buffers["frames"]._storage.kernels = None
     filled = fill(buffers, args.stored, axis)
     rates = {size: sample_rates(buffers, size, args.reps) for size in (32, 256)}
-    print(f"\nW2 {layout} {list(buffers['plain'].data_spec['observation'].shape)}: obs + next_obs, "
-          f"capacity {args.capacity}, {args.stored} stored, numba kernels: {buffers['frames']._storage.kernels is not None}")
+    compiled = buffers["frames"]._storage.kernels is not None
+    print(
+        f"\nW2 {layout} {list(buffers['plain'].data_spec['observation'].shape)}: obs + next_obs, "
+        f"capacity {args.capacity}, {args.stored} stored, numba kernels: {compiled}"
+    )
     print(f"{'buffer':8} {'RSS KB/transition':>18} {'add us':>8} {'sample 32 MB/s':>15} {'sample 256 MB/s':>16}")
     for name in buffers:
         kb, add = filled[name]

@@ -42,9 +42,13 @@ def episodes(rng: np.random.Generator, batch: int, steps: int, k: int, axis: int
             if stacks[s] is None or rng.random() < 0.15:
                 first = rng.integers(0, levels, FRAME, dtype=np.uint8)
                 pad = rng.integers(3)
-                older = [first] * (k - 1) if pad == 0 else [np.zeros(FRAME, np.uint8)] * (k - 1) if pad == 1 else [
-                    rng.integers(0, levels, FRAME, dtype=np.uint8) for _ in range(k - 1)
-                ]
+                older = (
+                    [first] * (k - 1)
+                    if pad == 0
+                    else [np.zeros(FRAME, np.uint8)] * (k - 1)
+                    if pad == 1
+                    else [rng.integers(0, levels, FRAME, dtype=np.uint8) for _ in range(k - 1)]
+                )
                 stacks[s] = older + [first]
                 types.append(0)
             else:
@@ -158,7 +162,7 @@ def test_compiled_kernels_equal_numpy(seed, k, frame, dtype, axis, two, n):
         pointers[1][shares, :-1] = pointers[0][shares, 1:]
     compiled = storage._gather_compiled(pointers)
     expected = storage._gather_numpy(pointers)
-    for got, want in zip(compiled, expected):
+    for got, want in zip(compiled, expected, strict=True):
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
     stacks = rng.integers(0, 256, (n, *shape)).astype(dtype)
@@ -171,10 +175,11 @@ def test_compiled_kernels_equal_numpy(seed, k, frame, dtype, axis, two, n):
 def test_episode_windows_and_prioritized_sampling_equal_the_plain_buffers():
     data_spec = spec(3, 0)
     pairs = [
-        (replaybuf.UniformReplayBuffer(data_spec, 2, 9, seed=5, respect_episodes=True),
-         FrameStackReplayBuffer(data_spec, 2, 9, seed=5, respect_episodes=True)),
-        (PrioritizedReplayBuffer(data_spec, 2, 9, seed=5),
-         PrioritizedFrameStackReplayBuffer(data_spec, 2, 9, seed=5)),
+        (
+            replaybuf.UniformReplayBuffer(data_spec, 2, 9, seed=5, respect_episodes=True),
+            FrameStackReplayBuffer(data_spec, 2, 9, seed=5, respect_episodes=True),
+        ),
+        (PrioritizedReplayBuffer(data_spec, 2, 9, seed=5), PrioritizedFrameStackReplayBuffer(data_spec, 2, 9, seed=5)),
     ]
     for item in episodes(np.random.default_rng(1), 2, 30, 3, 0, True, levels=4):
         for plain, frames in pairs:
@@ -260,16 +265,26 @@ class TinyImageEnv(gym.Env):
 def test_gymnasium_frame_stack_observation_is_added_directly(padding_type):
     env = gym.wrappers.FrameStackObservation(TinyImageEnv(), 4, padding_type=padding_type)
     box = env.observation_space
-    data_spec = {"observation": box, "action": env.action_space, "reward": replaybuf.ArraySpec((), np.float32),
-                 "next_observation": box, "done": replaybuf.ArraySpec((), np.bool_)}
+    data_spec = {
+        "observation": box,
+        "action": env.action_space,
+        "reward": replaybuf.ArraySpec((), np.float32),
+        "next_observation": box,
+        "done": replaybuf.ArraySpec((), np.bool_),
+    }
     plain = replaybuf.UniformReplayBuffer(data_spec, 1, 40, seed=2)
     frames = FrameStackReplayBuffer(data_spec, 1, 40, seed=2)  # stack_axis=0: Gymnasium's layout
     obs, _ = env.reset(seed=0)
     for _ in range(100):
         action = env.action_space.sample()
         next_obs, reward, terminated, truncated, _ = env.step(action)
-        item = {"observation": obs[None], "action": np.asarray([action]), "reward": np.float32([reward]),
-                "next_observation": next_obs[None], "done": np.asarray([terminated])}
+        item = {
+            "observation": obs[None],
+            "action": np.asarray([action]),
+            "reward": np.float32([reward]),
+            "next_observation": next_obs[None],
+            "done": np.asarray([terminated]),
+        }
         plain.add_batch(item)
         frames.add_batch(item)
         obs = env.reset()[0] if terminated or truncated else next_obs
@@ -356,12 +371,14 @@ def test_checkpoint_of_a_grown_pool_and_of_an_empty_buffer_load():
     source = FrameStackReplayBuffer(data_spec, 2, 5, seed=1)
     rng = np.random.default_rng(4)
     for _ in range(12):  # every stack new: the pool grows past its first size
-        source.add_batch({
-            "observation": rng.integers(0, 256, (2, 4, *FRAME), dtype=np.uint8),
-            "next_observation": rng.integers(0, 256, (2, 4, *FRAME), dtype=np.uint8),
-            "action": np.zeros(2, np.int64),
-            "step_type": np.zeros(2, np.int32),
-        })
+        source.add_batch(
+            {
+                "observation": rng.integers(0, 256, (2, 4, *FRAME), dtype=np.uint8),
+                "next_observation": rng.integers(0, 256, (2, 4, *FRAME), dtype=np.uint8),
+                "action": np.zeros(2, np.int64),
+                "step_type": np.zeros(2, np.int32),
+            }
+        )
     target = FrameStackReplayBuffer(data_spec, 2, 5, seed=1)
     assert source._storage.pool_size > target._storage.pool_size
     target.load_state_dict(source.state_dict())

@@ -126,7 +126,9 @@ def _take_matches(words, other, other_pointers, offset, pointers):  # pragma: no
 
 
 @njit(cache=True, nogil=True)
-def match(words, first, first_pointers, first_offset, second, second_pointers, second_offset, base, pointers, fresh):  # pragma: no cover - compiled
+def match(  # pragma: no cover - compiled
+    words, first, first_pointers, first_offset, second, second_pointers, second_offset, base, pointers, fresh
+):
     """Pointers ``[B, k]`` of the frames ``words`` ``[B, k, n]``, FrameStorage's rules in one pass.
 
     A frame takes, in order: the pointer of an equal frame ``first[b, j + first_offset]``

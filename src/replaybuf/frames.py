@@ -54,7 +54,8 @@ def stacked_leaves(flat: FlatSpec, stacked_fields: Sequence[str] | None, stack_a
     out = []
     for index in found:
         spec, path = flat.leaves[index], flat.paths[index]
-        if not isinstance(stack_axis, int) or isinstance(stack_axis, bool) or not -len(spec.shape) <= stack_axis < len(spec.shape):
+        is_int = isinstance(stack_axis, int) and not isinstance(stack_axis, bool)
+        if not is_int or not -len(spec.shape) <= stack_axis < len(spec.shape):
             raise ArgumentError(f"stack_axis: expected an axis of {path} shaped {spec.shape}, got {stack_axis!r}")
         axis = stack_axis % len(spec.shape)
         frame = spec.shape[:axis] + spec.shape[axis + 1 :]
@@ -83,7 +84,8 @@ class _FrameStackMixin:
     def _open_storage(self, storage: str, path: Any, batch_size: int, max_length: int) -> tuple:
         if storage != "memory" or path is not None:
             raise ArgumentError(f"storage: expected 'memory' (frame stacks are not memory-mapped yet), got {storage!r}")
-        return StreamRing(batch_size, max_length), FrameStorage(self._flat.leaves, self._stacked, batch_size, max_length)
+        storage = FrameStorage(self._flat.leaves, self._stacked, batch_size, max_length)
+        return StreamRing(batch_size, max_length), storage
 
     def clear(self) -> None:
         with self._lock:  # type: ignore[attr-defined]

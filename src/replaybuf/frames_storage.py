@@ -116,10 +116,11 @@ class FrameStorage:
         self.kernels = compiled_kernels() if compiled is not False else None
         itemsize = self.frame_dtype.itemsize
         # Each stack as [pre, k, post] bytes: the frame bytes before and after the stack axis.
-        self._layout = [
-            (prod(s.frame_shape[: s.axis]), prod(s.frame_shape[s.axis :]) * itemsize) for s in self.stacked
+        self._layout = [(prod(s.frame_shape[: s.axis]), prod(s.frame_shape[s.axis :]) * itemsize) for s in self.stacked]
+        little = sys.byteorder == "little"
+        packs4 = [
+            s.length == 4 and post == 1 and little for s, (_, post) in zip(self.stacked, self._layout, strict=True)
         ]
-        packs4 = [s.length == 4 and post == 1 and sys.byteorder == "little" for s, (_, post) in zip(self.stacked, self._layout)]
         self._packs4 = packs4  # built as one uint32 word per pixel
         self._pair = [i for i, ok in enumerate(packs4) if ok][:2]  # observation and next, in one pass
         self._restoring = False
@@ -148,7 +149,7 @@ class FrameStorage:
         base = self.counter
         new_frames: list[np.ndarray] = []  # [m, *frame] blocks of frames matching nothing held
         resolved: list[tuple[np.ndarray, np.ndarray]] = []  # (words [B, k, n], pointers [B, k])
-        for leaf, layout in zip(self.stacked, self._layout):
+        for leaf, layout in zip(self.stacked, self._layout, strict=True):
             stack = self._split(leaf, layout, arrays[leaf.index])
             words = _words(stack)
             pointers, fresh = self._match(words, self._candidates(leaf, resolved), base)
@@ -253,8 +254,10 @@ class FrameStorage:
         runs = read_run(self.fields, start, count)
         floors = runs[-1]
         base = int(floors.min()) if count else self.counter
+        pointer_runs = runs[len(self._small) : -1]
         pointers = {
-            str(leaf.index): np.where(run >= 0, run - base, ZERO) for leaf, run in zip(self.stacked, runs[len(self._small) : -1])
+            str(leaf.index): np.where(run >= 0, run - base, ZERO)
+            for leaf, run in zip(self.stacked, pointer_runs, strict=True)
         }
         live = np.arange(base, self.counter)
         frames = {
@@ -263,7 +266,7 @@ class FrameStorage:
             "floors": floors - base,
             "axes": [leaf.axis for leaf in self.stacked],
         }
-        return {str(i): run for i, run in zip(self._small, runs)}, frames
+        return {str(i): run for i, run in zip(self._small, runs, strict=False)}, frames
 
     def check_state(self, frames: object) -> int:
         """The item count of a ``state()``'s ``frames``; CheckpointError when it does not fit."""
@@ -331,14 +334,14 @@ class FrameStorage:
         """The leaves of the items at ``slots``, each shaped ``slots.shape + leaf.shape``."""
         rows = self.records.records.take(slots)
         out: list = [None] * len(self.leaves)
-        for i, name in zip(self._small, self._small_names):
+        for i, name in zip(self._small, self._small_names, strict=True):
             out[i] = rows[name]
         pointers = [
             np.ascontiguousarray(rows[name]).reshape(-1, leaf.length)
-            for leaf, name in zip(self.stacked, self._pointer_names)
+            for leaf, name in zip(self.stacked, self._pointer_names, strict=True)
         ]
         stacks = self._gather_compiled(pointers) if self.kernels is not None else self._gather_numpy(pointers)
-        for leaf, stack in zip(self.stacked, stacks):
+        for leaf, stack in zip(self.stacked, stacks, strict=True):
             out[leaf.index] = stack.reshape(slots.shape + self.leaves[leaf.index].shape)
         return out
 
@@ -347,7 +350,7 @@ class FrameStorage:
 
     def _gather_numpy(self, pointers: list[np.ndarray]) -> list[np.ndarray]:
         out = []
-        for leaf, layout, leaf_pointers in zip(self.stacked, self._layout, pointers):
+        for leaf, layout, leaf_pointers in zip(self.stacked, self._layout, pointers, strict=True):
             frames = self.frames.take(self._rows(leaf_pointers), axis=0)  # [n, k, *frame]
             if layout[0] > 1:  # interleave: one strided copy per stack position beats one transpose
                 stacked = np.empty((frames.shape[0], *self.leaves[leaf.index].shape), self.frame_dtype)
@@ -363,11 +366,14 @@ class FrameStorage:
         n = pointers[0].shape[0]
         out = [np.empty((n, *self.leaves[leaf.index].shape), self.frame_dtype) for leaf in self.stacked]
         raw = self.frames.reshape(size + 1, -1).view(np.uint8)
-        words = [o.reshape(n, -1).view(np.uint8).view(np.uint32) if ok else None for o, ok in zip(out, self._packs4)]
+        words = [
+            o.reshape(n, -1).view(np.uint8).view(np.uint32) if ok else None
+            for o, ok in zip(out, self._packs4, strict=True)
+        ]
         if len(self._pair) == 2:
             a, b = self._pair
             kernels.interleave4_pair(raw, size, pointers[a], pointers[b], words[a], words[b])  # type: ignore[union-attr]
-        for i, (leaf, (pre, post)) in enumerate(zip(self.stacked, self._layout)):
+        for i, (leaf, (pre, post)) in enumerate(zip(self.stacked, self._layout, strict=True)):
             if len(self._pair) == 2 and i in self._pair:
                 continue
             if pre == 1:  # contiguous frames: a row memcpy (mode="clip": "raise" buffers out)
@@ -376,5 +382,6 @@ class FrameStorage:
             elif words[i] is not None:
                 kernels.interleave4(raw, size, pointers[i], words[i])  # type: ignore[union-attr]
             else:
-                kernels.gather(raw.reshape(size + 1, pre, post), size, pointers[i], out[i].reshape(n, -1).view(np.uint8))  # type: ignore[union-attr]
+                flat = out[i].reshape(n, -1).view(np.uint8)
+                kernels.gather(raw.reshape(size + 1, pre, post), size, pointers[i], flat)  # type: ignore[union-attr]
         return out
