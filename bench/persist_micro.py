@@ -5,25 +5,29 @@ Buffers:
          next_observation 4 f32: 48 bytes an item, 48 MB)
   image: 50k frames of 84x84x4 uint8 (1.41 GB)
 
-Rows (MB/s of array bytes, best of --reps):
-  save          buffer.save(path): state_dict() copy + .npy files + CRC-32 + fsync + renames
-  np.save       np.save of the same state arrays into one folder (no fsync, no checksum)
-  np.save+fsync the same, each file fsynced (the durable baseline)
-  load          buffer.load(path): read + verify CRC-32 + load_state_dict
-  np.load       np.load of the files np.save wrote
-Loads are cold: every file is evicted from the page cache first (posix_fadvise DONTNEED,
-our own files only), so they read from disk like a restart would.
+Rows (MB/s of array bytes; every row runs once per repetition, interleaved, median kept):
+  save            buffer.save(path): items streamed from the storage + CRC-32 + fsync + renames
+  np.save         np.save of the same arrays (the state_dict() leaves) into a folder, no fsync
+  np.save+fsync   the same, each file fsynced (the durable baseline)
+  state_dict      the snapshot copy alone (what save no longer does)
+  load (cold)     a new buffer, then buffer.load(path): read into the storage + verify CRC-32
+  np.load (cold)  np.load of the files np.save wrote
+Cold: every file is evicted from the page cache first (posix_fadvise DONTNEED, our own
+files only), so loads read from disk like a restart would.
 
-memmap: get_next(256) items/s of the image buffer in RAM and in storage='memmap', with the
-process RSS after filling each. Run:
-    .venv/bin/python bench/persist_micro.py [--quick] [--dir DIR]
+memmap: get_next(256) items/s of the image buffer in RAM, in storage='memmap', and in the
+memmap folder reopened with its file evicted from the page cache (pages come from disk), with
+the process RSS growth after creating, filling and sampling. Run:
+    .venv/bin/python bench/persist_micro.py [--quick] [--reps N] [--dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -42,6 +46,7 @@ SMALL_SPEC = {
     "next_observation": ArraySpec((4,), np.float32),
 }
 IMAGE_SPEC = {"frame": ArraySpec((84, 84, 4), np.uint8), "action": ArraySpec((), np.int64)}
+FRAME_BYTES = 84 * 84 * 4
 
 
 def fill(buffer: PyUniformReplayBuffer, spec: dict, count: int, chunk: int) -> None:
@@ -64,14 +69,17 @@ def evict(folder: Path) -> None:
             os.close(fd)
 
 
-def best(fn: Callable[[], object], reps: int, before: Callable[[], object] = lambda: None) -> float:
-    times = []
+def interleaved(rows: dict[str, tuple[Callable[[], object], Callable[[], object]]], reps: int) -> dict[str, float]:
+    """Median seconds of each row's fn; rows take turns within every repetition."""
+    times: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(reps):
-        before()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+        for name, (fn, before) in rows.items():
+            before()
+            gc.collect()
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def np_save(arrays: dict, folder: Path, fsync: bool) -> None:
@@ -85,22 +93,30 @@ def np_save(arrays: dict, folder: Path, fsync: bool) -> None:
                 os.fsync(f.fileno())
 
 
+def nothing() -> None:
+    return None
+
+
 def persist_rows(name: str, buffer: PyUniformReplayBuffer, spec: dict, root: Path, reps: int) -> None:
-    state = buffer.state_dict()
-    arrays = state["items"]
+    arrays = buffer.state_dict()["items"]
     mb = sum(a.nbytes for a in arrays.values()) / 1e6
     ours, plain = root / f"{name.split()[0]}-ckpt", root / f"{name.split()[0]}-npy"
-    fresh = PyUniformReplayBuffer(spec, capacity=buffer.capacity)
+    buffer.save(ours)
+    np_save(arrays, plain, fsync=True)
+
+    def load() -> None:
+        PyUniformReplayBuffer(spec, capacity=buffer.capacity).load(ours)
+
     rows = {
-        "save": best(lambda: buffer.save(ours), reps),
-        "np.save": best(lambda: np_save(arrays, plain, fsync=False), reps),
-        "np.save+fsync": best(lambda: np_save(arrays, plain, fsync=True), reps),
-        "state_dict (copy only)": best(buffer.state_dict, reps),
-        "load": best(lambda: fresh.load(ours), reps, lambda: evict(ours)),
-        "np.load": best(lambda: [np.load(f) for f in sorted(plain.glob("*.npy"))], reps, lambda: evict(plain)),
+        "save": (lambda: buffer.save(ours), nothing),
+        "np.save": (lambda: np_save(arrays, plain, fsync=False), nothing),
+        "np.save+fsync": (lambda: np_save(arrays, plain, fsync=True), nothing),
+        "state_dict (copy only)": (buffer.state_dict, nothing),
+        "load (cold)": (load, lambda: evict(ours)),
+        "np.load (cold)": (lambda: [np.load(f) for f in sorted(plain.glob("*.npy"))], lambda: evict(plain)),
     }
-    print(f"\n{name}: {len(arrays)} arrays, {mb:.1f} MB")
-    for row, seconds in rows.items():
+    print(f"\n{name}: {len(arrays)} arrays, {mb:.1f} MB (median of {reps}, interleaved)")
+    for row, seconds in interleaved(rows, reps).items():
         print(f"  {row:24s} {seconds * 1e3:9.1f} ms  {mb / seconds:8.0f} MB/s")
     shutil.rmtree(ours)
     shutil.rmtree(plain)
@@ -111,24 +127,47 @@ def rss_mb() -> float:
 
 
 def memmap_rows(frames: int, root: Path, reps: int) -> None:
-    print(f"\nsample get_next(256), {frames} frames of 84x84x4 uint8:")
+    print(f"\nsample get_next(256), {frames} frames of 84x84x4 uint8 in a capacity of {2 * frames} "
+          f"({2 * frames * FRAME_BYTES / 1e9:.2f} GB); RSS growth of the process at each stage:")
+    buffers, rss = {}, {}
+    frame = np.empty((1, 84, 84, 4), np.uint8)
     for storage in ("memory", "memmap"):
         kwargs = {"storage": "memmap", "path": root / "mm"} if storage == "memmap" else {}
         before = rss_mb()
         buffer = UniformReplayBuffer(IMAGE_SPEC, batch_size=1, max_length=2 * frames, seed=0, **kwargs)
-        created = rss_mb() - before
-        frame = np.empty((1, 84, 84, 4), np.uint8)
+        created = rss_mb()
         for i in range(frames):  # one step at a time, as a collecting agent adds them
             frame.fill(i % 251)
             buffer.add_batch({"frame": frame, "action": np.array([i])})
-        filled = rss_mb() - before
-        seconds = best(lambda b=buffer: [b.get_next(256) for _ in range(20)], reps) / 20
+        buffers[storage] = buffer
+        rss[storage] = [created - before, rss_mb() - created]
+    del buffers["memmap"]
+    gc.collect()
+    evict(root / "mm")
+    before = rss_mb()
+    buffers["memmap reopened cold"] = UniformReplayBuffer(
+        IMAGE_SPEC, batch_size=1, max_length=2 * frames, seed=0, storage="memmap", path=root / "mm"
+    )
+    rss["memmap reopened cold"] = [rss_mb() - before, 0.0]
+    first = {}
+    for name, buffer in buffers.items():  # the first pass: a cold memmap reads its pages from disk
+        before = rss_mb()
+        start = time.perf_counter()
+        for _ in range(20):
+            buffer.get_next(256)
+        first[name] = (time.perf_counter() - start) / 20
+        rss[name].append(rss_mb() - before)
+    rows = {name: (lambda b=b: [b.get_next(256) for _ in range(20)], nothing) for name, b in buffers.items()}
+    seconds = interleaved(rows, reps)
+    for name in buffers:
+        per_call = seconds[name] / 20
+        created, filled, sampled = rss[name]
         print(
-            f"  {storage:7s} capacity {2 * frames} frames ({2 * frames * 28224 / 1e9:.2f} GB): "
-            f"RSS +{created:7.0f} MB after creating, +{filled:7.0f} MB after {frames} adds; "
-            f"{256 / seconds:9.0f} items/s ({256 * 28224 / seconds / 1e6:6.0f} MB/s)"
+            f"  {name:20s} {256 / per_call:8.0f} items/s ({256 * FRAME_BYTES / per_call / 1e6:5.0f} MB/s), "
+            f"first 20 calls {256 / first[name]:8.0f} items/s; RSS +{created:.0f} MB created, "
+            f"+{filled:.0f} MB after {frames} adds, +{sampled:.0f} MB after the first 20 calls"
         )
-        del buffer
+    del buffers
     shutil.rmtree(root / "mm")
 
 
@@ -136,7 +175,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="100k transitions and 5k frames")
     parser.add_argument("--dir", default=None, help="where to write (default: a temporary folder)")
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     small, frames = (100_000, 5_000) if args.quick else (1_000_000, 50_000)
     root = Path(tempfile.mkdtemp(prefix="persist-bench-", dir=args.dir))

@@ -13,10 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from replaybuf.checkpoint import ArrayRun, StoredArray
 from replaybuf.errors import CheckpointError
 from replaybuf.nest import FlatSpec
 
-__all__ = ["check_rng_state", "check_spec_state", "read_run", "require", "spec_state"]
+__all__ = [
+    "check_rng_state", "check_spec_state", "read_run", "require", "ring_views", "spec_state", "view_run", "write_run",
+]
 
 
 def require(state: Any, key: str, kind: type | tuple[type, ...]) -> Any:
@@ -67,6 +70,47 @@ def read_run(fields: Sequence[np.ndarray], start: int, count: int) -> list[np.nd
     if end <= capacity:
         return [np.array(field[start:end]) for field in fields]
     return [np.concatenate([field[start:], field[: end - capacity]]) for field in fields]
+
+
+def ring_views(field: np.ndarray, start: int, count: int) -> list[np.ndarray]:
+    """The views of ``count`` rows of ``field`` from slot ``start``, wrapping once (1 or 2)."""
+    end = start + count
+    if end <= len(field):
+        return [field[start:end]]
+    return [field[start:], field[: end - len(field)]]
+
+
+def view_run(fields: Sequence[np.ndarray], start: int, count: int) -> list[ArrayRun]:
+    """Like ``read_run`` but without copying: what ``save`` streams to disk under the lock."""
+    return [ArrayRun(ring_views(field, start, count)) for field in fields]
+
+
+def write_run(storage: Any, start: int, leaves: Sequence[np.ndarray | StoredArray]) -> None:
+    """Write ``leaves`` (rows in id order) to ``storage`` from slot ``start``, wrapping once.
+
+    Arrays go through ``storage.write``; a :class:`StoredArray` (a lazily loaded checkpoint
+    file) is read straight into views of the storage's fields, verified while reading.
+
+    Raises:
+        CheckpointError: a stored file turned out truncated or corrupt; the rows written
+            so far are garbage and the caller must discard them.
+    """
+    if all(isinstance(leaf, np.ndarray) for leaf in leaves):
+        storage.write(start, leaves)
+        return
+    for field, leaf in zip(storage.fields, leaves):
+        views = ring_views(field, start, leaf.shape[0])
+        if isinstance(leaf, StoredArray):
+            leaf.read_into(ArrayRun(views))
+        else:
+            _assign(views, leaf)
+
+
+def _assign(views: list[np.ndarray], rows: np.ndarray) -> None:
+    done = 0
+    for view in views:
+        view[...] = rows[done : done + len(view)]
+        done += len(view)
 
 
 def _describe(spec: Any) -> str:

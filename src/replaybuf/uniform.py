@@ -17,7 +17,7 @@ from replaybuf.info import SampleInfo
 from replaybuf.memmap_storage import open_storage
 from replaybuf.nest import FlatSpec
 from replaybuf.samplers import UniformSampler
-from replaybuf.state import check_rng_state, check_spec_state, read_run, require, spec_state
+from replaybuf.state import check_rng_state, check_spec_state, read_run, require, spec_state, view_run, write_run
 
 __all__ = ["PyUniformReplayBuffer", "UniformReplayBuffer"]
 
@@ -56,6 +56,7 @@ class UniformReplayBuffer(ReplayBuffer):
     """
 
     _name = "UniformReplayBuffer"
+    _saving = False  # True while save() builds its state: items as views, not copies
 
     def __init__(
         self,
@@ -207,7 +208,8 @@ class UniformReplayBuffer(ReplayBuffer):
             ring = self._ring
             first = ring.first_valid_step()
             count = (ring.steps - first) * ring.batch_size
-            leaves = read_run(self._storage.fields, (first % ring.max_length) * ring.batch_size, count)
+            run = view_run if self._saving else read_run  # save() streams views under the lock
+            leaves = run(self._storage.fields, (first % ring.max_length) * ring.batch_size, count)
             return {
                 "class": type(self).__name__,
                 "spec": spec_state(self._flat),
@@ -235,13 +237,14 @@ class UniformReplayBuffer(ReplayBuffer):
                 raise CheckpointError(f"state[{key!r}]: saved {state[key]}, this buffer has {getattr(ring, key)}")
         steps, items = require(state, "steps", int), require(state, "items", dict)
         leaves = [items.get(str(i)) for i in range(len(self._flat.leaves))]
-        count = leaves[0].shape[0] if leaves and isinstance(leaves[0], np.ndarray) else 0
+        arrays = (np.ndarray, checkpoint.StoredArray)  # StoredArray: a file load() reads directly
+        count = leaves[0].shape[0] if leaves and isinstance(leaves[0], arrays) else 0
         first = steps - count // ring.batch_size
         if steps < 0 or count % ring.batch_size or not max(0, steps - ring.max_length) <= first <= steps:
             raise CheckpointError(f"state: {count} items do not fit steps={steps} of this buffer's streams")
         for leaf, spec, path in zip(leaves, self._flat.leaves, self._flat.paths):
-            if not isinstance(leaf, np.ndarray) or leaf.shape != (count, *spec.shape) or leaf.dtype != spec.dtype:
-                got = f"{leaf.shape} {leaf.dtype}" if isinstance(leaf, np.ndarray) else type(leaf).__name__
+            if not isinstance(leaf, arrays) or leaf.shape != (count, *spec.shape) or leaf.dtype != spec.dtype:
+                got = f"{leaf.shape} {leaf.dtype}" if isinstance(leaf, arrays) else type(leaf).__name__
                 raise CheckpointError(f"state['items'] {path}: expected ({count}, *{spec.shape}) {spec.dtype}, got {got}")
         check_rng_state(self._rng, require(state, "rng", dict))
         if first > max(0, steps - ring.max_length) and not hasattr(ring, "floor"):
@@ -251,7 +254,11 @@ class UniformReplayBuffer(ReplayBuffer):
         with self._lock:
             ring.steps = 0
             if count:
-                self._storage.write((first % ring.max_length) * ring.batch_size, leaves)
+                try:
+                    write_run(self._storage, (first % ring.max_length) * ring.batch_size, leaves)
+                except CheckpointError:
+                    self.clear()  # a file failed its checksum while being read in: keep nothing of it
+                    raise
             ring.steps = steps
             if hasattr(ring, "floor"):
                 ring.floor = first if first > max(0, steps - ring.max_length) else 0
@@ -262,19 +269,32 @@ class UniformReplayBuffer(ReplayBuffer):
     def save(self, path: str | os.PathLike) -> None:
         """Write ``state_dict()`` to the checkpoint folder ``path`` atomically (a new version).
 
+        The items are written straight from the storage (no snapshot copy), so adds and
+        samples from other threads wait until the save is done.
+
         Raises:
             CheckpointError: ``path`` exists and is not a checkpoint folder.
         """
-        checkpoint.write_state(path, self.state_dict())
+        with self._lock:
+            self._saving = True
+            try:
+                state = self.state_dict()
+            finally:
+                self._saving = False
+            checkpoint.write_state(path, state)
 
     def load(self, path: str | os.PathLike) -> None:
-        """Replace this buffer's state with the checkpoint at ``path``, verified first.
+        """Replace this buffer's state with the checkpoint at ``path``.
+
+        Everything but the item data is verified before the buffer changes; the items are
+        read straight into the storage and verified while reading (no second copy in RAM).
 
         Raises:
-            CheckpointError: no checkpoint there, a corrupt or truncated file, or a state
-                this buffer cannot take; the buffer is left unchanged.
+            CheckpointError: no checkpoint there, a missing, truncated or malformed file, or
+                a state this buffer cannot take: the buffer is left unchanged. An item file
+                whose checksum fails while it is read in: the buffer is left empty.
         """
-        self.load_state_dict(checkpoint.read_state(path))
+        self.load_state_dict(checkpoint.read_state(path, lazy=("items",)))
 
     # -- internals ---------------------------------------------------------------------------
     def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
