@@ -1,7 +1,7 @@
 """Kills savers and writers with SIGKILL and checks what survives; run by test_crash.py.
 
-``python crash_worker.py save FOLDER SEED RANDOM_KILLS`` or ``... memmap FOLDER SEED KILLS``
-prints one JSON summary. Runs in a fresh single-threaded interpreter and forks a child per
+``python crash_worker.py save FOLDER SEED RANDOM_KILLS`` or ``... memmap FOLDER SEED KILLS [KIND]``
+(KIND: uniform, prioritized or episodes) prints one JSON summary. Runs in a fresh single-threaded interpreter and forks a child per
 kill (cheap: replaybuf is imported once), so the test can afford dozens of kills.
 """
 
@@ -125,8 +125,26 @@ def save_kills(folder: str, rng: random.Random, random_kills: int) -> dict:
 BATCH, LENGTH = 2, 64
 
 
+KIND = "uniform"  # or "prioritized", "episodes": set by the command line
+
+
 def open_memmap(folder: str) -> replaybuf.UniformReplayBuffer:
-    return replaybuf.UniformReplayBuffer(SPEC, BATCH, LENGTH, seed=0, storage="memmap", path=folder)
+    if KIND == "prioritized":
+        return replaybuf.PrioritizedReplayBuffer(SPEC, BATCH, LENGTH, seed=0, storage="memmap", path=folder)
+    # episodes: "flag" (id % 2 == 0) ends an episode at every item of stream 0, never in stream 1
+    episodes = {"respect_episodes": True, "episode_end_field": "flag"} if KIND == "episodes" else {}
+    return replaybuf.UniformReplayBuffer(SPEC, BATCH, LENGTH, seed=0, storage="memmap", path=folder, **episodes)
+
+
+def check_samples(buffer: replaybuf.UniformReplayBuffer, count: int) -> None:
+    """What a reopened buffer samples uses its rebuilt priorities or episode index."""
+    if KIND == "prioritized" and count:
+        _, info = buffer.get_next(8)
+        np.testing.assert_allclose(info.probabilities, 1.0 / (count * BATCH), rtol=1e-5)  # new items' mass
+    elif KIND == "episodes" and count >= 2:
+        _, info = buffer.get_next(8, 2)
+        assert np.all(info.ids % 2 == 1), info.ids  # only stream 1 holds 2-step episodes
+        assert np.all(np.diff(info.ids, axis=1) == BATCH)
 
 
 def recovered_steps(folder: str) -> tuple[int, int]:
@@ -141,6 +159,7 @@ def recovered_steps(folder: str) -> tuple[int, int]:
     steps = ids[0] // BATCH
     np.testing.assert_array_equal(ids, steps[None, :] * BATCH + np.arange(BATCH)[:, None])
     assert np.all(np.diff(steps) == 1)
+    check_samples(buffer, len(steps))
     return int(steps[0]), int(steps[-1]) + 1
 
 
@@ -190,5 +209,6 @@ def memmap_kills(folder: str, rng: random.Random, kills: int) -> dict:
 
 if __name__ == "__main__":
     mode, path, seed, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    KIND = sys.argv[5] if len(sys.argv) > 5 else KIND
     run = save_kills if mode == "save" else memmap_kills
     print(json.dumps(run(path, random.Random(seed), count)))

@@ -350,3 +350,64 @@ def test_episode_bookkeeping_round_trip(tmp_path):
     restored = make(0)
     restored.load(tmp_path / "ckpt")
     assert samples(original) == samples(restored)
+
+
+# -- reopening a memmap folder rebuilds what derives from the items -------------------------------
+def episode_batch(step, batch_size, ends):
+    items = step_batch(step, batch_size)
+    items["flag"] = np.asarray(ends, bool)
+    return items
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_memmap_reopen_rebuilds_the_episode_index(tmp_path, pad):
+    def make(**kwargs):
+        return uniform(max_length=9, seed=5, respect_episodes=True, pad_episode_ends=pad, episode_end_field="flag", **kwargs)
+
+    rng = np.random.default_rng(0)
+    disk, twin = make(storage="memmap", path=tmp_path / "rb"), make()
+    for step in range(23):  # wraps: the oldest stored items start mid-episode
+        ends = rng.random(2) < 0.3
+        disk.add_batch(episode_batch(step, 2, ends))
+        twin.add_batch(episode_batch(step, 2, ends))
+    del disk
+    reopened = make(storage="memmap", path=tmp_path / "rb")
+    for num_steps in (2, 3, 5):
+        for _ in range(4):
+            a_items, a_info = reopened.get_next(6, num_steps)
+            b_items, b_info = twin.get_next(6, num_steps)
+            np.testing.assert_array_equal(a_info.ids, b_info.ids)
+            if pad:
+                np.testing.assert_array_equal(a_info.mask, b_info.mask)
+    reopened.add_batch(episode_batch(23, 2, [True, False]))
+    twin.add_batch(episode_batch(23, 2, [True, False]))
+    assert samples(reopened) == samples(twin)
+
+
+def test_memmap_reopen_of_an_empty_or_lost_episode_buffer(tmp_path):
+    kwargs = dict(max_length=4, respect_episodes=True, episode_end_field="flag", storage="memmap", path=tmp_path / "rb")
+    uniform(**kwargs)
+    assert uniform(**kwargs).num_frames() == 0
+    cursor = np.load(tmp_path / "rb" / "cursor.npy", mmap_mode="r+")
+    cursor[:] = [6, 10]  # a torn add of 4 steps over a full ring: nothing intact is left
+    del cursor
+    buffer = uniform(**kwargs)
+    assert buffer.num_frames() == 0
+    fill(buffer, 3, start=6)
+    np.testing.assert_array_equal(buffer.gather_all()["id"], [[12, 14, 16], [13, 15, 17]])
+
+
+def test_memmap_reopen_gives_recovered_items_a_new_items_priority(tmp_path):
+    disk, twin = prioritized(storage="memmap", path=tmp_path / "rb"), prioritized()
+    fill(disk, 11)
+    fill(twin, 11)
+    _, info = disk.get_next(6)
+    disk.update_priorities(info.ids, np.linspace(0.1, 5.0, 6))  # not kept by the folder
+    del disk
+    reopened = prioritized(storage="memmap", path=tmp_path / "rb")
+    for a, b in zip(prioritized_trace(reopened), prioritized_trace(twin)):
+        assert a[:2] == b[:2]
+        np.testing.assert_allclose(a[2:], b[2:], rtol=1e-6)
+    fill(reopened, 2, start=11)
+    fill(twin, 2, start=11)
+    assert [t[0] for t in prioritized_trace(reopened)] == [t[0] for t in prioritized_trace(twin)]

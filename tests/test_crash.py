@@ -20,10 +20,10 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="kills forked ch
 WORKER = os.path.join(os.path.dirname(__file__), "crash_worker.py")
 
 
-def run_worker(mode, folder, seed, count):
+def run_worker(mode, folder, seed, count, kind="uniform"):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     done = subprocess.run(
-        [sys.executable, WORKER, mode, str(folder), str(seed), str(count)],
+        [sys.executable, WORKER, mode, str(folder), str(seed), str(count), kind],
         capture_output=True, text=True, timeout=120, env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -40,8 +40,10 @@ def test_kill_at_every_step_of_save_and_at_random_times(tmp_path):
     assert summary["mid_save_leftovers"] > 0  # some kills did land inside a save
 
 
-def test_memmap_writer_killed_recovers_completed_adds(tmp_path):
-    summary = run_worker("memmap", tmp_path / "rb", seed=1, count=8)
+@pytest.mark.parametrize("kind", ["uniform", "prioritized", "episodes"])
+def test_memmap_writer_killed_recovers_completed_adds(tmp_path, kind):
+    # prioritized / episodes: the reopened buffer rebuilds its sum trees / episode index
+    summary = run_worker("memmap", tmp_path / "rb", seed=1, count=8, kind=kind)
     assert len(summary["recovered"]) == 8
     ends = [end for _, end in summary["recovered"]]
     assert ends == sorted(ends) and ends[-1] > 64  # wrapped around at least once

@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ from replaybuf.ring import StreamRing
 from replaybuf.state import spec_state
 from replaybuf.storage import RecordStorage, record_dtype
 
-__all__ = ["CommittedRing", "MemmapStorage", "open_storage"]
+__all__ = ["CommittedRing", "MemmapStorage", "open_storage", "recovered_episode_state"]
 
 FORMAT = "replaybuf-memmap"
 FORMAT_VERSION = 1
@@ -155,3 +156,44 @@ def _create(folder: Path, meta: dict, dtype: np.dtype, capacity: int) -> None:
         with open(temp / name, "rb+") as f:
             os.fsync(f.fileno())
     os.replace(temp, folder)
+
+
+class _StepLeaves(Sequence):
+    """The stored leaves as ``[step, stream, ...]`` for the valid steps, each built on access."""
+
+    def __init__(self, ring: StreamRing, fields: Sequence[np.ndarray]):
+        self._fields, self._ring = fields, ring
+        self._order = np.arange(ring.first_valid_step(), ring.steps) % ring.max_length
+
+    def __getitem__(self, index: int) -> np.ndarray:  # type: ignore[override]
+        field = self._fields[index]
+        return field.reshape(self._ring.max_length, self._ring.batch_size, *field.shape[1:])[self._order]
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+
+def recovered_episode_state(ring: StreamRing, fields: Sequence[np.ndarray], markers: Any) -> dict:
+    """An ``EpisodeIndex.state_dict()`` derived from the stored items (a reopened folder).
+
+    Positions count from the oldest stored item of each stream (or its episode's start):
+    smaller than the original's for an episode that began before the oldest item, which
+    changes no window's validity, since no window starts before that item. Only the marker
+    fields are read.
+    """
+    every = np.zeros(ring.capacity, np.int64)
+    if ring.num_valid_steps() == 0:
+        return {"position": every, "last": np.full(ring.batch_size, -1, np.int64), "ended": np.ones(ring.batch_size, bool)}
+    starts, ends = markers(_StepLeaves(ring, fields))
+    ends = np.asarray(ends, bool)
+    count = ends.shape[0]
+    begins = np.zeros_like(ends)
+    begins[0] = True
+    begins[1:] = ends[:-1]
+    if starts is not None:
+        begins |= np.asarray(starts, bool)
+    t = np.arange(count)[:, None]
+    position = t - np.maximum.accumulate(np.where(begins, t, 0), axis=0)
+    slots = (np.arange(ring.first_valid_step(), ring.steps) % ring.max_length)[:, None] * ring.batch_size
+    every[slots + np.arange(ring.batch_size)] = position
+    return {"position": every, "last": position[-1].copy(), "ended": ends[-1].copy()}

@@ -209,6 +209,7 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
             self._ring.capacity, beta, self._episodes, bool(pad_episode_ends), compiled
         )
         self.beta = beta
+        self._rebuild_priorities()
 
     @property
     def alpha(self) -> float:
@@ -321,6 +322,14 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
             self._max_priority = 1.0
 
     # -- checkpoints ----------------------------------------------------------------------------
+    def _rebuild_priorities(self) -> None:
+        """A reopened memmap folder holds items, not priorities: each gets a new item's mass."""
+        ids = self._ring.stream_ids().ravel()
+        if ids.size:
+            mass = np.full(ids.size, (self._max_priority + self._epsilon) ** self._alpha)
+            self._sampler.sums.update(ids % self._ring.capacity, mass)
+            self._sampler.mins.update(ids % self._ring.capacity, mass)
+
     def state_dict(self) -> dict:
         """UniformReplayBuffer's state plus every stored item's tree mass and the max priority."""
         with self._lock:

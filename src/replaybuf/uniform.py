@@ -14,7 +14,7 @@ from replaybuf.dataset import DeterministicPass, RandomDataset, plan_determinist
 from replaybuf.episodes import EpisodeIndex, EpisodeSampler, episode_markers
 from replaybuf.errors import CheckpointError
 from replaybuf.info import SampleInfo
-from replaybuf.memmap_storage import open_storage
+from replaybuf.memmap_storage import open_storage, recovered_episode_state
 from replaybuf.nest import FlatSpec
 from replaybuf.samplers import UniformSampler
 from replaybuf.state import check_rng_state, check_spec_state, read_run, require, spec_state, view_run, write_run
@@ -87,6 +87,7 @@ class UniformReplayBuffer(ReplayBuffer):
         self._lock = threading.RLock()
         self._drop_remainder = bool(dataset_drop_remainder)
         self._window_shift = dataset_window_shift
+        self._rebuild_episodes()
 
     def _open_storage(self, storage: str, path: Any, batch_size: int, max_length: int) -> tuple:
         """The ring and the item storage; a subclass with its own storage overrides this."""
@@ -265,6 +266,11 @@ class UniformReplayBuffer(ReplayBuffer):
             self._rng.bit_generator.state = state["rng"]
             if self._episodes is not None:
                 self._episodes.load_state_dict(state.get("episodes"))
+
+    def _rebuild_episodes(self) -> None:
+        """A reopened memmap folder holds items, not the episode index: derive it from them."""
+        if self._episodes is not None and self._ring.steps:
+            self._episodes.load_state_dict(recovered_episode_state(self._ring, self._storage.fields, self._episodes.markers))
 
     def save(self, path: str | os.PathLike) -> None:
         """Write ``state_dict()`` to the checkpoint folder ``path`` atomically (a new version).
