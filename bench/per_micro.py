@@ -4,9 +4,11 @@ PER: sample 256 + update of those 256 priorities at capacity 1M with 200k stored
 (a) replaybuf's PrioritizedReplayBuffer (get_next with the items, weights, update_priorities),
 (b) replaybuf's trees alone (SumTree/MinTree find + update), (c) a plain-NumPy binary sum
 tree written here (the algorithm Tianshou's SegmentTree uses) and (d) Tianshou's own
-SegmentTree, run in bench/.venvs/tianshou when it exists.
+SegmentTree, run in bench/.venvs/tianshou when it exists (a persistent subprocess timed one
+round at a time, so its rounds interleave with ours under the same machine load).
 Episodes: 256 windows of 8 inside episodes (lengths 20-400) from UniformReplayBuffer with
-respect_episodes=True (excluded and padded), beside plain windows that ignore episodes.
+respect_episodes=True (excluded and padded) and from PrioritizedReplayBuffer (excluded),
+beside plain windows that ignore episodes.
 
 Rounds alternate between contenders; the median of the rounds is reported (iterations/s).
     .venv/bin/python bench/per_micro.py [--quick]
@@ -15,7 +17,6 @@ Rounds alternate between contenders; the median of the rounds is reported (itera
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -141,14 +142,23 @@ def episode_contenders(capacity: int, stored: int) -> dict:
         )
         fill(buffer, stored, np.random.default_rng(0))
         contenders[name] = lambda buffer=buffer: buffer.get_next(B, WINDOW)
+    per = PrioritizedReplayBuffer(SPEC, STREAMS, capacity // STREAMS, seed=0, respect_episodes=True,
+                                  episode_end_field="done")
+    fill(per, stored, np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+
+    def per_windows() -> None:
+        _, info = per.get_next(B, WINDOW)
+        per.update_priorities(info.ids, rng.random(B) + 0.01)
+
+    contenders["replaybuf PER windows inside episodes (excluded) get_next+update"] = per_windows
     return contenders
 
 
 TIANSHOU = """
 import time, numpy as np, json, sys
 from tianshou.data.utils.segtree import SegmentTree
-capacity, stored, seconds, rounds = map(float, sys.argv[1:5])
-capacity, stored, rounds = int(capacity), int(stored), int(rounds)
+capacity, stored = int(sys.argv[1]), int(sys.argv[2])
 rng = np.random.default_rng(0)
 tree = SegmentTree(capacity)
 tree[np.arange(stored)] = rng.random(stored) + 0.01
@@ -160,31 +170,44 @@ def step():
     new = (rng.random(256) + 0.01) ** 0.6
     tree[idx] = new
     min_priority = min(min_priority, float(new.min()))
-out = []
-for _ in range(rounds):
+step()
+print("ready", flush=True)
+for line in sys.stdin:  # one timed round per request, so rounds interleave with the caller's
+    seconds = float(line)
     n, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for _ in range(20): step()
         n += 20
-    out.append(n / (time.perf_counter() - start))
-print(json.dumps(out))
+    print(json.dumps(n / (time.perf_counter() - start)), flush=True)
 """
 
 
-def tianshou_rates(capacity: int, stored: int, seconds: float, rounds: int) -> list[float] | None:
-    python = Path(__file__).resolve().parent / ".venvs" / "tianshou" / "bin" / "python"
-    if not python.exists():
-        return None
-    done = subprocess.run(
-        [str(python), "-c", TIANSHOU, str(capacity), str(stored), str(seconds), str(rounds)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if done.returncode:
-        print("tianshou failed:", done.stderr.strip().splitlines()[-1:], file=sys.stderr)
-        return None
-    return json.loads(done.stdout.strip().splitlines()[-1])
+class TianshouRounds:
+    """Tianshou's SegmentTree loop in its own venv, timed one round at a time on request."""
+
+    def __init__(self, capacity: int, stored: int):
+        python = Path(__file__).resolve().parent / ".venvs" / "tianshou" / "bin" / "python"
+        self.process = None
+        if python.exists():
+            self.process = subprocess.Popen(
+                [str(python), "-c", TIANSHOU, str(capacity), str(stored)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            )
+            if self.process.stdout.readline().strip() != "ready":
+                print("tianshou failed to start", file=sys.stderr)
+                self.process = None
+
+    def round(self, seconds: float) -> float | None:
+        if self.process is None:
+            return None
+        self.process.stdin.write(f"{seconds}\n")
+        self.process.stdin.flush()
+        return float(self.process.stdout.readline())
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.stdin.close()
+            self.process.wait(timeout=60)
 
 
 def main() -> None:
@@ -193,13 +216,19 @@ def main() -> None:
     args = parser.parse_args()
     capacity, stored, seconds, rounds = (1_000_000, 200_000, 1.0, 5) if not args.quick else (20_000, 8_000, 0.1, 2)
     results: dict[str, list[float]] = {}
-    for group in (per_contenders(capacity, stored), episode_contenders(capacity, stored)):
-        for _ in range(rounds):
-            for name, step in group.items():
-                results.setdefault(name, []).append(timed(step, seconds))
-        rates = tianshou_rates(capacity, stored, seconds, rounds) if "NumPy binary sum tree (reference)" in group else None
-        if rates:
-            results["Tianshou SegmentTree (its venv, same loop)"] = rates
+    tianshou = TianshouRounds(capacity, stored)
+    per_steps = per_contenders(capacity, stored)
+    for _ in range(rounds):
+        for name, step in per_steps.items():
+            results.setdefault(name, []).append(timed(step, seconds))
+        rate = tianshou.round(seconds)
+        if rate is not None:
+            results.setdefault("Tianshou SegmentTree (its venv, same loop, interleaved)", []).append(rate)
+    tianshou.close()
+    episode_steps = episode_contenders(capacity, stored)
+    for _ in range(rounds):
+        for name, step in episode_steps.items():
+            results.setdefault(name, []).append(timed(step, seconds))
     print(f"capacity {capacity}, stored {stored}, batch {B}, windows of {WINDOW}; median of {rounds} rounds")
     for name, rates in results.items():
         print(f"{statistics.median(rates):10.0f} it/s  {name}  (rounds: {', '.join(f'{r:.0f}' for r in rates)})")

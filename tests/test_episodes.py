@@ -14,12 +14,9 @@ SPEC = {"id": ArraySpec((), np.int64), "episode": ArraySpec((), np.int64), "done
 TRAJECTORY_SPEC = {"step_type": ArraySpec((), np.int32), "id": ArraySpec((), np.int64)}
 
 
-def run_episodes(buffer, batch_size, lengths, steps):
-    """Add ``steps`` steps per stream; stream s cycles through episode lengths ``lengths``.
-
-    Returns the episode number of every id (a Python model of the stream).
-    """
-    episode_of = {}
+def episode_steps(batch_size, lengths, steps, episode_of):
+    """Yield the add of each of ``steps`` steps; stream s cycles through episode lengths
+    ``lengths``. Fills ``episode_of`` with the episode number of every id (a model)."""
     counters = [[0, 0, 0] for _ in range(batch_size)]  # [episode, step in episode, length index]
     for t in range(steps):
         done = np.zeros(batch_size, bool)
@@ -30,7 +27,14 @@ def run_episodes(buffer, batch_size, lengths, steps):
             c[1] += 1
             if c[1] == lengths[(c[2] + s) % len(lengths)]:
                 done[s], c[0], c[1], c[2] = True, c[0] + 1, 0, c[2] + 1
-        buffer.add_batch({"id": np.arange(batch_size) + t * batch_size, "episode": episodes, "done": done})
+        yield {"id": np.arange(batch_size) + t * batch_size, "episode": episodes, "done": done}
+
+
+def run_episodes(buffer, batch_size, lengths, steps):
+    """Add ``steps`` steps per stream (see ``episode_steps``); returns the episode of every id."""
+    episode_of = {}
+    for items in episode_steps(batch_size, lengths, steps, episode_of):
+        buffer.add_batch(items)
     return episode_of
 
 
@@ -91,6 +95,54 @@ def test_windows_respect_episodes_and_head(batch_size, max_length, lengths, wrap
         assert set(ids[:, 0].tolist()) <= set(expected)
         if not prioritized:  # every valid window equally likely, and the count is exact
             np.testing.assert_allclose(info.probabilities, 1.0 / len(expected), rtol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    batch_size=st.integers(1, 3),
+    max_length=st.integers(3, 10),
+    lengths=st.lists(st.integers(1, 7), min_size=1, max_size=4),
+    steps=st.integers(1, 40),
+    num_steps=st.integers(2, 4),
+    sample_every=st.integers(1, 7),
+    compiled=st.sampled_from([False, None]),  # NumPy kernels, and numba's when installed
+    seed=st.integers(0, 2**16),
+)
+def test_prioritized_windows_follow_episodes_through_adds_and_updates(
+    batch_size, max_length, lengths, steps, num_steps, sample_every, compiled, seed
+):
+    """Under PER, windows stay inside episodes and before the head while adds, wraps and
+    priority updates interleave with samples (the window sum tree is kept up to date
+    incrementally), and each probability is its start's mass over the valid starts' mass."""
+    buffer = PrioritizedReplayBuffer(
+        SPEC, batch_size, max_length, seed=seed, respect_episodes=True, episode_end_field="done",
+        alpha=0.5, epsilon=0.0, compiled=compiled,
+    )
+    rng = np.random.default_rng(seed)
+    episode_of, priority, largest = {}, {}, 1.0
+    for t, items in enumerate(episode_steps(batch_size, lengths, steps, episode_of)):
+        buffer.add_batch(items)
+        priority.update({int(i): largest for i in items["id"]})
+        if t % sample_every:
+            continue
+        expected = valid_windows(episode_of, batch_size, max_length, t + 1, num_steps)
+        if not expected:
+            with pytest.raises(EmptyBufferError):
+                buffer.get_next(4, num_steps)
+            continue
+        items_out, info = buffer.get_next(16, num_steps)
+        ids = info.ids
+        np.testing.assert_array_equal(items_out["id"], ids)
+        assert ids.max() < (t + 1) * batch_size
+        assert np.all(np.vectorize(episode_of.get)(ids) == np.vectorize(episode_of.get)(ids[:, :1]))
+        mass = {i: priority[i] ** 0.5 for i in expected}
+        total = sum(mass.values())
+        np.testing.assert_allclose(info.probabilities, [mass[int(i)] / total for i in ids[:, 0]], rtol=1e-5)
+        new = rng.uniform(0.1, 5.0, size=ids.shape[0])
+        buffer.update_priorities(ids, new)
+        for i, p in zip(ids[:, 0].tolist(), new.tolist()):
+            priority[i] = p  # duplicates: the last one wins
+        largest = max(largest, float(new.max()))
 
 
 def test_every_valid_window_is_reachable():

@@ -47,7 +47,7 @@ def _descend(tree, offsets, arity, residual):  # pragma: no cover - compiled
     return node
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _pick(tree, base, arity, target):  # pragma: no cover - compiled
     """The first child with a positive value whose running sum exceeds ``target``, the sum
     before it, and the target (lowered when rounding carried it past the last positive child)."""
@@ -63,7 +63,7 @@ def _pick(tree, base, arity, target):  # pragma: no cover - compiled
     return last, before, min(target, before + tree[base + last] * _BELOW_ONE)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _pick16(tree, base, target):  # pragma: no cover - compiled
     """``_pick`` for 16 children without loop or branch: the quarter first (four sums of
     four, independent of each other), then the child inside it; the running sums left of
