@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import replaybuf
 from replaybuf.errors import ArgumentError, CheckpointError, SpecMismatchError
 from replaybuf.frames import FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer, stacked_leaves
-from replaybuf.frames_storage import FrameStorage
+from replaybuf.frames_storage import FrameStorage, _words
 from replaybuf.nest import FlatSpec
 from replaybuf.prioritized import PrioritizedReplayBuffer
 
@@ -145,6 +145,17 @@ def test_every_stored_item_reads_back_as_added(seed, batch, max_length, k, steps
 def test_compiled_kernels_equal_numpy(seed, k, frame, dtype, axis, two, n):
     """Reads (interleave, the fused next observation) and splits on add: same bytes both ways."""
     pytest.importorskip("numba")
+    check_kernels(seed, k, frame, dtype, axis, two, n)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_compiled_kernels_equal_numpy_for_interleaved_4_frame_pairs(seed):
+    """The uint32-word paths: obs and next_obs [H, W, 4] uint8, shared and not."""
+    pytest.importorskip("numba")
+    check_kernels(seed, 4, (3, 5), np.uint8, -1, True, 6)
+
+
+def check_kernels(seed, k, frame, dtype, axis, two, n):
     shape = list(frame)
     axis = axis % (len(frame) + 1)
     shape.insert(axis, k)
@@ -165,11 +176,24 @@ def test_compiled_kernels_equal_numpy(seed, k, frame, dtype, axis, two, n):
     for got, want in zip(compiled, expected, strict=True):
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
-    stacks = rng.integers(0, 256, (n, *shape)).astype(dtype)
-    layout = storage._layout[0]
-    split = storage._split(storage.stacked[0], layout, stacks)
+    stacks = [rng.integers(0, 256, (n, *shape)).astype(dtype) for _ in storage.stacked]
+    if two:  # next observations: most are the observation shifted by one frame, plus one
+        shifted = rng.random(n) < 0.7
+        np.moveaxis(stacks[1], 1 + axis, 1)[shifted, :-1] = np.moveaxis(stacks[0], 1 + axis, 1)[shifted, 1:]
+
+    def split_all() -> list[np.ndarray]:
+        raws, resolved, out = [], [], []
+        for i, (leaf, layout) in enumerate(zip(storage.stacked, storage._layout, strict=True)):
+            raws.append(np.ascontiguousarray(stacks[i]).reshape(n, -1).view(np.uint8))
+            frames, _ = storage._split(i, leaf, layout, raws[-1], raws, resolved)
+            resolved.append((_words(frames), None))
+            out.append(frames.copy())
+        return out
+
+    compiled = split_all()
     storage.kernels = None
-    np.testing.assert_array_equal(split, storage._split(storage.stacked[0], layout, stacks))
+    for got, want in zip(compiled, split_all(), strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_episode_windows_and_prioritized_sampling_equal_the_plain_buffers():

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["deinterleave", "gather", "interleave4", "interleave4_pair", "match"]
+__all__ = ["deinterleave", "deinterleave4_after", "gather", "interleave4", "interleave4_pair", "match", "same"]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -109,6 +109,40 @@ def deinterleave(stacks, pre, post, out):  # pragma: no cover - compiled
                     dst[p * post : (p + 1) * post] = src[start : start + post]
 
 
+@njit(cache=True, nogil=True)
+def deinterleave4_after(stacks, words, before, before_frames, out):  # pragma: no cover - compiled
+    """``deinterleave`` of 4-frame uint8 stacks ``[n, 4 * m]`` (``words``: the same bytes as
+    ``[n, m]`` uint32) into ``out`` ``[n, 4, m]``; where a stack is the one in ``before``
+    (``[n, m]`` uint32 words, split into ``before_frames`` ``[n, 4, m]``) shifted by one frame,
+    as a next observation is, frames 0-2 are copied from ``before_frames`` instead."""
+    n, m = words.shape
+    for i in range(n):
+        w, o, dst = words[i], before[i], out[i]
+        diff = 0
+        for x in range(m):  # branch-free, so it vectorises
+            diff |= (w[x] & 0xFFFFFF) ^ (o[x] >> 8)
+        if diff == 0:
+            for j in range(3):
+                dst[j, :] = before_frames[i, j + 1]
+        else:
+            src = stacks[i]
+            for j in range(3):
+                for p in range(m):
+                    dst[j, p] = src[p * 4 + j]
+        for x in range(m):
+            dst[3, x] = w[x] >> 24
+
+
+@njit(cache=True, nogil=True)
+def same(a, b):  # pragma: no cover - compiled
+    """Whether two arrays of one shape (1-d or 2-d) hold the same values."""
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    for x in range(flat_a.shape[0]):
+        if flat_a[x] != flat_b[x]:
+            return False
+    return True
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _equal(a, b):  # pragma: no cover - compiled
     for x in range(a.shape[0]):
@@ -173,6 +207,11 @@ def warm_up() -> None:
     interleave4_pair(frames[:, :, 0], 2, pointers, pointers, np.zeros((1, 2), np.uint32), np.zeros((1, 2), np.uint32))
     deinterleave(np.zeros((1, 8), np.uint8), 2, 1, np.zeros((1, 4, 2), np.uint8))
     deinterleave(np.zeros((1, 8), np.uint8), 1, 2, np.zeros((1, 4, 2), np.uint8))
+    words = np.zeros((1, 2), np.uint32)
+    deinterleave4_after(
+        np.zeros((1, 8), np.uint8), words, words, np.zeros((1, 4, 2), np.uint8), np.zeros((1, 4, 2), np.uint8)
+    )
     for dtype in (np.uint8, np.uint64):
+        same(np.zeros((1, 2), dtype), np.zeros((1, 2), dtype))
         words = np.zeros((1, 4, 2), dtype)
         match(words, words, pointers, 1, words, pointers, -1, 0, np.zeros((1, 4), np.int64), np.zeros(4, np.int64))

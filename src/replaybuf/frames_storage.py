@@ -139,6 +139,7 @@ class FrameStorage:
         self.counter = 0  # frames appended so far
         self.written = 0  # steps written since the last clear
         self._previous: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self._last_raw: np.ndarray | None = None  # the previous add's last stacked leaf, [B, bytes]
         self.records.records[self._floor_name] = 0
 
     # -- writing ---------------------------------------------------------------------------------
@@ -149,14 +150,23 @@ class FrameStorage:
         base = self.counter
         new_frames: list[np.ndarray] = []  # [m, *frame] blocks of frames matching nothing held
         resolved: list[tuple[np.ndarray, np.ndarray]] = []  # (words [B, k, n], pointers [B, k])
-        for leaf, layout in zip(self.stacked, self._layout, strict=True):
-            stack = self._split(leaf, layout, arrays[leaf.index])
+        owned: list[bool] = []  # whether the words are a copy of ours (else copied for the next add)
+        raws: list[np.ndarray] = []  # each stacked leaf as [B, bytes]
+        for i, (leaf, layout) in enumerate(zip(self.stacked, self._layout, strict=True)):
+            raw = np.ascontiguousarray(arrays[leaf.index]).reshape(self.batch_size, -1).view(np.uint8)
+            raws.append(raw)
+            if i == 0 and self._repeats(raw):  # obs[t] == next_obs[t-1]: the same frames, held
+                resolved.append(self._previous[-1])  # type: ignore[index]
+                owned.append(True)
+                continue
+            stack, copied = self._split(i, leaf, layout, raw, raws, resolved)
             words = _words(stack)
             pointers, fresh = self._match(words, self._candidates(leaf, resolved), base)
             if fresh.size:
                 new_frames.append(stack.reshape(-1, *leaf.frame_shape)[fresh])
                 base += fresh.size
             resolved.append((words, pointers))
+            owned.append(copied)
         pointers = [p for _, p in resolved]
         live = pointers[0] if len(pointers) == 1 else np.concatenate(pointers, axis=1)
         floor = np.where(live >= 0, live, base).min(axis=1)
@@ -165,19 +175,42 @@ class FrameStorage:
         self.written += 1
         if new_frames:
             self._append(start, new_frames[0] if len(new_frames) == 1 else np.concatenate(new_frames))
-        self._previous = [(words.copy(), p) for words, p in resolved]
+        self._previous = [(w if mine else w.copy(), p) for (w, p), mine in zip(resolved, owned, strict=True)]
+        self._last_raw = raws[-1].copy() if len(raws) > 1 else None
 
-    def _split(self, leaf: StackedLeaf, layout: tuple[int, int], array: np.ndarray) -> np.ndarray:
-        """A stacked leaf ``[B, *leaf shape]`` as contiguous frames ``[B, k, *frame]``."""
-        batch, pre = array.shape[0], layout[0]
+    def _repeats(self, raw: np.ndarray) -> bool:
+        """Whether the first stacked leaf's bytes ``raw`` equal the previous add's last stacked
+        leaf's (an observation after the previous next observation), leaves of one shape."""
+        last = self._last_raw
+        if last is None or last.shape != raw.shape or self.stacked[0].length != self.stacked[-1].length:
+            return False
+        if self.stacked[0].axis != self.stacked[-1].axis:
+            return False
+        a, b = (raw.view(np.uint64), last.view(np.uint64)) if raw.shape[1] % 8 == 0 else (raw, last)
+        return bool(self.kernels.same(a, b)) if self.kernels is not None else bool(np.array_equal(a, b))
+
+    def _split(
+        self, i: int, leaf: StackedLeaf, layout: tuple[int, int], raw: np.ndarray, raws: list, resolved: list
+    ) -> tuple[np.ndarray, bool]:
+        """``(frames, copied)``: stacked leaf ``i`` (``raw``: ``[B, bytes]``) as contiguous frames
+        ``[B, k, *frame]``, and whether they are a new array (else a view of the caller's)."""
+        batch, pre = raw.shape[0], layout[0]
+        shape = (batch, leaf.length, *leaf.frame_shape)
         if pre == 1:  # the stack axis leads: the frames are already contiguous
-            return np.ascontiguousarray(array).reshape(batch, leaf.length, *leaf.frame_shape)
+            return raw.view(self.frame_dtype).reshape(shape), False
         if self.kernels is None:
-            return np.ascontiguousarray(np.moveaxis(array, 1 + leaf.axis, 1))
-        frames = np.empty((batch, leaf.length, *leaf.frame_shape), self.frame_dtype)
-        raw = np.ascontiguousarray(array).reshape(batch, -1).view(np.uint8)
-        self.kernels.deinterleave(raw, pre, layout[1], frames.reshape(batch, leaf.length, -1).view(np.uint8))
-        return frames
+            return np.ascontiguousarray(
+                np.moveaxis(raw.view(self.frame_dtype).reshape(batch, *self.leaves[leaf.index].shape), 1 + leaf.axis, 1)
+            ), True
+        frames = np.empty(shape, self.frame_dtype)
+        out = frames.reshape(batch, leaf.length, -1).view(np.uint8)
+        if i > 0 and self._packs4[i] and self._packs4[0]:  # a next observation: 3 frames known
+            first = resolved[0][0].view(np.uint8).reshape(batch, 4, -1)
+            words, before = raw.view(np.uint32), raws[0].view(np.uint32)
+            self.kernels.deinterleave4_after(raw, words, before, first, out)
+        else:
+            self.kernels.deinterleave(raw, pre, layout[1], out)
+        return frames, True
 
     def _candidates(self, leaf: StackedLeaf, resolved: list) -> list[tuple[np.ndarray, np.ndarray, int]]:
         """Up to two ``(words, pointers, offset)`` held frames that ``leaf``'s frame j may
