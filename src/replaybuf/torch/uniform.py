@@ -21,6 +21,7 @@ from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.torch.convert import DeviceBatcher
 from replaybuf.torch.dataset import TorchDataset
+from replaybuf.torch.state import TorchCheckpoints
 from replaybuf.torch.storage import TorchStorage
 
 __all__ = ["TorchPyUniformReplayBuffer", "TorchUniformReplayBuffer", "as_device", "make_generator"]
@@ -44,7 +45,7 @@ def make_generator(device: torch.device, seed: int | None) -> torch.Generator:
     return generator
 
 
-class TorchUniformReplayBuffer(ReplayBuffer):
+class TorchUniformReplayBuffer(TorchCheckpoints, ReplayBuffer):
     """``batch_size`` streams of ``max_length`` items as torch tensors on ``device``.
 
     The same contract as ``replaybuf.UniformReplayBuffer``: ``add_batch`` writes one step
@@ -62,6 +63,9 @@ class TorchUniformReplayBuffer(ReplayBuffer):
         seed: seed of the sampling generator (on ``device``).
         dataset_drop_remainder: in a deterministic pass, drop short windows and groups.
         dataset_window_shift: in a deterministic pass, the step between window starts.
+
+    Checkpoints: ``state_dict()`` (tensors) / ``load_state_dict(state)``, ``save(path)`` /
+    ``load(path)`` (replaybuf.torch.state, docs/persistence.md).
 
     Raises:
         ArgumentError: batch_size, max_length or dataset_window_shift is not a positive int.

@@ -1,0 +1,156 @@
+"""The checkpoint protocol for the torch buffers: ``state_dict()`` with tensors, and folders.
+
+``state_dict()`` follows PyTorch's conventions: the items are tensors on the buffer's device
+and the generator state is ``torch.Generator.get_state()`` (a CPU uint8 tensor); everything
+else is plain (str, int, lists), so ``torch.save(rb.state_dict(), f)`` and
+``torch.load(f, weights_only=True)`` round-trip it. The keys are those of the NumPy buffers
+(docs/persistence.md): ``class``, ``spec``, ``batch_size``, ``max_length``, ``steps``,
+``items`` (valid items only, id order), ``rng``.
+
+``save(path)`` / ``load(path)`` write and read the same checkpoint folders as the NumPy
+buffers (``replaybuf.checkpoint``): the items as ``.npy`` files streamed straight from a CPU
+storage (through host memory from a CUDA one), the generator state as a uint8 array.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from replaybuf import checkpoint
+from replaybuf.errors import CheckpointError
+from replaybuf.state import check_spec_state, require, ring_views, spec_state
+from replaybuf.torch.convert import as_torch_dtype
+
+__all__ = ["TorchCheckpoints"]
+
+
+class TorchCheckpoints:
+    """``state_dict`` / ``load_state_dict`` / ``save`` / ``load`` for the torch buffers.
+
+    Mixed into TorchUniformReplayBuffer; it uses the buffer's ring, storage, generator and lock.
+    """
+
+    _flat: Any
+    _ring: Any
+    _storage: Any
+    _generator: torch.Generator
+    _device: torch.device
+    _lock: Any
+
+    def state_dict(self) -> dict:
+        """A snapshot: the valid items as tensors on the device (copies), counters, generator."""
+        with self._lock:
+            return self._state(lambda views: torch.cat(views) if len(views) > 1 else views[0].clone())
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a ``state_dict()`` (tensors or NumPy arrays): later samples equal the original's.
+
+        Raises:
+            CheckpointError: a state of another class, data_spec or geometry, or malformed;
+                the buffer is left unchanged.
+        """
+        ring = self._ring
+        if require(state, "class", str) != type(self).__name__:
+            raise CheckpointError(f"state: saved from a {state['class']}, cannot load into a {type(self).__name__}")
+        check_spec_state(self._flat, require(state, "spec", dict))
+        for key in ("batch_size", "max_length"):
+            if require(state, key, int) != getattr(ring, key):
+                raise CheckpointError(f"state[{key!r}]: saved {state[key]}, this buffer has {getattr(ring, key)}")
+        steps, items = require(state, "steps", int), require(state, "items", dict)
+        leaves = [items.get(str(i)) for i in range(len(self._flat.leaves))]
+        kinds = (torch.Tensor, np.ndarray, checkpoint.StoredArray)
+        count = leaves[0].shape[0] if leaves and isinstance(leaves[0], kinds) else 0
+        first = steps - count // ring.batch_size
+        if steps < 0 or count % ring.batch_size or first != max(0, steps - ring.max_length):
+            raise CheckpointError(f"state: {count} items do not fit steps={steps} of this buffer's streams")
+        for leaf, spec, path in zip(leaves, self._flat.leaves, self._flat.paths):
+            want = (as_torch_dtype(spec.dtype), spec.dtype)
+            if not isinstance(leaf, kinds) or tuple(leaf.shape) != (count, *spec.shape) or leaf.dtype not in want:
+                got = f"{tuple(leaf.shape)} {leaf.dtype}" if isinstance(leaf, kinds) else type(leaf).__name__
+                raise CheckpointError(f"state['items'] {path}: expected ({count}, *{spec.shape}) {spec.dtype}, got {got}")
+        rng = _generator_state(state.get("rng"), self._device)
+        with self._lock:
+            ring.steps = 0
+            start = (first % ring.max_length) * ring.batch_size
+            try:
+                for tensor, leaf in zip(self._storage.tensors, leaves):
+                    _fill(ring_views(tensor, start, count), leaf)
+            except CheckpointError:
+                self.clear()  # type: ignore[attr-defined]  # a file failed its checksum while read in
+                raise
+            ring.steps = steps
+            self._generator.set_state(rng)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the state to the checkpoint folder ``path`` atomically (a new version).
+
+        Items are streamed from a CPU storage without a copy (adds wait meanwhile).
+
+        Raises:
+            CheckpointError: ``path`` exists and is not a checkpoint folder.
+        """
+        with self._lock:
+            state = self._state(_host_run)
+            state["rng"] = state["rng"].numpy()
+            checkpoint.write_state(path, state)
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Replace this buffer's state with the checkpoint folder at ``path``.
+
+        Raises:
+            CheckpointError: as for the NumPy buffers' ``load``: nothing changes, except an
+                item file failing its checksum while read in, which leaves the buffer empty.
+        """
+        self.load_state_dict(checkpoint.read_state(path, lazy=("items",)))
+
+    def _state(self, export: Any) -> dict:
+        ring = self._ring
+        first = ring.first_valid_step()
+        count = (ring.steps - first) * ring.batch_size
+        start = (first % ring.max_length) * ring.batch_size
+        return {
+            "class": type(self).__name__,
+            "spec": spec_state(self._flat),
+            "batch_size": ring.batch_size,
+            "max_length": ring.max_length,
+            "steps": ring.steps,
+            "items": {str(i): export(ring_views(t, start, count)) for i, t in enumerate(self._storage.tensors)},
+            "rng": self._generator.get_state(),
+        }
+
+
+def _host_run(views: list[torch.Tensor]) -> checkpoint.ArrayRun:
+    """Storage rows as host NumPy views (CPU: the storage's own memory; CUDA: a copy)."""
+    return checkpoint.ArrayRun([v.numpy() if v.device.type == "cpu" else v.cpu().numpy() for v in views])
+
+
+def _fill(views: list[torch.Tensor], rows: Any) -> None:
+    """Copy ``rows`` (tensor, array or stored file) into consecutive storage ``views``."""
+    if isinstance(rows, checkpoint.StoredArray):
+        if all(v.device.type == "cpu" for v in views):
+            rows.read_into(checkpoint.ArrayRun([v.numpy() for v in views]))  # straight into storage
+            return
+        rows = rows.read()
+    rows = torch.as_tensor(rows)
+    done = 0
+    for view in views:
+        view.copy_(rows[done : done + len(view)])
+        done += len(view)
+
+
+def _generator_state(state: Any, device: torch.device) -> torch.Tensor:
+    """``state`` as a generator state for ``device``; CheckpointError when it is not one."""
+    if isinstance(state, np.ndarray):
+        state = torch.from_numpy(state)
+    if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.dim() != 1:
+        raise CheckpointError(f"state['rng']: expected torch.Generator.get_state() (a uint8 tensor), got {state!r:.80}")
+    state = state.cpu()
+    try:
+        torch.Generator(device=device).set_state(state)
+    except RuntimeError as err:
+        raise CheckpointError(f"state['rng']: not a state of a {device.type} generator ({err})") from None
+    return state
