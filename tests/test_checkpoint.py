@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 
 import numpy as np
 import pytest
@@ -192,7 +193,7 @@ def saved(tmp_path):
 
 
 def flip_byte(path, offset):
-    data = bytearray(path.read_bytes())
+    data = bytearray(path.read_bytes())  # offset may be negative (from the end)
     data[offset] ^= 0x01
     path.write_bytes(bytes(data))
 
@@ -411,3 +412,65 @@ def test_memmap_reopen_gives_recovered_items_a_new_items_priority(tmp_path):
     fill(reopened, 2, start=11)
     fill(twin, 2, start=11)
     assert [t[0] for t in prioritized_trace(reopened)] == [t[0] for t in prioritized_trace(twin)]
+
+
+# -- streaming: blocks, bounce buffers, checksums -------------------------------------------------
+@given(
+    capacity=st.integers(1, 40),
+    added=st.integers(0, 90),
+    chunk=st.sampled_from([1, 7, 64, 1 << 21]),
+)
+@settings(max_examples=40, deadline=None)
+def test_save_and_load_stream_in_blocks_of_any_size(tmp_path_factory, capacity, added, chunk):
+    """Strided fields of a wrapped ring, cut into blocks of any size, write and read back exactly."""
+    folder = tmp_path_factory.mktemp("ckpt")
+    original = py_uniform(capacity=capacity)
+    original.add_batch(fields_for_ids(np.arange(added)))
+    saved_chunk = checkpoint._CHUNK
+    checkpoint._CHUNK = chunk
+    try:
+        original.save(folder)
+        restored = py_uniform(capacity=capacity, seed=0)
+        restored.load(folder)
+    finally:
+        checkpoint._CHUNK = saved_chunk
+    expected = original.state_dict()["items"]
+    got = restored.state_dict()["items"]
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key])
+    plain = checkpoint.read_state(folder)  # np.load-compatible files with zlib's CRC-32
+    manifest = json.loads((folder / json.loads((folder / "CURRENT").read_text())["current"] / "manifest.json").read_text())
+    for key, entry in manifest["state"]["items"].items():
+        path = folder / json.loads((folder / "CURRENT").read_text())["current"] / entry["__npy__"]
+        assert zlib.crc32(path.read_bytes()) == entry["crc32"]
+        np.testing.assert_array_equal(np.load(path, allow_pickle=False), expected[key])
+        np.testing.assert_array_equal(plain["items"][key], expected[key])
+
+
+def test_lazy_read_checks_headers_first_and_the_target_shape(tmp_path):
+    buffer = uniform()
+    fill(buffer, 3)
+    buffer.save(tmp_path)
+    state = checkpoint.read_state(tmp_path, lazy=("items",))
+    stored = state["items"]["0"]
+    assert isinstance(stored, checkpoint.StoredArray) and isinstance(state["rng"], dict)
+    with pytest.raises(CheckpointError, match="target"):
+        stored.read_into(np.empty((stored.shape[0] + 1, *stored.shape[1:]), stored.dtype))
+    np.testing.assert_array_equal(stored.read(), buffer.state_dict()["items"]["0"])
+
+
+def test_prioritized_load_of_a_corrupt_item_file_clears_the_trees(tmp_path):
+    source = prioritized()
+    fill(source, 6)
+    source.save(tmp_path / "ckpt")
+    folder = tmp_path / "ckpt" / json.loads((tmp_path / "ckpt" / "CURRENT").read_text())["current"]
+    flip_byte(sorted(folder.glob("*items*.npy"))[0], -1)
+    target = prioritized()
+    fill(target, 8, start=20)
+    with pytest.raises(CheckpointError, match="checksum"):
+        target.load(tmp_path / "ckpt")
+    assert target.num_frames() == 0
+    fill(target, 1, start=40)
+    _, info = target.get_next(50)
+    assert set(info.ids.tolist()) == {0, 1}  # ids restart after the clear
+    np.testing.assert_allclose(info.probabilities, 0.5)  # no old mass left in the trees
