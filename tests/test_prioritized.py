@@ -10,9 +10,22 @@ from hypothesis import strategies as st
 from replaybuf import ArraySpec, ArgumentError, EmptyBufferError, PriorityError
 from replaybuf.info import SampleInfo
 from replaybuf.prioritized import PrioritizedReplayBuffer
-from replaybuf.sumtree import MinTree, SumTree
+from replaybuf.sumtree import MinTree, NumpyKernels, SumTree, kernels
 
 SPEC = {"x": ArraySpec((), np.int64)}
+
+
+@pytest.fixture(params=[False, None], ids=["numpy-kernels", "compiled-kernels"], autouse=True)
+def compiled(request, monkeypatch):
+    """Every buffer test runs on the NumPy kernels and on numba's (when installed)."""
+    original = PrioritizedReplayBuffer.__init__
+
+    def init(self, *args, **kwargs):
+        kwargs.setdefault("compiled", request.param)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(PrioritizedReplayBuffer, "__init__", init)
+    return request.param
 
 
 def filled(batch_size=2, max_length=10, steps=10, **kwargs):
@@ -178,3 +191,41 @@ def test_trees_against_numpy(values, arity, compiled, data):
         found_ok = found > 0
         np.testing.assert_array_equal(values[slots[found_ok]], found[found_ok])
         np.testing.assert_array_equal(slots[found_ok & clear], expected[found_ok & clear])
+
+
+def test_compiled_kernels_are_used_when_asked(compiled):
+    buffer = filled()
+    assert (buffer._sampler.kernels is NumpyKernels) == (compiled is False or kernels(None) is NumpyKernels)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    values=st.lists(st.floats(0.01, 100.0), min_size=20, max_size=200),
+    picks=st.lists(st.integers(0, 199), min_size=1, max_size=40),
+    data=st.data(),
+)
+def test_assign_and_draw_kernels_agree(values, picks, data):
+    """The NumPy and the compiled kernels leave the same trees and draw the same items."""
+    chosen = kernels(None)
+    if chosen is NumpyKernels:
+        pytest.skip("numba is not installed")
+    n = len(values)
+    ids = np.array([p % n for p in picks], np.int64)
+    priorities = np.array(data.draw(st.lists(st.floats(0.1, 10.0), min_size=len(ids), max_size=len(ids))))
+    results = []
+    for k in (NumpyKernels, chosen):
+        sums, mins = SumTree(n, compiled=k is not NumpyKernels and None), MinTree(n, compiled=k is not NumpyKernels and None)
+        sums.update(np.arange(n), np.array(values))
+        mins.update(np.arange(n), np.array(values))
+        code = k.assign(sums.tree, mins.tree, sums.offsets, 16, n, ids, priorities, 0.7, 0.01, 0, n, np.empty(len(ids), np.int64))
+        out = np.empty(64, np.int64), np.empty(64, np.float32), np.empty(64, np.float32)
+        bad = k.draw(sums.tree, mins.tree, sums.offsets, 16, n, np.linspace(0.01, 0.99, 64), True, 0.0, 0.5, 0, n, n, *out)
+        results.append((code, sums.tree.copy(), mins.tree.copy(), bad, out))
+    (code_a, sums_a, mins_a, bad_a, out_a), (code_b, sums_b, mins_b, bad_b, out_b) = results
+    assert code_a[0] == code_b[0] == 0 and code_a[1:] == pytest.approx(code_b[1:])
+    np.testing.assert_allclose(sums_a, sums_b, rtol=1e-12)
+    np.testing.assert_allclose(mins_a, mins_b, rtol=1e-12)
+    assert bad_a == bad_b == 0
+    np.testing.assert_array_equal(out_a[0], out_b[0])
+    np.testing.assert_allclose(out_a[1], out_b[1], rtol=1e-6)
+    np.testing.assert_allclose(out_a[2], out_b[2], rtol=1e-6)

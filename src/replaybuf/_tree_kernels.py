@@ -36,8 +36,9 @@ def _descend(tree, offsets, arity, residual):  # pragma: no cover - compiled
     node = np.zeros(residual.shape[0], np.int64)
     for level in range(offsets.shape[0] - 2, -1, -1):
         start = offsets[level]
+        groups = (offsets[level + 1] - start) // arity  # a zero node picked by rounding may be padding
         for i in range(residual.shape[0]):
-            base = start + node[i] * arity
+            base = start + min(node[i], groups - 1) * arity
             if arity == 16:
                 chosen, before, target = _pick16(tree, base, residual[i])
             else:

@@ -46,6 +46,7 @@ class NumpyKernels:
         row_ends = row_starts + (arity - 1)
         node = np.zeros(residual.shape[0], np.int64)
         for block in reversed(blocks):
+            np.minimum(node, block.shape[0] - 1, out=node)  # a zero node picked by rounding may be padding
             children = block[node].ravel()
             running = np.cumsum(children)
             before_row = running[row_starts] - children[row_starts]
