@@ -15,7 +15,7 @@ process and take turns (each transition is added to both; sampling rounds altern
 the last line gives the frame buffer's ratios to the plain one. Layouts run one after the
 other (the default, both: [4, 84, 84] then [84, 84, 4]). Run:
     .venv/bin/python bench/frames_micro.py [--layout hwc|chw|both] [--stored 50000] [--capacity 100000]
-        [--reps 5] [--numpy]
+        [--reps 7] [--numpy]
 """
 
 from __future__ import annotations
@@ -87,14 +87,14 @@ def fill(buffers: dict, stored: int, axis: int) -> dict:
 
 
 def sample_rates(buffers: dict, size: int, reps: int) -> dict:
-    """{name: best MB/s of returned bytes}: rounds of about 30 MB per buffer, the buffers
+    """{name: best MB/s of returned bytes}: rounds of about 120 MB per buffer, the buffers
     taking turns within each of ``reps`` repetitions (so load changes hit both alike)."""
     best = dict.fromkeys(buffers, 0.0)
     nbytes = {}
     for name, buffer in buffers.items():
         items, _ = buffer.get_next(size)
         nbytes[name] = sum(leaf.nbytes for leaf in items.values())
-    calls = max(4, int(30e6 // max(nbytes.values())))
+    calls = max(8, int(120e6 // max(nbytes.values())))
     for _ in range(reps):
         for name, buffer in buffers.items():
             start = time.perf_counter()
@@ -134,7 +134,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stored", type=int, default=50_000)
     parser.add_argument("--capacity", type=int, default=100_000)
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--layout", choices=[*sorted(AXIS), "both"], default="both")
     parser.add_argument("--numpy", action="store_true", help="the NumPy path (as without numba installed)")
     args = parser.parse_args()
