@@ -138,9 +138,12 @@ def test_prioritized_windows_follow_episodes_through_adds_and_updates(
         mass = {i: priority[i] ** 0.5 for i in expected}
         total = sum(mass.values())
         np.testing.assert_allclose(info.probabilities, [mass[int(i)] / total for i in ids[:, 0]], rtol=1e-5)
-        new = rng.uniform(0.1, 5.0, size=ids.shape[0])
-        buffer.update_priorities(ids, new)
-        for i, p in zip(ids[:, 0].tolist(), new.tolist()):
+        # the sampled windows, and any stored items (starts of windows that cross an end too)
+        oldest, head = max(0, t + 1 - max_length) * batch_size, (t + 1) * batch_size
+        targets = np.concatenate([ids[:, 0], rng.integers(oldest, head, size=4)])
+        new = rng.uniform(0.1, 5.0, size=targets.shape[0])
+        buffer.update_priorities(targets, new)
+        for i, p in zip(targets.tolist(), new.tolist()):
             priority[i] = p  # duplicates: the last one wins
         largest = max(largest, float(new.max()))
 

@@ -10,7 +10,9 @@ twins in ``replaybuf.sumtree.NumpyKernels`` (same names, same arguments):
 - ``draw``: a whole prioritized sample in one call (targets, descent, ids, probabilities,
   importance weights);
 - ``assign``: a whole ``update_priorities`` in one call (checks, masses, leaf writes in the
-  sum and min trees, propagation to the top).
+  sum and min trees, propagation to the top);
+- ``assign_starts``: copy those masses into an episode-aware window tree (0 where a window
+  of T steps from that start would cross an episode end or the head).
 
 The descent runs level by level over the whole batch (not target by target), so the
 loads of different targets overlap, and picks a child by counting running sums instead of
@@ -22,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["assign", "draw", "find", "update", "warm_up"]
+__all__ = ["assign", "assign_starts", "draw", "find", "update", "warm_up"]
 
 _BELOW_ONE = 1.0 - 2.0**-50
 
@@ -219,6 +221,23 @@ def assign(
     return 0, largest, count
 
 
+@njit(cache=True, nogil=True)
+def assign_starts(
+    tree, offsets, arity, capacity, leaves, position, ids, steps, batch, oldest_id, high_id, slots
+):  # pragma: no cover - compiled
+    count = 0
+    for i in range(ids.shape[0]):
+        ident = ids[i]
+        if ident < oldest_id:
+            continue
+        slot = ident % capacity
+        inside = ident < high_id and position[(ident + (steps - 1) * batch) % capacity] >= steps - 1
+        tree[slot] = leaves[slot] if inside else 0.0
+        slots[count] = slot
+        count += 1
+    _propagate(tree, offsets, arity, slots, count, False)
+
+
 def warm_up() -> None:
     """Compile (or load from the disk cache) every kernel on a tiny tree."""
     sums, mins = np.zeros(6), np.full(6, np.inf)
@@ -227,5 +246,6 @@ def warm_up() -> None:
     update(sums, offsets, 2, one, np.array([1.0]), False)
     find(sums, offsets, 2, np.array([0.5]), np.zeros(1, np.int64), np.zeros(1))
     assign(sums, mins, offsets, 2, 4, one, np.array([1.0]), 1.0, 0.0, 0, 2, np.zeros(1, np.int64))
+    assign_starts(sums, offsets, 2, 4, sums, np.zeros(4, np.int64), one, 2, 1, 0, 2, np.zeros(1, np.int64))
     draw(sums, mins, offsets, 2, 4, np.array([0.5]), True, 0.0, 0.5, 0, 2, 2, np.zeros(1, np.int64),
          np.zeros(1, np.float32), np.zeros(1, np.float32))

@@ -145,10 +145,15 @@ class PrioritizedSampler:
                 tree.update_range(start, start + batch, np.where(inside, self.sums.levels[0][start : start + batch], 0.0))
 
     def assigned(self, ring: StreamRing, ids: np.ndarray) -> None:
-        """After new priorities of the live ``ids``: copy their masses into the window trees."""
-        slots = ids % ring.capacity
+        """After new priorities of ``ids``: copy the live ones' masses into the window trees."""
+        oldest, batch = ring.first_valid_step() * ring.batch_size, ring.batch_size
+        slots, leaves = np.empty(ids.shape[0], np.int64), self.sums.levels[0]
         for steps, tree in self.windows.items():
-            tree.update(slots, np.where(self._valid_starts(ring, ids, steps), self.sums.levels[0][slots], 0.0))
+            high = (ring.steps - steps + 1) * batch
+            self.kernels.assign_starts(
+                tree.tree, tree.offsets, tree.arity, ring.capacity, leaves, self.episodes.position, ids, steps,
+                batch, oldest, high, slots,
+            )
 
 
 class PrioritizedReplayBuffer(UniformReplayBuffer):
@@ -311,7 +316,7 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
                     f"ids: expected ids of added items (0 <= id < {head}), got {ids[never][:5].tolist()}"
                 )
             if sampler.windows:
-                sampler.assigned(ring, ids[ids >= oldest])
+                sampler.assigned(ring, ids)
             if largest > self._max_priority:
                 self._max_priority = largest
 

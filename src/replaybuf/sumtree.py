@@ -110,6 +110,14 @@ class NumpyKernels:
         return 0, largest, count
 
 
+    @staticmethod
+    def assign_starts(tree, offsets, arity, capacity, leaves, position, ids, steps, batch, oldest_id, high_id, slots):
+        ids = ids[ids >= oldest_id]
+        inside = (ids < high_id) & (position[(ids + (steps - 1) * batch) % capacity] >= steps - 1)
+        slots = ids % capacity
+        NumpyKernels.update(tree, offsets, arity, slots, np.where(inside, leaves[slots], 0.0), False)
+
+
 _compiled: ModuleType | None | bool = False  # False: not looked up yet
 
 
