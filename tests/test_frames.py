@@ -447,3 +447,29 @@ def test_corrupt_or_foreign_checkpoints_are_refused_and_change_nothing(tmp_path)
     plain = replaybuf.UniformReplayBuffer(buffer.data_spec, 2, 9)
     with pytest.raises(CheckpointError, match="FrameStackReplayBuffer"):
         plain.load_state_dict(good)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    batch=st.integers(1, 3),
+    max_length=st.integers(1, 8),
+    k=st.integers(1, 4),
+    axis=st.sampled_from([0, -1]),
+    before=st.integers(0, 25),
+    after=st.integers(1, 12),
+)
+def test_a_restored_buffer_reads_and_continues_like_the_original(seed, batch, max_length, k, axis, before, after):
+    data_spec = spec(k, axis)
+    original = FrameStackReplayBuffer(data_spec, batch, max_length, seed=seed % 7, stack_axis=axis)
+    restored = FrameStackReplayBuffer(data_spec, batch, max_length, stack_axis=axis)
+    stream = episodes(np.random.default_rng(seed), batch, before + after, k, axis, True, levels=3)
+    for _ in range(before):
+        original.add_batch(next(stream))
+    restored.load_state_dict(original.state_dict())
+    for item in stream:
+        original.add_batch(item)
+        restored.add_batch(item)
+        assert_same(original.get_next(4), restored.get_next(4))
+    for key, value in original.gather_all().items():
+        np.testing.assert_array_equal(value, restored.gather_all()[key])
