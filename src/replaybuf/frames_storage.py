@@ -361,6 +361,10 @@ class FrameStorage:
             self.records.write(start, [*small, *pointers, frames["floors"]])
             newest = [p[count - self.batch_size :] for p in pointers]
             self._previous = [(_words(self.frames.take(self._rows(p), axis=0)), p) for p in newest]
+            if len(self.stacked) > 1:  # the newest step's last stacked leaf, as added
+                slots = np.arange(start + count - self.batch_size, start + count) % self.capacity
+                last = self.read(slots)[self.stacked[-1].index]
+                self._last_raw = np.ascontiguousarray(last).reshape(self.batch_size, -1).view(np.uint8)
 
     # -- reading ---------------------------------------------------------------------------------
     def read(self, slots: np.ndarray) -> list[np.ndarray]:
