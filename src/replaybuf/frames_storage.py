@@ -10,7 +10,9 @@ that matches nothing is appended to a frame pool; the item record keeps ``k`` in
 pointers per stacked leaf (logical frame counters) beside the other, small fields in a
 ``RecordStorage``. Reading gathers the frames by pointer, so a read returns exactly the
 bytes that were added, whatever the padding; matching only decides how much is stored:
-one frame per transition in the steady state, plus one per episode start.
+one frame per transition in the steady state, plus one per episode start. When an add's
+first stacked leaf has the bytes of the previous add's last one (``obs[t+1]`` is
+``next_obs[t]``), it takes that leaf's frames and pointers without matching.
 
 The pool is a ring of ``P`` frames addressed by ``counter % P``; row ``P`` is the zero
 frame. Every record also keeps the smallest counter it points to (its floor); floors
@@ -23,6 +25,9 @@ A stack along an inner axis (``[84, 84, 4]``) interleaves its frames pixel by pi
 numba installed (``replaybuf[fast]``) the interleave on read, its inverse on add and the
 next observation (the observation shifted by one frame, plus one) run as compiled loops
 (``replaybuf._frame_kernels``); without it, NumPy strided copies give the same bytes.
+
+Checkpoints (``state`` / ``check_state`` / ``load_state``) hold the small leaves, the live
+frames once, and the pointers rebased onto them (docs/images.md).
 """
 
 from __future__ import annotations
