@@ -472,3 +472,21 @@ def test_a_restored_buffer_reads_and_continues_like_the_original(seed, batch, ma
         assert_same(original.get_next(4), restored.get_next(4))
     for key, value in original.gather_all().items():
         np.testing.assert_array_equal(value, restored.gather_all()[key])
+
+
+def test_without_numba_the_numpy_path_is_used(monkeypatch):
+    import sys
+
+    import replaybuf.frames_storage as frames_storage
+
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
+    monkeypatch.delitem(sys.modules, "replaybuf._frame_kernels", raising=False)
+    monkeypatch.delattr(replaybuf, "_frame_kernels", raising=False)
+    monkeypatch.setattr(frames_storage, "_kernels", False)
+    buffer = FrameStackReplayBuffer(spec(4, -1), 2, 5, seed=0, stack_axis=-1)
+    assert buffer._storage.kernels is None
+    plain = replaybuf.UniformReplayBuffer(spec(4, -1), 2, 5, seed=0)
+    for item in episodes(np.random.default_rng(0), 2, 12, 4, -1, True, levels=4):
+        buffer.add_batch(item)
+        plain.add_batch(item)
+    assert_same(plain.get_next(6, 2), buffer.get_next(6, 2))
