@@ -101,7 +101,9 @@ class _FrameStackMixin:
             ring = self._ring  # type: ignore[attr-defined]
             first = ring.first_valid_step()
             start = (first % ring.max_length) * ring.batch_size
-            state["items"], state["frames"] = self._storage.state(start, (ring.steps - first) * ring.batch_size)
+            count = (ring.steps - first) * ring.batch_size
+            saving = getattr(self, "_saving", False)  # save(): the pool streamed from views, no copy
+            state["items"], state["frames"] = self._storage.state(start, count, views=saving)
             return state
 
     def load_state_dict(self, state: dict) -> None:

@@ -41,9 +41,10 @@ from types import ModuleType
 
 import numpy as np
 
+from replaybuf.checkpoint import ArrayRun
 from replaybuf.errors import CheckpointError
 from replaybuf.specs import ArraySpec
-from replaybuf.state import read_run
+from replaybuf.state import read_run, ring_views
 from replaybuf.storage import RecordStorage
 
 __all__ = ["FrameStorage", "StackedLeaf"]
@@ -281,13 +282,15 @@ class FrameStorage:
         self.frames, self.pool_size = frames, size
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def state(self, start: int, count: int) -> tuple[dict, dict]:
+    def state(self, start: int, count: int, views: bool = False) -> tuple[dict, dict]:
         """``(items, frames)`` of the ``count`` items from slot ``start`` (id order): the small
         leaves by flat index, and the frames they use once each with pointers into them.
 
         ``frames`` holds ``pool`` (``[m, *frame]``: the frames from the oldest one still used
         to the newest), ``pointers`` (per stacked leaf, ``[count, k]`` rows of ``pool``, -1
         for the zero frame), ``floors`` (``[count]``, each item's oldest frame) and ``axes``.
+        With ``views`` (for ``save``, under the buffer's lock) the pool is an ``ArrayRun`` of
+        views of the frame ring instead of a copy.
         """
         runs = read_run(self.fields, start, count)
         floors = runs[-1]
@@ -297,9 +300,14 @@ class FrameStorage:
             str(leaf.index): np.where(run >= 0, run - base, ZERO)
             for leaf, run in zip(self.stacked, pointer_runs, strict=True)
         }
-        live = np.arange(base, self.counter)
+        if views:
+            pool: np.ndarray | ArrayRun = ArrayRun(
+                ring_views(self.frames[: self.pool_size], base % self.pool_size, self.counter - base)
+            )
+        else:
+            pool = self.frames[np.arange(base, self.counter) % self.pool_size]
         frames = {
-            "pool": self.frames[live % self.pool_size],
+            "pool": pool,
             "pointers": pointers,
             "floors": floors - base,
             "axes": [leaf.axis for leaf in self.stacked],
