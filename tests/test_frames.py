@@ -389,7 +389,7 @@ def test_checkpoint_round_trip_continues_exactly(cls, kwargs, through_files, tmp
         np.testing.assert_array_equal(value, restored.gather_all()[key])
 
 
-def test_checkpoint_of_a_grown_pool_and_of_an_empty_buffer_load():
+def test_checkpoint_of_a_grown_pool_and_of_an_empty_buffer_load(tmp_path):
     data_spec = spec(4, 0)
     source = FrameStackReplayBuffer(data_spec, 2, 5, seed=1)
     rng = np.random.default_rng(4)
@@ -409,6 +409,10 @@ def test_checkpoint_of_a_grown_pool_and_of_an_empty_buffer_load():
     empty = FrameStackReplayBuffer(data_spec, 2, 5, seed=1)
     target.load_state_dict(empty.state_dict())
     assert target.num_frames() == 0 and target._storage.counter == 0
+    source.load_state_dict(empty.state_dict())
+    source.save(tmp_path / "empty")
+    target.load(tmp_path / "empty")
+    assert target.num_frames() == 0 and target.gather_all()["observation"].shape == (2, 0, 4, *FRAME)
 
 
 def test_corrupt_or_foreign_checkpoints_are_refused_and_change_nothing(tmp_path):
