@@ -1,7 +1,8 @@
 """The TensorFlow rows, shared by replaybuf.tf and TF-Agents (the same constructor and API).
 
-``make(data_spec, batch_size, max_length)`` builds the buffer under test. Both rows use the
-small transition of W1 as tf.TensorSpecs.
+``make(data_spec, batch_size, max_length)`` builds the buffer under test; every library gets
+exactly the same harness. Both rows use the small transition of W1 as tf.TensorSpecs.
+bench/tf_micro.py runs these same rows with TF-Agents in the same process.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 from common import BATCH, chunks, small_pool
 
 ADDS_PER_CALL = 64
+STREAMS = 64
 
 
-def _spec(tf):
+def spec(tf):
     return {
         "obs": tf.TensorSpec([4], tf.float32, "obs"),
         "action": tf.TensorSpec([], tf.int64, "action"),
@@ -22,18 +24,24 @@ def _spec(tf):
 
 
 def tf_add(make):
-    """``ADDS_PER_CALL`` add_batch calls of batch 1 in a loop inside one tf.function (as a TF driver does)."""
+    """``ADDS_PER_CALL`` add_batch calls of batch 1 in a tf.while_loop inside one tf.function.
+
+    The loop is a driver's collect loop (TF-Agents' DynamicStepDriver runs its observers in
+    a tf.while_loop) with the environment and policy taken out: step ``i`` fetches its item
+    with one gather per leaf from a pool of pre-batched items, the cheapest feed a loop has,
+    so what is timed is the loop and the adds.
+    """
 
     def factory(sizes):
         import tensorflow as tf
 
-        buffer = make(_spec(tf), 1, sizes.capacity)
-        pool = {k: tf.constant(v) for k, v in small_pool(ADDS_PER_CALL).items()}
+        buffer = make(spec(tf), 1, sizes.capacity)
+        pool = {k: tf.constant(v[:, None]) for k, v in small_pool(ADDS_PER_CALL).items()}
 
         @tf.function
         def add_many(items):
             for i in tf.range(ADDS_PER_CALL):
-                buffer.add_batch({k: v[i : i + 1] for k, v in items.items()})
+                buffer.add_batch({k: tf.gather(v, i) for k, v in items.items()})
 
         def run(n):
             for _ in range(n):
@@ -44,22 +52,29 @@ def tf_add(make):
     return factory
 
 
-def tf_dataset(make):
-    """``as_dataset(256, num_steps=2)`` as the TF-Agents tutorial builds it, 64 streams holding ``stored`` items."""
+def tf_dataset(make, tuned=False):
+    """Iterating ``as_dataset(256, num_steps=2)`` over 64 streams holding ``stored`` items.
+
+    As the TF-Agents tutorial writes it (no other argument), or with ``tuned`` as its DQN
+    tutorial tunes it (``num_parallel_calls=3`` and ``.prefetch(3)``).
+    """
 
     def factory(sizes):
         import tensorflow as tf
 
-        streams = 64
-        buffer = make(_spec(tf), streams, sizes.capacity // streams)
+        buffer = make(spec(tf), STREAMS, sizes.capacity // STREAMS)
+
         @tf.function
         def add(items):
-            buffer.add_batch(items)
+            buffer.add_batch(items)  # TF-Agents returns an Operation: not returned here
 
-        for _, batch in chunks(small_pool(sizes.stored), sizes.stored, streams):
-            if len(batch["obs"]) == streams:
+        for _, batch in chunks(small_pool(sizes.stored), sizes.stored, STREAMS):
+            if len(batch["obs"]) == STREAMS:
                 add({k: tf.constant(v) for k, v in batch.items()})
-        dataset = buffer.as_dataset(sample_batch_size=BATCH, num_steps=2, num_parallel_calls=3).prefetch(3)
+        if tuned:
+            dataset = buffer.as_dataset(BATCH, num_steps=2, num_parallel_calls=3).prefetch(3)
+        else:
+            dataset = buffer.as_dataset(sample_batch_size=BATCH, num_steps=2)
         iterator = iter(dataset)
 
         def run(n):

@@ -33,6 +33,10 @@ __all__ = [
 class ReplayBufferError(Exception):
     """Base class of every error replaybuf raises on purpose."""
 
+    # Exception's own constructor: TensorFlow's autograph then re-raises these errors from a
+    # traced tf.function as themselves (message extended), not as a StagingError.
+    __init__ = Exception.__init__
+
 
 class SpecError(ReplayBufferError, ValueError):
     """A data_spec that cannot be built: a list in the nest, a negative dimension, ..."""

@@ -18,6 +18,7 @@ one function call, not one op dispatch per leaf.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.tf import datasets
 from replaybuf.tf.convert import convert_batch
-from replaybuf.tf.slots import SlotStore
+from replaybuf.tf.slots import SlotStore, read_variable
 
 __all__ = ["TFUniformReplayBuffer"]
 
@@ -195,13 +196,12 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
 
     def _attempt(
         self, sample_batch_size: int | None, num_steps: int | None
-    ) -> tuple[list, tf.Tensor, tf.Tensor, tuple]:
-        """One uniform draw and its read: ``(leaves, ids, probabilities, check)``.
+    ) -> tuple[list, tf.Tensor, tf.Tensor, tf.Tensor]:
+        """One uniform draw and its read: ``(leaves, ids, probabilities, intact)``.
 
-        ``check`` is ``(complete, first_step, clears)``: whether every step read was complete
-        before the read, the oldest step read, and the clear count before the read;
-        ``_still_intact(check)`` says whether the read is whole and nothing in it has been
-        overwritten or cleared since.
+        ``intact`` says the read is whole: every step read was complete before it, no add
+        had reserved a step overwriting one of them by its end, and no clear ran meanwhile.
+        Drawing again until it holds keeps the draw uniform.
         """
         size = num_steps or 1
         shape = () if sample_batch_size is None else (sample_batch_size,)
@@ -211,42 +211,41 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             "or ask for shorter windows"
         )
         store = self._store
-        clears = store.clears.value()
-        steps = store.steps.value()
+        clears, steps = read_variable(store.clears), read_variable(store.steps)
         low = tf.maximum(steps - self._max_length, 0)
         high = steps - size + 1
         # one Assert for both conditions; its message is the empty-buffer one when nothing
         # is stored
         reason = tf.where(steps > 0, too_long, EMPTY_MESSAGE)
         with tf.control_dependencies([tf.debugging.Assert(high > low, [reason])]):
-            first = self._rng.uniform(shape, low * batch, high * batch, dtype=tf.int64)
+            # the generator's own op: Generator.uniform wraps it in some twenty more
+            first = tf.raw_ops.StatefulUniformInt(
+                resource=self._rng.state.handle,
+                algorithm=np.int64(self._rng.algorithm),
+                shape=np.array(shape, np.int32),
+                minval=low * batch,
+                maxval=high * batch,
+            )
         if num_steps is not None:
             ids = first[..., None] + np.arange(num_steps, dtype=np.int64) * batch
         else:
             ids = first
         with tf.control_dependencies([clears]):
-            leaves, marks, _ = store.read(ids)
-        complete = tf.reduce_all(tf.equal(marks, store.step_of(ids)))
-        first_step = store.step_of(tf.reduce_min(first))
-        probability = 1.0 / tf.cast((high - low) * batch, tf.float32)
-        return leaves, ids, tf.fill(shape, probability), (complete, first_step, clears)
-
-    def _still_intact(self, check: tuple) -> tf.Tensor:
-        """The read of ``check`` was whole, and nothing it read was overwritten or cleared since."""
-        complete, first_step, clears = check
-        store = self._store
-        return tf.logical_and(
-            tf.logical_and(complete, first_step >= store.steps.value() - self._max_length),
-            tf.equal(store.clears.value(), clears),
+            leaves, steps_read, marks = store.read(ids)
+        with tf.control_dependencies(leaves):
+            head, clears_after = read_variable(store.steps), read_variable(store.clears)
+        intact = tf.logical_and(
+            tf.reduce_all(store.intact(steps_read, marks, head)), tf.equal(clears, clears_after)
         )
+        probability = 1.0 / tf.cast((high - low) * batch, tf.float32)
+        return leaves, ids, tf.fill(shape, probability), intact
 
     def _sample(
         self, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[list, tf.Tensor, tf.Tensor]:
         def attempt() -> tuple:
-            leaves, ids, probabilities, check = self._attempt(sample_batch_size, num_steps)
-            with tf.control_dependencies(leaves):
-                return self._still_intact(check), leaves, ids, probabilities
+            leaves, ids, probabilities, intact = self._attempt(sample_batch_size, num_steps)
+            return intact, leaves, ids, probabilities
 
         with tf.device(self._device), tf.name_scope("get_next"):
             # no lock: a read that an add (or clear) may have torn is drawn again
@@ -260,8 +259,10 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         store = self._store
 
         def attempt() -> tuple:
-            leaves, marks, head = store.read(ids)
-            return tf.reduce_all(store.untorn(ids, marks, head)), leaves
+            leaves, steps, marks = store.read(ids)
+            with tf.control_dependencies(leaves):
+                head = read_variable(store.steps)
+            return tf.reduce_all(store.untorn(steps, marks, head)), leaves
 
         with tf.device(self._device), tf.name_scope("read"):
             _, leaves = tf.while_loop(
@@ -292,9 +293,10 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
     ) -> tf.data.Dataset:
         """A ``tf.data.Dataset`` of ``(items, BufferInfo(ids, probabilities))``.
 
-        Random mode (default) is endless and samples on every element, so it sees later
-        adds; ``num_parallel_calls`` (an int or ``tf.data.AUTOTUNE``) samples that many
-        elements ahead in parallel. With ``single_deterministic_pass=True`` every stored
+        Random mode (default) is endless. Without ``num_parallel_calls`` each element is
+        drawn when it is asked for, so it sees every earlier add; with it (an int or
+        ``tf.data.AUTOTUNE``) that many elements are drawn ahead, in parallel (as in
+        TF-Agents, an element drawn ahead does not see adds made after its draw). With ``single_deterministic_pass=True`` every stored
         item is yielded once, stream by stream (``sample_batch_size`` streams at a time) in
         time order, cut into windows of ``num_steps`` (see ``dataset_window_shift`` and
         ``dataset_drop_remainder``); the ids are fixed when an iterator reads its first
@@ -328,11 +330,10 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
                 self._drop_remainder,
             )
             return datasets.deterministic_pass(
-                plan, self._store.steps.value, self._read_ids, self._flat.unflatten, EMPTY_MESSAGE
+                plan, functools.partial(read_variable, self._store.steps), self._read_ids, self._flat.unflatten, EMPTY_MESSAGE
             )
         return datasets.random_dataset(
             lambda: self._attempt(sample_batch_size, num_steps),
-            self._still_intact,
             self._flat.unflatten,
             num_parallel_calls,
         )
@@ -355,7 +356,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
     @tf.autograph.experimental.do_not_convert
     def num_frames(self) -> tf.Tensor:
         """How many items are stored now: an int64 scalar tensor (as in TF-Agents)."""
-        return tf.minimum(self._store.steps.value(), self._max_length) * self._batch_size
+        return tf.minimum(functools.partial(read_variable, self._store.steps)(), self._max_length) * self._batch_size
 
     # -- eager entry points -----------------------------------------------------------------------
     def _eager(self, what: str, *args: Any) -> Any:

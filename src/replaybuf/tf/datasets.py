@@ -23,37 +23,44 @@ __all__ = ["PassPlan", "check_pass_arguments", "deterministic_pass", "random_dat
 
 
 def random_dataset(
-    attempt: Callable[[], tuple[list, tf.Tensor, tf.Tensor, Any]],
-    still_intact: Callable[[Any], tf.Tensor],
+    attempt: Callable[[], tuple[list, tf.Tensor, tf.Tensor, tf.Tensor]],
     unflatten: Callable,
     num_parallel_calls: int | None,
 ) -> tf.data.Dataset:
-    """One ``attempt`` (a draw and its read) per element; ``num_parallel_calls`` in flight.
+    """Endless uniform samples: one ``attempt`` (a draw, its read, and whether the read is
+    intact) per element, ``num_parallel_calls`` of them in flight (None: one, when asked).
 
-    An element is handed out only when ``still_intact`` holds for it at that moment: its
-    read was whole, and nothing in it was overwritten or cleared since it was drawn, however
-    far ahead it was sampled. Dropped elements are simply replaced by the next draw, so
-    the elements stay uniform draws.
+    A torn read is dropped and the next draw takes its place, which keeps the draws
+    uniform. This costs one function call per element: the filter and the last map only
+    pass tensors through, which tf.data does without calling a function, and there is no
+    loop in the graph (``get_next``'s ``tf.while_loop`` costs more than the whole read).
     """
 
-    def element(_: tf.Tensor) -> tuple[tuple[Any, BufferInfo], Any]:
-        leaves, ids, probabilities, check = attempt()
-        return (unflatten(leaves), BufferInfo(ids, probabilities)), check
+    def drawn(_: tf.Tensor) -> tuple[tuple[Any, BufferInfo], tf.Tensor]:
+        leaves, ids, probabilities, intact = attempt()
+        return (unflatten(leaves), BufferInfo(ids, probabilities)), intact
 
-    parallel = num_parallel_calls is not None
+    def is_intact(_: Any, intact: tf.Tensor) -> tf.Tensor:
+        return intact
+
+    def element(item: Any, _: tf.Tensor) -> Any:
+        return item
+
     dataset = (
         tf.data.Dataset.from_tensors(tf.constant(0, tf.int64))
         .repeat()
         .map(
-            element,
+            drawn,
             num_parallel_calls=num_parallel_calls,
-            deterministic=None if not parallel else False,
+            deterministic=None if num_parallel_calls is None else False,
         )
-        .filter(lambda _, check: still_intact(check))
-        .map(lambda item, _: item)
+        .filter(is_intact)
+        .map(element)
     )
-    # Nothing is buffered after the check: tf.data would otherwise inject a prefetch, or turn
-    # the last map into a parallel one, and serve elements checked before the latest adds.
+    if num_parallel_calls is not None:
+        return dataset
+    # Draw when asked, never ahead: tf.data would otherwise inject a prefetch (or turn a map
+    # into a parallel one) and serve elements drawn before the latest adds.
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False
     options.experimental_optimization.map_parallelization = False

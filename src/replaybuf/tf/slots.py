@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["SlotStore"]
+__all__ = ["SlotStore", "read_variable"]
 
 _NO_LIMIT = np.iinfo(np.int64).max
 
 
-def _read(var: tf.Variable) -> tf.Tensor:
+def read_variable(var: tf.Variable) -> tf.Tensor:
     """The variable's value, as one op (created here, so it obeys enclosing control deps)."""
     return tf.raw_ops.ReadVariableOp(resource=var.handle, dtype=var.dtype)
 
@@ -99,26 +99,27 @@ class SlotStore(tf.Module):
         return ids if self.batch_size == 1 else ids // self.batch_size
 
     def read(self, ids: tf.Tensor) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
-        """Rows under ``ids``, the marks of their step rows read before, the head read after."""
-        marks = _gather(self.marks, self.step_of(ids) % self.max_length)
+        """``(rows under ids, their steps, the marks of those steps' rows read before)``."""
+        steps = self.step_of(ids)
+        marks = _gather(self.marks, steps % self.max_length)
+        slots = ids % self.capacity
         with tf.control_dependencies([marks]):
-            leaves = [_gather(var, ids % self.capacity) for var in self.leaves]
-        with tf.control_dependencies(leaves):
-            head = _read(self.steps)
-        return leaves, marks, head
+            leaves = [_gather(var, slots) for var in self.leaves]
+        return leaves, steps, marks
 
     def intact(self, steps: tf.Tensor, marks: tf.Tensor, head: tf.Tensor) -> tf.Tensor:
-        """Per step read: complete before the read, and not reserved for overwriting after it."""
+        """Per step read: complete before the read, and not reserved for overwriting by the
+        head ``head`` read after it."""
         return tf.logical_and(tf.equal(marks, steps), steps >= head - self.max_length)
 
-    def untorn(self, ids: tf.Tensor, marks: tf.Tensor, head: tf.Tensor) -> tf.Tensor:
-        """Per id read: no add was writing its row meanwhile (newer complete data is fine).
+    def untorn(self, steps: tf.Tensor, marks: tf.Tensor, head: tf.Tensor) -> tf.Tensor:
+        """Per step read: no add was writing its row meanwhile (newer complete data is fine).
 
         The next add into a row after the step marked there is ``mark + max_length`` (or the
-        row's own index when none was marked); it has not been reserved iff the head is not
-        past it.
+        row's own index when none was marked); it has not been reserved iff the head read
+        after the read is not past it.
         """
-        row = self.step_of(ids) % self.max_length
+        row = steps % self.max_length
         following = tf.where(marks >= 0, marks + self.max_length, row)
         return head <= following
 
@@ -130,7 +131,9 @@ class SlotStore(tf.Module):
 
     def gather_all(self) -> list[tf.Tensor]:
         """Every stored item, ``[batch_size, n] + shape``, leaving out steps written meanwhile."""
-        ids = self.stream_ids(_read(self.steps))
-        leaves, marks, head = self.read(ids)
-        keep = tf.reduce_all(self.intact(self.step_of(ids), marks, head), axis=0)
+        ids = self.stream_ids(read_variable(self.steps))
+        leaves, steps, marks = self.read(ids)
+        with tf.control_dependencies(leaves):
+            head = read_variable(self.steps)
+        keep = tf.reduce_all(self.intact(steps, marks, head), axis=0)
         return [tf.boolean_mask(leaf, keep, axis=1) for leaf in leaves]
