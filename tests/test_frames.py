@@ -450,6 +450,10 @@ def test_corrupt_or_foreign_checkpoints_are_refused_and_change_nothing(tmp_path)
     plain = replaybuf.UniformReplayBuffer(buffer.data_spec, 2, 9)
     with pytest.raises(CheckpointError, match="FrameStackReplayBuffer"):
         plain.load_state_dict(good)
+    buffer.save(tmp_path / "lazy")  # items handed over as unread files, as UniformReplayBuffer.load does
+    target.load_state_dict(replaybuf.checkpoint.read_state(tmp_path / "lazy", lazy=("items",)))
+    for key, value in buffer.gather_all().items():
+        np.testing.assert_array_equal(value, target.gather_all()[key])
 
 
 @settings(max_examples=20, deadline=None)

@@ -84,8 +84,8 @@ class _FrameStackMixin:
     def _open_storage(self, storage: str, path: Any, batch_size: int, max_length: int) -> tuple:
         if storage != "memory" or path is not None:
             raise ArgumentError(f"storage: expected 'memory' (frame stacks are not memory-mapped yet), got {storage!r}")
-        storage = FrameStorage(self._flat.leaves, self._stacked, batch_size, max_length)
-        return StreamRing(batch_size, max_length), storage
+        frames = FrameStorage(self._flat.leaves, self._stacked, batch_size, max_length)
+        return StreamRing(batch_size, max_length), frames
 
     def clear(self) -> None:
         with self._lock:  # type: ignore[attr-defined]
@@ -113,7 +113,10 @@ class _FrameStackMixin:
             CheckpointError: as for the parent class, or ``frames`` that do not fit this
                 buffer's stacked fields; the buffer is left unchanged.
         """
-        items = require(state, "items", dict)
+        items = require(state, "items", dict)  # files read lazily (StoredArray) are read here
+        items = {
+            key: value.read() if isinstance(value, checkpoint.StoredArray) else value for key, value in items.items()
+        }
         count = self._storage.check_state(state.get("frames"))
         full = dict(items)
         for leaf in self._stacked:  # the parent checks and writes placeholders (no memory)
