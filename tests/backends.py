@@ -98,6 +98,13 @@ def _numpy_prioritized(data_spec, batch_size, max_length, seed):
     )
 
 
+def _numpy_frames(data_spec, batch_size, max_length, seed):
+    # The camera leaf (2 x 2) read as a stack of 2 frames of 2 pixels: stored once per frame.
+    return replaybuf.FrameStackReplayBuffer(
+        data_spec, batch_size, max_length, seed=seed, stacked_fields=["observation/camera"]
+    )
+
+
 BACKENDS: list[Backend] = [
     Backend("numpy", _numpy_uniform),
     Backend("numpy-py", _numpy_py_uniform, single_stream=True),
@@ -107,4 +114,5 @@ BACKENDS: list[Backend] = [
     Backend("torch-py-cpu", _torch_py_uniform, _torch_to_numpy, single_stream=True),
     Backend("tf", _tf_uniform, _tf_to_numpy),
     Backend("numpy-prioritized", _numpy_prioritized),
+    Backend("numpy-frames", _numpy_frames),
 ]
