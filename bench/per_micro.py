@@ -3,14 +3,17 @@
 PER: sample 256 + update of those 256 priorities at capacity 1M with 200k stored, as
 (a) replaybuf's PrioritizedReplayBuffer (get_next with the items, weights, update_priorities),
 (b) replaybuf's trees alone (SumTree/MinTree find + update), (c) a plain-NumPy binary sum
-tree written here (the algorithm Tianshou's SegmentTree uses) and (d) Tianshou's own
-SegmentTree, run in bench/.venvs/tianshou when it exists (a persistent subprocess timed one
-round at a time, so its rounds interleave with ours under the same machine load).
+tree written here (the algorithm Tianshou's SegmentTree uses) and (d) Tianshou's
+PrioritizedReplayBuffer (the W3 row's loop) and its bare SegmentTree, run in
+bench/.venvs/tianshou when it exists (a persistent subprocess timed one round at a time, so
+its rounds interleave with ours under the same machine load; filling it takes ~30 s).
 Episodes: 256 windows of 8 inside episodes (lengths 20-400) from UniformReplayBuffer with
 respect_episodes=True (excluded and padded) and from PrioritizedReplayBuffer (excluded),
 beside plain windows that ignore episodes.
 
-Rounds alternate between contenders; the median of the rounds is reported (iterations/s).
+Rounds alternate between contenders; the median of the rounds is reported (iterations per
+second of process CPU time, so that time the scheduler gives to other jobs on a shared
+machine does not count; cache contention still does).
     .venv/bin/python bench/per_micro.py [--quick]
 """
 
@@ -65,12 +68,12 @@ class BinarySumTree:
 
 def timed(step, seconds: float) -> float:
     """Iterations per second of ``step`` run for about ``seconds``."""
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
+    count, start = 0, time.process_time()
+    while time.process_time() - start < seconds:
         for _ in range(20):
             step()
         count += 20
-    return count / (time.perf_counter() - start)
+    return count / (time.process_time() - start)
 
 
 def fill(buffer, stored: int, rng: np.random.Generator) -> None:
@@ -157,33 +160,48 @@ def episode_contenders(capacity: int, stored: int) -> dict:
 
 TIANSHOU = """
 import time, numpy as np, json, sys
+import torch
+from tianshou.data import Batch, PrioritizedReplayBuffer
 from tianshou.data.utils.segtree import SegmentTree
+torch.set_num_threads(1)
 capacity, stored = int(sys.argv[1]), int(sys.argv[2])
 rng = np.random.default_rng(0)
 tree = SegmentTree(capacity)
 tree[np.arange(stored)] = rng.random(stored) + 0.01
 min_priority = 0.01
-def step():
+def tree_step():
     global min_priority
     idx = tree.get_prefix_sum_idx(rng.random(256) * tree.reduce())
     _ = (tree[idx] / min_priority) ** -0.4
     new = (rng.random(256) + 0.01) ** 0.6
     tree[idx] = new
     min_priority = min(min_priority, float(new.min()))
-step()
+# the same buffer and loop as bench/libs/tianshou_lib.py's w3_per row
+buffer = PrioritizedReplayBuffer(capacity, alpha=0.6, beta=0.4)
+obs = rng.standard_normal((4097, 4), dtype=np.float32)
+for i in range(stored):
+    j = i % 4096
+    buffer.add(Batch(obs=obs[j], act=j % 2, rew=1.0, terminated=False, truncated=False, obs_next=obs[j + 1]))
+def buffer_step():
+    _, index = buffer.sample(256)
+    buffer.update_weight(index, rng.random(256) + 0.01)
+steps = {"tree": tree_step, "buffer": buffer_step}
+tree_step(); buffer_step()
 print("ready", flush=True)
 for line in sys.stdin:  # one timed round per request, so rounds interleave with the caller's
-    seconds = float(line)
-    n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
+    name, seconds = line.split()
+    step, seconds = steps[name], float(seconds)
+    n, start = 0, time.process_time()
+    while time.process_time() - start < seconds:
         for _ in range(20): step()
         n += 20
-    print(json.dumps(n / (time.perf_counter() - start)), flush=True)
+    print(json.dumps(n / (time.process_time() - start)), flush=True)
 """
 
 
 class TianshouRounds:
-    """Tianshou's SegmentTree loop in its own venv, timed one round at a time on request."""
+    """Tianshou in its own venv, timed one round at a time on request: its bare SegmentTree
+    loop ("tree") and its PrioritizedReplayBuffer sample + update_weight ("buffer")."""
 
     def __init__(self, capacity: int, stored: int):
         python = Path(__file__).resolve().parent / ".venvs" / "tianshou" / "bin" / "python"
@@ -197,10 +215,10 @@ class TianshouRounds:
                 print("tianshou failed to start", file=sys.stderr)
                 self.process = None
 
-    def round(self, seconds: float) -> float | None:
+    def round(self, name: str, seconds: float) -> float | None:
         if self.process is None:
             return None
-        self.process.stdin.write(f"{seconds}\n")
+        self.process.stdin.write(f"{name} {seconds}\n")
         self.process.stdin.flush()
         return float(self.process.stdout.readline())
 
@@ -221,9 +239,11 @@ def main() -> None:
     for _ in range(rounds):
         for name, step in per_steps.items():
             results.setdefault(name, []).append(timed(step, seconds))
-        rate = tianshou.round(seconds)
-        if rate is not None:
-            results.setdefault("Tianshou SegmentTree (its venv, same loop, interleaved)", []).append(rate)
+        for name, label in (("buffer", "Tianshou PrioritizedReplayBuffer sample+update_weight (W3's loop)"),
+                            ("tree", "Tianshou SegmentTree alone (numba; no Batch, no items)")):
+            rate = tianshou.round(name, seconds)
+            if rate is not None:
+                results.setdefault(label, []).append(rate)
     tianshou.close()
     episode_steps = episode_contenders(capacity, stored)
     for _ in range(rounds):
@@ -232,6 +252,10 @@ def main() -> None:
     print(f"capacity {capacity}, stored {stored}, batch {B}, windows of {WINDOW}; median of {rounds} rounds")
     for name, rates in results.items():
         print(f"{statistics.median(rates):10.0f} it/s  {name}  (rounds: {', '.join(f'{r:.0f}' for r in rates)})")
+    ours = results["replaybuf PrioritizedReplayBuffer get_next+update"]
+    for name in [n for n in results if n.startswith("Tianshou")]:
+        ratios = [a / b for a, b in zip(ours, results[name])]
+        print(f"replaybuf / {name}: median {statistics.median(ratios):.2f}x (rounds: {', '.join(f'{r:.2f}' for r in ratios)})")
 
 
 if __name__ == "__main__":
