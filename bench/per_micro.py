@@ -145,8 +145,9 @@ def episode_contenders(capacity: int, stored: int) -> dict:
         )
         fill(buffer, stored, np.random.default_rng(0))
         contenders[name] = lambda buffer=buffer: buffer.get_next(B, WINDOW)
-    per = PrioritizedReplayBuffer(SPEC, STREAMS, capacity // STREAMS, seed=0, respect_episodes=True,
-                                  episode_end_field="done")
+    per = PrioritizedReplayBuffer(
+        SPEC, STREAMS, capacity // STREAMS, seed=0, respect_episodes=True, episode_end_field="done"
+    )
     fill(per, stored, np.random.default_rng(0))
     rng = np.random.default_rng(1)
 
@@ -209,7 +210,9 @@ class TianshouRounds:
         if python.exists():
             self.process = subprocess.Popen(
                 [str(python), "-c", TIANSHOU, str(capacity), str(stored)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
             )
             if self.process.stdout.readline().strip() != "ready":
                 print("tianshou failed to start", file=sys.stderr)
@@ -239,8 +242,10 @@ def main() -> None:
     for _ in range(rounds):
         for name, step in per_steps.items():
             results.setdefault(name, []).append(timed(step, seconds))
-        for name, label in (("buffer", "Tianshou PrioritizedReplayBuffer sample+update_weight (W3's loop)"),
-                            ("tree", "Tianshou SegmentTree alone (numba; no Batch, no items)")):
+        for name, label in (
+            ("buffer", "Tianshou PrioritizedReplayBuffer sample+update_weight (W3's loop)"),
+            ("tree", "Tianshou SegmentTree alone (numba; no Batch, no items)"),
+        ):
             rate = tianshou.round(name, seconds)
             if rate is not None:
                 results.setdefault(label, []).append(rate)
@@ -254,8 +259,9 @@ def main() -> None:
         print(f"{statistics.median(rates):10.0f} it/s  {name}  (rounds: {', '.join(f'{r:.0f}' for r in rates)})")
     ours = results["replaybuf PrioritizedReplayBuffer get_next+update"]
     for name in [n for n in results if n.startswith("Tianshou")]:
-        ratios = [a / b for a, b in zip(ours, results[name])]
-        print(f"replaybuf / {name}: median {statistics.median(ratios):.2f}x (rounds: {', '.join(f'{r:.2f}' for r in ratios)})")
+        ratios = [a / b for a, b in zip(ours, results[name], strict=True)]
+        listed = ", ".join(f"{r:.2f}" for r in ratios)
+        print(f"replaybuf / {name}: median {statistics.median(ratios):.2f}x (rounds: {listed})")
 
 
 if __name__ == "__main__":

@@ -86,9 +86,7 @@ def test_windows_respect_episodes_and_head(batch_size, max_length, lengths, wrap
         real_same = episodes == episodes[:, :1]
         np.testing.assert_array_equal(real_same, True)  # padding repeats the last real item
         raw = ids[:, :1] + np.arange(num_steps) * batch_size  # what an unpadded window would read
-        np.testing.assert_array_equal(
-            mask, np.vectorize(episode_of.get)(np.minimum(raw, head - 1)) == episodes[:, :1]
-        )
+        np.testing.assert_array_equal(mask, np.vectorize(episode_of.get)(np.minimum(raw, head - 1)) == episodes[:, :1])
         assert raw.max() < head
     else:
         assert np.all(episodes == episodes[:, :1]), "a window crossed an episode end"
@@ -115,8 +113,15 @@ def test_prioritized_windows_follow_episodes_through_adds_and_updates(
     priority updates interleave with samples (the window sum tree is kept up to date
     incrementally), and each probability is its start's mass over the valid starts' mass."""
     buffer = PrioritizedReplayBuffer(
-        SPEC, batch_size, max_length, seed=seed, respect_episodes=True, episode_end_field="done",
-        alpha=0.5, epsilon=0.0, compiled=compiled,
+        SPEC,
+        batch_size,
+        max_length,
+        seed=seed,
+        respect_episodes=True,
+        episode_end_field="done",
+        alpha=0.5,
+        epsilon=0.0,
+        compiled=compiled,
     )
     rng = np.random.default_rng(seed)
     episode_of, priority, largest = {}, {}, 1.0
@@ -143,7 +148,7 @@ def test_prioritized_windows_follow_episodes_through_adds_and_updates(
         targets = np.concatenate([ids[:, 0], rng.integers(oldest, head, size=4)])
         new = rng.uniform(0.1, 5.0, size=targets.shape[0])
         buffer.update_priorities(targets, new)
-        for i, p in zip(targets.tolist(), new.tolist()):
+        for i, p in zip(targets.tolist(), new.tolist(), strict=True):
             priority[i] = p  # duplicates: the last one wins
         largest = max(largest, float(new.max()))
 

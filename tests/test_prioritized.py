@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replaybuf import ArraySpec, ArgumentError, EmptyBufferError, PriorityError
+import replaybuf
+import replaybuf.sumtree as sumtree
+from replaybuf import ArgumentError, ArraySpec, EmptyBufferError, PriorityError
 from replaybuf.info import SampleInfo
 from replaybuf.prioritized import PrioritizedReplayBuffer
 from replaybuf.sumtree import MinTree, NumpyKernels, SumTree, kernels
@@ -88,7 +92,7 @@ def test_new_items_get_max_priority():
     buffer.add_batch({"x": np.array([4, 5])})
     _, info = buffer.get_next(30)
     total = 5 + 2 + 1 + 1 + 5 + 5
-    for item_id, probability in zip(info.ids, info.probabilities):
+    for item_id, probability in zip(info.ids, info.probabilities, strict=True):
         expected = {0: 5, 1: 2, 2: 1, 3: 1, 4: 5, 5: 5}[int(item_id)] / total
         assert probability == pytest.approx(expected, rel=1e-5)
 
@@ -214,12 +218,19 @@ def test_assign_and_draw_kernels_agree(values, picks, data):
     priorities = np.array(data.draw(st.lists(st.floats(0.1, 10.0), min_size=len(ids), max_size=len(ids))))
     results = []
     for k in (NumpyKernels, chosen):
-        sums, mins = SumTree(n, compiled=k is not NumpyKernels and None), MinTree(n, compiled=k is not NumpyKernels and None)
+        sums, mins = (
+            SumTree(n, compiled=k is not NumpyKernels and None),
+            MinTree(n, compiled=k is not NumpyKernels and None),
+        )
         sums.update(np.arange(n), np.array(values))
         mins.update(np.arange(n), np.array(values))
-        code = k.assign(sums.tree, mins.tree, sums.offsets, 16, n, ids, priorities, 0.7, 0.01, 0, n, np.empty(len(ids), np.int64))
+        code = k.assign(
+            sums.tree, mins.tree, sums.offsets, 16, n, ids, priorities, 0.7, 0.01, 0, n, np.empty(len(ids), np.int64)
+        )
         out = np.empty(64, np.int64), np.empty(64, np.float32), np.empty(64, np.float32)
-        bad = k.draw(sums.tree, mins.tree, sums.offsets, 16, n, np.linspace(0.01, 0.99, 64), True, 0.0, 0.5, 0, n, n, *out)
+        bad = k.draw(
+            sums.tree, mins.tree, sums.offsets, 16, n, np.linspace(0.01, 0.99, 64), True, 0.0, 0.5, 0, n, n, *out
+        )
         results.append((code, sums.tree.copy(), mins.tree.copy(), bad, out))
     (code_a, sums_a, mins_a, bad_a, out_a), (code_b, sums_b, mins_b, bad_b, out_b) = results
     assert code_a[0] == code_b[0] == 0 and code_a[1:] == pytest.approx(code_b[1:])
@@ -229,3 +240,14 @@ def test_assign_and_draw_kernels_agree(values, picks, data):
     np.testing.assert_array_equal(out_a[0], out_b[0])
     np.testing.assert_allclose(out_a[1], out_b[1], rtol=1e-6)
     np.testing.assert_allclose(out_a[2], out_b[2], rtol=1e-6)
+
+
+def test_without_numba_the_numpy_kernels_are_used(monkeypatch):
+    monkeypatch.setattr(sumtree, "_compiled", False)  # not looked up yet
+    monkeypatch.delattr(replaybuf, "_tree_kernels", raising=False)
+    monkeypatch.setitem(sys.modules, "replaybuf._tree_kernels", None)  # importing it fails
+    assert sumtree.kernels(None) is NumpyKernels
+    with pytest.raises(ImportError, match="numba"):
+        sumtree.kernels(True)
+    buffer = PrioritizedReplayBuffer(SPEC, 2, 10, seed=0)
+    assert buffer._sampler.kernels is NumpyKernels

@@ -152,8 +152,21 @@ def update(tree, offsets, arity, slots, new_values, use_min):  # pragma: no cove
 
 @njit(cache=True, nogil=True)
 def draw(
-    sums, mins, offsets, arity, capacity, uniforms, stratified, excluded, beta, low_id, high_id, head_id, ids,
-    probabilities, weights,
+    sums,
+    mins,
+    offsets,
+    arity,
+    capacity,
+    uniforms,
+    stratified,
+    excluded,
+    beta,
+    low_id,
+    high_id,
+    head_id,
+    ids,
+    probabilities,
+    weights,
 ):  # pragma: no cover - compiled
     top = offsets.shape[0] - 2
     total, smallest = 0.0, np.inf
@@ -247,5 +260,20 @@ def warm_up() -> None:
     find(sums, offsets, 2, np.array([0.5]), np.zeros(1, np.int64), np.zeros(1))
     assign(sums, mins, offsets, 2, 4, one, np.array([1.0]), 1.0, 0.0, 0, 2, np.zeros(1, np.int64))
     assign_starts(sums, offsets, 2, 4, sums, np.zeros(4, np.int64), one, 2, 1, 0, 2, np.zeros(1, np.int64))
-    draw(sums, mins, offsets, 2, 4, np.array([0.5]), True, 0.0, 0.5, 0, 2, 2, np.zeros(1, np.int64),
-         np.zeros(1, np.float32), np.zeros(1, np.float32))
+    draw(
+        sums,
+        mins,
+        offsets,
+        2,
+        4,
+        np.array([0.5]),
+        True,
+        0.0,
+        0.5,
+        0,
+        2,
+        2,
+        np.zeros(1, np.int64),
+        np.zeros(1, np.float32),
+        np.zeros(1, np.float32),
+    )

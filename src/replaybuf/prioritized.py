@@ -47,7 +47,9 @@ class PrioritizedSampler:
     update, so a sample never scans the buffer.
     """
 
-    def __init__(self, capacity: int, beta: float | Callable[[], float], episodes: Any, pad: bool, compiled: bool | None):
+    def __init__(
+        self, capacity: int, beta: float | Callable[[], float], episodes: Any, pad: bool, compiled: bool | None
+    ):
         self.sums = SumTree(capacity, compiled=compiled)
         self.mins = MinTree(capacity, compiled=compiled)
         self.kernels = self.sums.kernels
@@ -87,7 +89,11 @@ class PrioritizedSampler:
             if bad <= 0:
                 break
             redo = np.flatnonzero(ids < 0)
-            again = np.empty(redo.shape[0], np.int64), np.empty(redo.shape[0], np.float32), np.empty(redo.shape[0], np.float32)
+            again = (
+                np.empty(redo.shape[0], np.int64),
+                np.empty(redo.shape[0], np.float32),
+                np.empty(redo.shape[0], np.float32),
+            )
             bad = self.kernels.draw(*args, rng.random(redo.shape[0]), False, *limits, *again)
             ids[redo], probabilities[redo], weights[redo] = again
         if bad:
@@ -142,7 +148,9 @@ class PrioritizedSampler:
             if first >= 0:
                 start = (first % ring.max_length) * batch
                 inside = self.episodes.position[new : new + batch] >= steps - 1
-                tree.update_range(start, start + batch, np.where(inside, self.sums.levels[0][start : start + batch], 0.0))
+                tree.update_range(
+                    start, start + batch, np.where(inside, self.sums.levels[0][start : start + batch], 0.0)
+                )
 
     def assigned(self, ring: StreamRing, ids: np.ndarray) -> None:
         """After new priorities of ``ids``: copy the live ones' masses into the window trees."""
@@ -151,8 +159,18 @@ class PrioritizedSampler:
         for steps, tree in self.windows.items():
             high = (ring.steps - steps + 1) * batch
             self.kernels.assign_starts(
-                tree.tree, tree.offsets, tree.arity, ring.capacity, leaves, self.episodes.position, ids, steps,
-                batch, oldest, high, slots,
+                tree.tree,
+                tree.offsets,
+                tree.arity,
+                ring.capacity,
+                leaves,
+                self.episodes.position,
+                ids,
+                steps,
+                batch,
+                oldest,
+                high,
+                slots,
             )
 
 
@@ -210,9 +228,7 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
         )
         self._alpha, self._epsilon = float(alpha), float(epsilon)
         self._max_priority = 1.0
-        self._sampler = PrioritizedSampler(
-            self._ring.capacity, beta, self._episodes, bool(pad_episode_ends), compiled
-        )
+        self._sampler = PrioritizedSampler(self._ring.capacity, beta, self._episodes, bool(pad_episode_ends), compiled)
         self.beta = beta
         self._rebuild_priorities()
 
@@ -301,8 +317,18 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
             oldest = ring.first_valid_step() * ring.batch_size
             sums = sampler.sums
             code, largest, _ = sampler.kernels.assign(
-                sums.tree, sampler.mins.tree, sums.offsets, sums.arity, ring.capacity, ids, priorities,
-                self._alpha, self._epsilon, oldest, head, np.empty(ids.shape[0], np.int64),
+                sums.tree,
+                sampler.mins.tree,
+                sums.offsets,
+                sums.arity,
+                ring.capacity,
+                ids,
+                priorities,
+                self._alpha,
+                self._epsilon,
+                oldest,
+                head,
+                np.empty(ids.shape[0], np.int64),
             )
             if code == 1:
                 bad = ~(np.isfinite(priorities) & (priorities > 0))

@@ -27,7 +27,7 @@ _BELOW_ONE = 1.0 - 2.0**-50  # keeps a target strictly below its group's sum des
 
 def _blocks(tree: np.ndarray, offsets: np.ndarray, arity: int) -> list[np.ndarray]:
     """Each level as ``[nodes / arity, arity]`` groups of siblings, leaves first."""
-    return [tree[a:b].reshape(-1, arity) for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+    return [tree[a:b].reshape(-1, arity) for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
 
 
 class NumpyKernels:
@@ -64,15 +64,28 @@ class NumpyKernels:
         blocks = _blocks(tree, offsets, arity)
         tree[slots] = new_values
         parents = slots // arity
-        for level, below in zip(offsets[1:-1].tolist(), blocks[:-1]):
+        for level, below in zip(offsets[1:-1].tolist(), blocks[:-1], strict=True):
             children = below[parents]
             tree[level + parents] = children.min(axis=1) if use_min else children.sum(axis=1)
             parents = parents // arity
 
     @staticmethod
     def draw(
-        sums, mins, offsets, arity, capacity, uniforms, stratified, excluded, beta, low_id, high_id, head_id, ids,
-        probabilities, weights,
+        sums,
+        mins,
+        offsets,
+        arity,
+        capacity,
+        uniforms,
+        stratified,
+        excluded,
+        beta,
+        low_id,
+        high_id,
+        head_id,
+        ids,
+        probabilities,
+        weights,
     ) -> int:
         top = sums[offsets[-2] :]
         total, smallest = float(top.sum()), float(mins[offsets[-2] :].min())
@@ -108,7 +121,6 @@ class NumpyKernels:
         NumpyKernels.update(sums, offsets, arity, slots[:count], mass, False)
         NumpyKernels.update(mins, offsets, arity, slots[:count], mass, True)
         return 0, largest, count
-
 
     @staticmethod
     def assign_starts(tree, offsets, arity, capacity, leaves, position, ids, steps, batch, oldest_id, high_id, slots):
@@ -162,7 +174,7 @@ class _Tree:
             size = padded // self.arity
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.tree = np.full(int(self.offsets[-1]), self._fill, np.float64)  # every level, leaves first
-        self.levels = [self.tree[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:])]
+        self.levels = [self.tree[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True)]
         self._blocks = [level.reshape(-1, self.arity) for level in self.levels]
         self.kernels = kernels(compiled)
 
@@ -185,13 +197,13 @@ class _Tree:
     def update_range(self, start: int, stop: int, values: float | np.ndarray) -> None:
         """Set the contiguous leaves ``[start, stop)`` to ``values`` and fix their ancestors."""
         self.levels[0][start:stop] = values
-        for level, below in zip(self.levels[1:], self._blocks[:-1]):
+        for level, below in zip(self.levels[1:], self._blocks[:-1], strict=True):
             start, stop = start // self.arity, -(-stop // self.arity)
             level[start:stop] = self._reduce(below[start:stop])
 
     def rebuild(self) -> None:
         """Recompute every level above the leaves (after writing ``levels[0]`` directly)."""
-        for level, below in zip(self.levels[1:], self._blocks[:-1]):
+        for level, below in zip(self.levels[1:], self._blocks[:-1], strict=True):
             level[: below.shape[0]] = self._reduce(below)
 
     def root(self) -> float:
