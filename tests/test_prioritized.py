@@ -251,3 +251,12 @@ def test_without_numba_the_numpy_kernels_are_used(monkeypatch):
         sumtree.kernels(True)
     buffer = PrioritizedReplayBuffer(SPEC, 2, 10, seed=0)
     assert buffer._sampler.kernels is NumpyKernels
+
+
+def test_weights_of_extreme_priority_ratios(compiled):
+    """A ratio beyond float32's range still gives the formula's (tiny, nonzero) weight."""
+    buffer = filled(batch_size=1, max_length=2, steps=2, alpha=1.0, beta=0.4, epsilon=0.0)
+    buffer.update_priorities(np.array([0, 1]), np.array([1e-10, 1e35]))
+    _, info = buffer.get_next(8)
+    np.testing.assert_array_equal(info.ids, 1)
+    np.testing.assert_allclose(info.weights, np.float32(1e45**-0.4), rtol=1e-5)

@@ -191,7 +191,9 @@ def draw(
         if mass > 0.0 and low_id <= ident < high_id:
             ids[i] = ident
             probabilities[i] = mass / valid
-            weights[i] = np.float32(mass / smallest) ** exponent  # float32 pow: ~3x cheaper
+            ratio = mass / smallest
+            # float32 pow is ~3x cheaper; float64 where the ratio would overflow float32
+            weights[i] = np.float32(ratio) ** exponent if ratio < 1e30 else ratio**-beta
         else:
             ids[i] = -1
             bad += 1
