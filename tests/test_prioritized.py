@@ -260,3 +260,14 @@ def test_weights_of_extreme_priority_ratios(compiled):
     _, info = buffer.get_next(8)
     np.testing.assert_array_equal(info.ids, 1)
     np.testing.assert_allclose(info.weights, np.float32(1e45**-0.4), rtol=1e-5)
+
+
+def test_read_only_inputs_are_accepted(compiled):
+    buffer = filled(alpha=1.0, epsilon=0.0)
+    ids, priorities = np.arange(20), np.broadcast_to(np.float64(2.0), (20,))  # read-only
+    ids.flags.writeable = False
+    buffer.update_priorities(ids, priorities)
+    np.testing.assert_allclose(buffer.get_next(8)[1].probabilities, 1 / 20, rtol=1e-6)
+    sums = SumTree(8, compiled=compiled)
+    sums.update(ids[:8], priorities[:8])
+    assert sums.total() == 16.0

@@ -24,7 +24,7 @@ from replaybuf.checkpoint import StoredArray
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError
 from replaybuf.info import SampleInfo
 from replaybuf.ring import StreamRing
-from replaybuf.sumtree import MinTree, SumTree
+from replaybuf.sumtree import MinTree, SumTree, kernel_array
 from replaybuf.uniform import UniformReplayBuffer, _unstack_time
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedSampler"]
@@ -309,8 +309,7 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
                 f"update_priorities: expected integer ids shaped like priorities {priorities.shape} "
                 f"(or with one more time axis), got ids {ids.shape} {ids.dtype}"
             )
-        ids = np.ascontiguousarray(ids, np.int64).ravel()
-        priorities = np.ascontiguousarray(priorities).ravel()
+        ids, priorities = kernel_array(ids, np.int64), kernel_array(priorities, np.float64)
         with self._lock:
             ring, sampler = self._ring, self._sampler
             head = ring.steps * ring.batch_size

@@ -20,9 +20,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MinTree", "NumpyKernels", "SumTree", "kernels"]
+__all__ = ["MinTree", "NumpyKernels", "SumTree", "kernel_array", "kernels"]
 
 _BELOW_ONE = 1.0 - 2.0**-50  # keeps a target strictly below its group's sum despite rounding
+
+
+def kernel_array(values: object, dtype: type, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """``values`` as a flat, C-contiguous, writable array of ``dtype`` (copied only when
+    needed): numba compiles one version of a kernel per array layout and writability, so
+    every caller hands over the same kind (a read-only broadcast would cost a second compile)."""
+    array = np.asarray(values, dtype)
+    if shape is not None and array.shape != shape:
+        array = np.broadcast_to(array, shape)
+    array = np.ascontiguousarray(array).reshape(-1)
+    return array if array.flags.writeable else array.copy()
 
 
 def _blocks(tree: np.ndarray, offsets: np.ndarray, arity: int) -> list[np.ndarray]:
@@ -190,8 +201,8 @@ class _Tree:
 
     def update(self, slots: np.ndarray, values: np.ndarray) -> None:
         """Set leaves ``slots`` to ``values`` and recompute their ancestors (duplicates: last wins)."""
-        slots = np.ascontiguousarray(slots, np.int64).ravel()
-        values = np.ascontiguousarray(np.broadcast_to(values, slots.shape), np.float64)
+        slots = kernel_array(slots, np.int64)
+        values = kernel_array(values, np.float64, slots.shape)
         self.kernels.update(self.tree, self.offsets, self.arity, slots, values, self._use_min)
 
     def update_range(self, start: int, stop: int, values: float | np.ndarray) -> None:
@@ -239,7 +250,7 @@ class SumTree(_Tree):
         can push a target onto a zero-valued slot; such a slot comes back with value 0 and
         the caller draws again (``PrioritizedSampler`` does).
         """
-        targets = np.ascontiguousarray(targets, np.float64)
+        targets = kernel_array(targets, np.float64)
         slots, values = np.empty(targets.shape[0], np.int64), np.empty(targets.shape[0])
         self.kernels.find(self.tree, self.offsets, self.arity, targets, slots, values)
         return slots, values
