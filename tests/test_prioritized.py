@@ -140,6 +140,8 @@ def test_bad_constructor_arguments_and_empty():
         PrioritizedReplayBuffer(SPEC, alpha=-1.0)
     with pytest.raises(ArgumentError, match="beta"):
         PrioritizedReplayBuffer(SPEC, beta=2.0)
+    with pytest.raises(ArgumentError, match="compiled"):
+        PrioritizedReplayBuffer(SPEC, compiled="yes")
     with pytest.raises(EmptyBufferError):
         PrioritizedReplayBuffer(SPEC).get_next(2)
 
@@ -271,3 +273,9 @@ def test_read_only_inputs_are_accepted(compiled):
     sums = SumTree(8, compiled=compiled)
     sums.update(ids[:8], priorities[:8])
     assert sums.total() == 16.0
+
+
+def test_compiled_true_without_numba_raises(monkeypatch):
+    monkeypatch.setattr(sumtree, "_compiled", None)  # looked up: numba missing
+    with pytest.raises(ImportError, match="numba"):
+        PrioritizedReplayBuffer(SPEC, compiled=True)

@@ -191,6 +191,11 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
         compiled: None (default) uses numba's compiled tree kernels when numba is
             installed (the ``fast`` extra), False the NumPy ones, True insists on numba.
         Other keywords go to UniformReplayBuffer (seed, respect_episodes, ...).
+
+    Raises:
+        ArgumentError: alpha or epsilon not a finite float >= 0, beta outside [0, 1],
+            compiled not None/True/False.
+        ImportError: compiled=True without numba installed.
     """
 
     _name = "PrioritizedReplayBuffer"
@@ -215,6 +220,8 @@ class PrioritizedReplayBuffer(UniformReplayBuffer):
         for name, value in (("alpha", alpha), ("epsilon", epsilon)):
             if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 0):
                 raise ArgumentError(f"{name}: expected a finite float >= 0, got {value!r}")
+        if compiled not in (None, True, False):
+            raise ArgumentError(f"compiled: expected None, True or False, got {compiled!r}")
         super().__init__(
             data_spec,
             batch_size,
