@@ -5,10 +5,15 @@ Buffers:
          next_observation 4 f32: 48 bytes an item, 48 MB)
   image: 50k frames of 84x84x4 uint8 (1.41 GB)
 
-Rows (MB/s of array bytes; every row runs once per repetition, interleaved, median kept):
+Rows (MB/s of array bytes; every row runs once per repetition, interleaved in a rotating
+order, median kept):
   save            buffer.save(path): items streamed from the storage + CRC-32 + fsync + renames
   np.save         np.save of the same arrays (the state_dict() leaves) into a folder, no fsync
-  np.save+fsync   the same, each file fsynced (the durable baseline)
+  np.save+fsync   the same, each file fsynced (the durable baseline; it deletes the previous
+                  files first, so its new blocks can reuse theirs)
+  np.save+fsync, versioned   the same into a new folder, renamed into place, and only then
+                  the previous one deleted (save's order: the old copy stays until the new
+                  one is durable, so both exist at once)
   state_dict      the snapshot copy alone (what save no longer does)
   load (cold)     a new buffer, then buffer.load(path): read into the storage + verify CRC-32
   np.load (cold)  np.load of the files np.save wrote
@@ -70,10 +75,14 @@ def evict(folder: Path) -> None:
 
 
 def interleaved(rows: dict[str, tuple[Callable[[], object], Callable[[], object]]], reps: int) -> dict[str, float]:
-    """Median seconds of each row's fn; rows take turns within every repetition."""
+    """Median seconds of each row's fn; rows take turns within every repetition, in an order
+    rotated by one each time (what a row leaves behind, such as disk write-back or freed
+    blocks, then falls on a different row each time)."""
     times: dict[str, list[float]] = {name: [] for name in rows}
-    for _ in range(reps):
-        for name, (fn, before) in rows.items():
+    names = list(rows)
+    for rep in range(reps):
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            fn, before = rows[name]
             before()
             gc.collect()
             start = time.perf_counter()
@@ -93,6 +102,22 @@ def np_save(arrays: dict, folder: Path, fsync: bool) -> None:
                 os.fsync(f.fileno())
 
 
+def np_save_versioned(arrays: dict, root: Path) -> None:
+    """np.save+fsync into a new folder, renamed into place, then the old one deleted: the
+    same keep-the-previous-copy-until-the-new-one-is-durable order as save()."""
+    root.mkdir(exist_ok=True)
+    old = sorted(root.iterdir())
+    new = root / f"v{len(old) and int(old[-1].name[1:]) + 1:06d}"
+    temp = root / ".tmp"
+    np_save(arrays, temp, fsync=True)
+    fd = os.open(temp, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    os.replace(temp, new)
+    for folder in old:
+        shutil.rmtree(folder)
+
+
 def nothing() -> None:
     return None
 
@@ -101,6 +126,7 @@ def persist_rows(name: str, buffer: PyUniformReplayBuffer, spec: dict, root: Pat
     arrays = buffer.state_dict()["items"]
     mb = sum(a.nbytes for a in arrays.values()) / 1e6
     ours, plain = root / f"{name.split()[0]}-ckpt", root / f"{name.split()[0]}-npy"
+    versioned = root / f"{name.split()[0]}-npy-versions"
     buffer.save(ours)
     np_save(arrays, plain, fsync=True)
 
@@ -111,6 +137,7 @@ def persist_rows(name: str, buffer: PyUniformReplayBuffer, spec: dict, root: Pat
         "save": (lambda: buffer.save(ours), nothing),
         "np.save": (lambda: np_save(arrays, plain, fsync=False), nothing),
         "np.save+fsync": (lambda: np_save(arrays, plain, fsync=True), nothing),
+        "np.save+fsync, versioned": (lambda: np_save_versioned(arrays, versioned), nothing),
         "state_dict (copy only)": (buffer.state_dict, nothing),
         "load (cold)": (load, lambda: evict(ours)),
         "np.load (cold)": (lambda: [np.load(f) for f in sorted(plain.glob("*.npy"))], lambda: evict(plain)),
@@ -120,6 +147,7 @@ def persist_rows(name: str, buffer: PyUniformReplayBuffer, spec: dict, root: Pat
         print(f"  {row:24s} {seconds * 1e3:9.1f} ms  {mb / seconds:8.0f} MB/s")
     shutil.rmtree(ours)
     shutil.rmtree(plain)
+    shutil.rmtree(versioned)
 
 
 def rss_mb() -> float:
@@ -141,14 +169,14 @@ def memmap_rows(frames: int, root: Path, reps: int) -> None:
             buffer.add_batch({"frame": frame, "action": np.array([i])})
         buffers[storage] = buffer
         rss[storage] = [created - before, rss_mb() - created]
-    del buffers["memmap"]
+    del buffers["memmap"], buffer  # unmapped, so its pages can be evicted
     gc.collect()
     evict(root / "mm")
     before = rss_mb()
     buffers["memmap reopened cold"] = UniformReplayBuffer(
         IMAGE_SPEC, batch_size=1, max_length=2 * frames, seed=0, storage="memmap", path=root / "mm"
     )
-    rss["memmap reopened cold"] = [rss_mb() - before, 0.0]
+    rss["memmap reopened cold"] = [rss_mb() - before, None]
     first = {}
     for name, buffer in buffers.items():  # the first pass: a cold memmap reads its pages from disk
         before = rss_mb()
@@ -159,13 +187,16 @@ def memmap_rows(frames: int, root: Path, reps: int) -> None:
         rss[name].append(rss_mb() - before)
     rows = {name: (lambda b=b: [b.get_next(256) for _ in range(20)], nothing) for name, b in buffers.items()}
     seconds = interleaved(rows, reps)
+    created, filled = rss["memmap"]
+    print(f"  {'memmap (filling)':20s} RSS +{created:.0f} MB created, +{filled:.0f} MB after {frames} adds")
     for name in buffers:
         per_call = seconds[name] / 20
         created, filled, sampled = rss[name]
+        adds = "" if filled is None else f"+{filled:.0f} MB after {frames} adds, "
         print(
             f"  {name:20s} {256 / per_call:8.0f} items/s ({256 * FRAME_BYTES / per_call / 1e6:5.0f} MB/s), "
             f"first 20 calls {256 / first[name]:8.0f} items/s; RSS +{created:.0f} MB created, "
-            f"+{filled:.0f} MB after {frames} adds, +{sampled:.0f} MB after the first 20 calls"
+            f"{adds}+{sampled:.0f} MB after the first 20 calls"
         )
     del buffers
     shutil.rmtree(root / "mm")

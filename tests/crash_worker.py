@@ -1,8 +1,9 @@
 """Kills savers and writers with SIGKILL and checks what survives; run by test_crash.py.
 
 ``python crash_worker.py save FOLDER SEED RANDOM_KILLS`` or ``... memmap FOLDER SEED KILLS [KIND]``
-(KIND: uniform, prioritized or episodes) prints one JSON summary. Runs in a fresh single-threaded interpreter and forks a child per
-kill (cheap: replaybuf is imported once), so the test can afford dozens of kills.
+(KIND: uniform, prioritized or episodes) prints one JSON summary. Runs in a fresh
+single-threaded interpreter and forks a child per kill (cheap: replaybuf is imported once),
+so the test can afford dozens of kills.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def loaded_generation(folder: str) -> int:
     ids = buffer.gather_all()["id"]
     g = int(ids[0, 0]) // SPAN
     expected = generation(g)
-    for a, b in zip(_leaves(buffer.gather_all()), _leaves(expected.gather_all())):
+    for a, b in zip(_leaves(buffer.gather_all()), _leaves(expected.gather_all()), strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(buffer.get_next(16)[1].ids, expected.get_next(16)[1].ids)
     return g
@@ -152,7 +153,7 @@ def recovered_steps(folder: str) -> tuple[int, int]:
     buffer = open_memmap(folder)
     items = buffer.gather_all()
     ids = items["id"]
-    for a, b in zip(_leaves(items), _leaves(fields_for_ids(ids))):
+    for a, b in zip(_leaves(items), _leaves(fields_for_ids(ids)), strict=True):
         np.testing.assert_array_equal(a, b)
     if ids.shape[1] == 0:
         return 0, 0
@@ -178,7 +179,7 @@ def memmap_kills(folder: str, rng: random.Random, kills: int) -> dict:
                 original = RecordStorage.write
                 stop_after = rng.randrange(1, 2 * LENGTH)
 
-                def write_then_die(self, start, arrays, calls=[0]):  # noqa: B006
+                def write_then_die(self, start, arrays, calls=[0], stop_after=stop_after, original=original):  # noqa: B006
                     calls[0] += 1
                     if calls[0] > stop_after:  # write part of the record fields, then die
                         original(self, start, arrays[:1] + [a * 0 + 7 for a in arrays[1:2]] + arrays[2:3])

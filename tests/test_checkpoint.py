@@ -12,11 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import replaybuf
+from conformance_data import SPEC, fields_for_ids, step_batch
 from replaybuf import checkpoint
 from replaybuf.errors import ArgumentError, CheckpointError
 from replaybuf.prioritized import PrioritizedReplayBuffer
-from conformance_data import SPEC, fields_for_ids, step_batch
-
 
 ID = str(replaybuf.nest.FlatSpec(SPEC).paths.index("id"))  # the key of the "id" leaf in state["items"]
 
@@ -363,7 +362,8 @@ def episode_batch(step, batch_size, ends):
 @pytest.mark.parametrize("pad", [False, True])
 def test_memmap_reopen_rebuilds_the_episode_index(tmp_path, pad):
     def make(**kwargs):
-        return uniform(max_length=9, seed=5, respect_episodes=True, pad_episode_ends=pad, episode_end_field="flag", **kwargs)
+        episodes = {"respect_episodes": True, "pad_episode_ends": pad, "episode_end_field": "flag"}
+        return uniform(max_length=9, seed=5, **episodes, **kwargs)
 
     rng = np.random.default_rng(0)
     disk, twin = make(storage="memmap", path=tmp_path / "rb"), make()
@@ -406,7 +406,7 @@ def test_memmap_reopen_gives_recovered_items_a_new_items_priority(tmp_path):
     disk.update_priorities(info.ids, np.linspace(0.1, 5.0, 6))  # not kept by the folder
     del disk
     reopened = prioritized(storage="memmap", path=tmp_path / "rb")
-    for a, b in zip(prioritized_trace(reopened), prioritized_trace(twin)):
+    for a, b in zip(prioritized_trace(reopened), prioritized_trace(twin), strict=True):
         assert a[:2] == b[:2]
         np.testing.assert_allclose(a[2:], b[2:], rtol=1e-6)
     fill(reopened, 2, start=11)
@@ -439,9 +439,10 @@ def test_save_and_load_stream_in_blocks_of_any_size(tmp_path_factory, capacity, 
     for key in expected:
         np.testing.assert_array_equal(got[key], expected[key])
     plain = checkpoint.read_state(folder)  # np.load-compatible files with zlib's CRC-32
-    manifest = json.loads((folder / json.loads((folder / "CURRENT").read_text())["current"] / "manifest.json").read_text())
+    version = folder / json.loads((folder / "CURRENT").read_text())["current"]
+    manifest = json.loads((version / "manifest.json").read_text())
     for key, entry in manifest["state"]["items"].items():
-        path = folder / json.loads((folder / "CURRENT").read_text())["current"] / entry["__npy__"]
+        path = version / entry["__npy__"]
         assert zlib.crc32(path.read_bytes()) == entry["crc32"]
         np.testing.assert_array_equal(np.load(path, allow_pickle=False), expected[key])
         np.testing.assert_array_equal(plain["items"][key], expected[key])

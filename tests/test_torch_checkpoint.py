@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import replaybuf
+from conformance_data import SPEC, fields_for_ids, step_batch
 from replaybuf import checkpoint
 from replaybuf.errors import CheckpointError
-from conformance_data import SPEC, fields_for_ids, step_batch
 
 torch = pytest.importorskip("torch")
 from replaybuf.torch import TorchPyUniformReplayBuffer, TorchUniformReplayBuffer  # noqa: E402

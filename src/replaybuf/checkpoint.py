@@ -397,7 +397,9 @@ def _open_npy(folder: Path, entry: dict) -> StoredArray:
         with open(path, "rb", buffering=0) as f:
             size = os.fstat(f.fileno()).st_size
             if size != entry.get("bytes"):
-                raise CheckpointError(f"{path}: {size} bytes, the manifest says {entry.get('bytes')}; truncated or corrupt")
+                raise CheckpointError(
+                    f"{path}: {size} bytes, the manifest says {entry.get('bytes')}; truncated or corrupt"
+                )
             try:
                 major, _ = np.lib.format.read_magic(f)
                 read_header = np.lib.format.read_array_header_2_0 if major == 2 else np.lib.format.read_array_header_1_0

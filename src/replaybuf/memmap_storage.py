@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -133,7 +133,8 @@ def open_storage(
                 f"{folder}: holds a buffer with {key}={saved.get(key)!r}; this buffer needs "
                 f"{key}={meta[key]!r} (open it with the same data_spec and geometry, or use a new folder)"
             )
-    if records.shape != (batch_size * max_length,) or records.dtype != record_dtype(flat.leaves) or cursor.shape != (2,):
+    dtype = record_dtype(flat.leaves)
+    if records.shape != (batch_size * max_length,) or records.dtype != dtype or cursor.shape != (2,):
         raise CheckpointError(f"{folder}: {RECORDS} or {CURSOR} does not match {META}; corrupt")
     ring = CommittedRing(batch_size, max_length, cursor)
     return ring, MemmapStorage(flat, batch_size * max_length, records, cursor, batch_size)
@@ -183,7 +184,8 @@ def recovered_episode_state(ring: StreamRing, fields: Sequence[np.ndarray], mark
     """
     every = np.zeros(ring.capacity, np.int64)
     if ring.num_valid_steps() == 0:
-        return {"position": every, "last": np.full(ring.batch_size, -1, np.int64), "ended": np.ones(ring.batch_size, bool)}
+        last, ended = np.full(ring.batch_size, -1, np.int64), np.ones(ring.batch_size, bool)
+        return {"position": every, "last": last, "ended": ended}
     starts, ends = markers(_StepLeaves(ring, fields))
     ends = np.asarray(ends, bool)
     count = ends.shape[0]

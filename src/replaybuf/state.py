@@ -98,7 +98,7 @@ def write_run(storage: Any, start: int, leaves: Sequence[np.ndarray | StoredArra
     if all(isinstance(leaf, np.ndarray) for leaf in leaves):
         storage.write(start, leaves)
         return
-    for field, leaf in zip(storage.fields, leaves):
+    for field, leaf in zip(storage.fields, leaves, strict=True):
         views = ring_views(field, start, leaf.shape[0])
         if isinstance(leaf, StoredArray):
             leaf.read_into(ArrayRun(views))
@@ -116,6 +116,6 @@ def _assign(views: list[np.ndarray], rows: np.ndarray) -> None:
 def _describe(spec: Any) -> str:
     if not isinstance(spec, dict):
         return repr(spec)
-    leaves = ", ".join(f"{p}: {tuple(s)} {np.dtype(d).name}" for p, s, d in zip(
-        spec.get("paths", []), spec.get("shapes", []), spec.get("dtypes", [])))
+    columns = zip(spec.get("paths", []), spec.get("shapes", []), spec.get("dtypes", []), strict=False)
+    leaves = ", ".join(f"{p}: {tuple(s)} {np.dtype(d).name}" for p, s, d in columns)
     return f"{spec.get('structure')} [{leaves}]"

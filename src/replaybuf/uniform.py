@@ -243,10 +243,12 @@ class UniformReplayBuffer(ReplayBuffer):
         first = steps - count // ring.batch_size
         if steps < 0 or count % ring.batch_size or not max(0, steps - ring.max_length) <= first <= steps:
             raise CheckpointError(f"state: {count} items do not fit steps={steps} of this buffer's streams")
-        for leaf, spec, path in zip(leaves, self._flat.leaves, self._flat.paths):
+        for leaf, spec, path in zip(leaves, self._flat.leaves, self._flat.paths, strict=True):
             if not isinstance(leaf, arrays) or leaf.shape != (count, *spec.shape) or leaf.dtype != spec.dtype:
                 got = f"{leaf.shape} {leaf.dtype}" if isinstance(leaf, arrays) else type(leaf).__name__
-                raise CheckpointError(f"state['items'] {path}: expected ({count}, *{spec.shape}) {spec.dtype}, got {got}")
+                raise CheckpointError(
+                    f"state['items'] {path}: expected ({count}, *{spec.shape}) {spec.dtype}, got {got}"
+                )
         check_rng_state(self._rng, require(state, "rng", dict))
         if first > max(0, steps - ring.max_length) and not hasattr(ring, "floor"):
             raise CheckpointError("state: its oldest items were lost in a crash; load it into storage='memmap'")
@@ -270,7 +272,8 @@ class UniformReplayBuffer(ReplayBuffer):
     def _rebuild_episodes(self) -> None:
         """A reopened memmap folder holds items, not the episode index: derive it from them."""
         if self._episodes is not None and self._ring.steps:
-            self._episodes.load_state_dict(recovered_episode_state(self._ring, self._storage.fields, self._episodes.markers))
+            rebuilt = recovered_episode_state(self._ring, self._storage.fields, self._episodes.markers)
+            self._episodes.load_state_dict(rebuilt)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write ``state_dict()`` to the checkpoint folder ``path`` atomically (a new version).

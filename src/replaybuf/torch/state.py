@@ -67,17 +67,19 @@ class TorchCheckpoints:
         first = steps - count // ring.batch_size
         if steps < 0 or count % ring.batch_size or first != max(0, steps - ring.max_length):
             raise CheckpointError(f"state: {count} items do not fit steps={steps} of this buffer's streams")
-        for leaf, spec, path in zip(leaves, self._flat.leaves, self._flat.paths):
+        for leaf, spec, path in zip(leaves, self._flat.leaves, self._flat.paths, strict=True):
             want = (as_torch_dtype(spec.dtype), spec.dtype)
             if not isinstance(leaf, kinds) or tuple(leaf.shape) != (count, *spec.shape) or leaf.dtype not in want:
                 got = f"{tuple(leaf.shape)} {leaf.dtype}" if isinstance(leaf, kinds) else type(leaf).__name__
-                raise CheckpointError(f"state['items'] {path}: expected ({count}, *{spec.shape}) {spec.dtype}, got {got}")
+                raise CheckpointError(
+                    f"state['items'] {path}: expected ({count}, *{spec.shape}) {spec.dtype}, got {got}"
+                )
         rng = _generator_state(state.get("rng"), self._device)
         with self._lock:
             ring.steps = 0
             start = (first % ring.max_length) * ring.batch_size
             try:
-                for tensor, leaf in zip(self._storage.tensors, leaves):
+                for tensor, leaf in zip(self._storage.tensors, leaves, strict=True):
                     _fill(ring_views(tensor, start, count), leaf)
             except CheckpointError:
                 self.clear()  # type: ignore[attr-defined]  # a file failed its checksum while read in
