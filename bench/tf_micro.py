@@ -31,6 +31,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
 from common import SIZES  # noqa: E402
 from libs import tf_common  # noqa: E402
 
@@ -42,9 +43,7 @@ class PlainVariables:
         self.batch_size, self.max_length = batch_size, max_length
         self.keys = sorted(data_spec)
         self.vars = [
-            tf.Variable(
-                tf.zeros([batch_size * max_length] + data_spec[k].shape.as_list(), data_spec[k].dtype)
-            )
+            tf.Variable(tf.zeros([batch_size * max_length] + data_spec[k].shape.as_list(), data_spec[k].dtype))
             for k in self.keys
         ]
         self.steps = tf.Variable(0, dtype=tf.int64)
@@ -59,9 +58,7 @@ class PlainVariables:
     def as_dataset(self, sample_batch_size, num_steps, num_parallel_calls=None):
         def sample(_):
             high = tf.minimum(self.steps, self.max_length) * self.batch_size
-            first = tf.random.uniform(
-                [sample_batch_size], 0, high - self.batch_size, dtype=tf.int64
-            )
+            first = tf.random.uniform([sample_batch_size], 0, high - self.batch_size, dtype=tf.int64)
             slots = first[:, None] + tf.range(num_steps, dtype=tf.int64) * self.batch_size
             return {k: tf.gather(v, slots) for k, v in zip(self.keys, self.vars, strict=True)}
 
@@ -80,8 +77,7 @@ class Floor:
 
     def as_dataset(self, sample_batch_size, num_steps, num_parallel_calls=None):
         zeros = {
-            k: tf.zeros([sample_batch_size, num_steps] + s.shape.as_list(), s.dtype)
-            for k, s in self.data_spec.items()
+            k: tf.zeros([sample_batch_size, num_steps] + s.shape.as_list(), s.dtype) for k, s in self.data_spec.items()
         }
         dataset = tf.data.Dataset.from_tensors(0).repeat()
         return dataset.map(lambda _: zeros, num_parallel_calls=num_parallel_calls)
@@ -117,9 +113,7 @@ def timed(run, seconds):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--impl", action="append", choices=["replaybuf", "tf-agents", "plain", "floor"]
-    )
+    parser.add_argument("--impl", action="append", choices=["replaybuf", "tf-agents", "plain", "floor"])
     parser.add_argument("--tf-agents-site", help="a site-packages folder holding tf_agents")
     parser.add_argument("--quick", action="store_true", help="smaller buffers, shorter timing")
     parser.add_argument("--only", choices=["add", "dataset", "tuned"], help="run one row")
@@ -153,9 +147,7 @@ def main(argv=None):
         for impl in impls:
             results[impl][name] = statistics.median(samples[impl])
     for impl in impls:
-        print(
-            f"{impl:<12}" + "".join(f"{results[impl][name]:>14,.0f}" for name in rows), flush=True
-        )
+        print(f"{impl:<12}" + "".join(f"{results[impl][name]:>14,.0f}" for name in rows), flush=True)
     if "tf-agents" in impls:
         ratios = {name: results["replaybuf"][name] / results["tf-agents"][name] for name in rows}
         print("replaybuf / tf-agents: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))

@@ -108,9 +108,7 @@ def test_checkpoint_round_trip_restores_contents_and_counters(tmp_path):
     assert int(restored.num_frames()) == 8
     tf.nest.map_structure(np.testing.assert_array_equal, numpy_nest(restored.gather_all()), before)
     restored.add_batch(step_batch(6, 2))  # continues where the saved buffer stopped
-    assert_items_match_ids(
-        numpy_nest(restored.gather_all()), np.arange(3, 7)[None, :] * 2 + np.arange(2)[:, None]
-    )
+    assert_items_match_ids(numpy_nest(restored.gather_all()), np.arange(3, 7)[None, :] * 2 + np.arange(2)[:, None])
 
 
 def _pass_ids(dataset):
@@ -130,17 +128,13 @@ def _pass_ids(dataset):
 def test_deterministic_pass_after_wraparound_matches_the_core_plan(
     batch_size, shift, drop, sample_batch_size, num_steps
 ):
-    buffer = make(
-        batch_size=batch_size, max_length=5, dataset_window_shift=shift, dataset_drop_remainder=drop
-    )
+    buffer = make(batch_size=batch_size, max_length=5, dataset_window_shift=shift, dataset_drop_remainder=drop)
     fill(buffer, 12)  # wrapped twice: streams must stay apart
     ring = StreamRing(batch_size, 5)
     ring.steps = 12
     expected = plan_deterministic_pass(ring, sample_batch_size, num_steps, shift, drop)
     got = []
-    for items, info in buffer.as_dataset(
-        sample_batch_size, num_steps, single_deterministic_pass=True
-    ):
+    for items, info in buffer.as_dataset(sample_batch_size, num_steps, single_deterministic_pass=True):
         ids = info.ids.numpy()
         assert_items_match_ids(numpy_nest(items), ids)
         assert info.probabilities == ()
@@ -253,9 +247,7 @@ def test_graph_add_with_a_wrong_static_shape_names_the_field_and_writes_nothing(
     def add_with_autograph(**changes):
         add_with(autograph=True, **changes)
 
-    with pytest.raises(
-        replaybuf.SpecMismatchError, match=r"observation/camera: expected shape \(2, 2, 2\) uint8"
-    ):
+    with pytest.raises(replaybuf.SpecMismatchError, match=r"observation/camera: expected shape \(2, 2, 2\) uint8"):
         add_with(camera=tf.zeros((2, 2, 3), tf.uint8))
     # through autograph (tf.function's default) too: our type, our message, a ValueError
     with pytest.raises(
@@ -279,9 +271,7 @@ def test_graph_add_with_a_wrong_static_shape_names_the_field_and_writes_nothing(
 def test_graph_add_safe_casts_and_checks_unknown_dims_when_run():
     buffer = make(batch_size=2)
 
-    @tf.function(
-        input_signature=[tf.TensorSpec([None, 2, 2], tf.uint8), tf.TensorSpec([None], tf.int32)]
-    )
+    @tf.function(input_signature=[tf.TensorSpec([None, 2, 2], tf.uint8), tf.TensorSpec([None], tf.int32)])
     def add(camera, ids):
         batch = tf_batch(0, 2)
         batch["observation"]["camera"] = camera
@@ -301,9 +291,7 @@ def test_eager_tensor_batches_are_validated_like_numpy():
     bad["observation"]["position"] = tf.zeros((2, 3), tf.float64)
     with pytest.raises(replaybuf.SpecMismatchError, match="observation/position"):
         buffer.add_batch(bad)
-    with pytest.raises(
-        replaybuf.SpecMismatchError, match=r"flag: expected shape .*got \(3,\) bool"
-    ):
+    with pytest.raises(replaybuf.SpecMismatchError, match=r"flag: expected shape .*got \(3,\) bool"):
         buffer.add_batch(tf_batch(0, 3))
     assert int(buffer.num_frames()) == 0
 
@@ -311,9 +299,7 @@ def test_eager_tensor_batches_are_validated_like_numpy():
 @pytest.mark.parametrize("drop", [False, True])
 def test_deterministic_pass_arguments_that_would_drop_everything(drop):
     buffer = make(batch_size=2, max_length=5, dataset_drop_remainder=drop)
-    with pytest.raises(
-        replaybuf.ArgumentError, match=r"sample_batch_size \(3\) > batch_size \(2\)"
-    ):
+    with pytest.raises(replaybuf.ArgumentError, match=r"sample_batch_size \(3\) > batch_size \(2\)"):
         buffer.as_dataset(3, single_deterministic_pass=True)
     with pytest.raises(ValueError, match=r"num_steps \(6\) > max_length \(5\)"):
         buffer.as_dataset(num_steps=6, single_deterministic_pass=True)

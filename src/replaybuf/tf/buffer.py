@@ -11,7 +11,7 @@ An add reserves its step with one atomic fetch-and-increment of the step counter
 marks its step row complete (``marks[step % max_length] = step``). Readers check their
 reads seqlock-style: every step they read was marked complete before they gathered, and
 no add had reserved a step that overwrites it by the time they finished (see
-``replaybuf.tf.reads``). An add is reserved only after its batch passed its checks, so a
+``replaybuf.tf.slots``). An add is reserved only after its batch passed its checks, so a
 rejected add changes nothing. Eager calls run precompiled graphs, so an eager call costs
 one function call, not one op dispatch per leaf.
 """
@@ -107,9 +107,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
                 else tf.random.Generator.from_seed(seed)
             )
         self._compiled = _Compiled()
-        signature = [
-            tf.TensorSpec((self._batch_size,) + s.shape, s.dtype) for s in self._flat.leaves
-        ]
+        signature = [tf.TensorSpec((self._batch_size,) + s.shape, s.dtype) for s in self._flat.leaves]
         self._compiled.functions["add"] = tf.function(self._write, input_signature=[signature])
 
     # -- properties ---------------------------------------------------------------------------
@@ -187,9 +185,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         if not time_stacked and num_steps is not None:
             axis = 0 if sample_batch_size is None else 1
             per_leaf = [tf.unstack(leaf, num=num_steps, axis=axis) for leaf in leaves]
-            items = tuple(
-                self._flat.unflatten([steps[t] for steps in per_leaf]) for t in range(num_steps)
-            )
+            items = tuple(self._flat.unflatten([steps[t] for steps in per_leaf]) for t in range(num_steps))
         else:
             items = self._flat.unflatten(leaves)
         return items, BufferInfo(ids, probabilities)
@@ -234,15 +230,11 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             leaves, steps_read, marks = store.read(ids)
         with tf.control_dependencies(leaves):
             head, clears_after = read_variable(store.steps), read_variable(store.clears)
-        intact = tf.logical_and(
-            tf.reduce_all(store.intact(steps_read, marks, head)), tf.equal(clears, clears_after)
-        )
+        intact = tf.logical_and(tf.reduce_all(store.intact(steps_read, marks, head)), tf.equal(clears, clears_after))
         probability = 1.0 / tf.cast((high - low) * batch, tf.float32)
         return leaves, ids, tf.fill(shape, probability), intact
 
-    def _sample(
-        self, sample_batch_size: int | None, num_steps: int | None
-    ) -> tuple[list, tf.Tensor, tf.Tensor]:
+    def _sample(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[list, tf.Tensor, tf.Tensor]:
         def attempt() -> tuple:
             leaves, ids, probabilities, intact = self._attempt(sample_batch_size, num_steps)
             return intact, leaves, ids, probabilities
@@ -265,9 +257,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             return tf.reduce_all(store.untorn(steps, marks, head)), leaves
 
         with tf.device(self._device), tf.name_scope("read"):
-            _, leaves = tf.while_loop(
-                lambda untorn, _: tf.logical_not(untorn), lambda *_: attempt(), attempt()
-            )
+            _, leaves = tf.while_loop(lambda untorn, _: tf.logical_not(untorn), lambda *_: attempt(), attempt())
             return leaves
 
     @tf.autograph.experimental.do_not_convert
@@ -296,8 +286,9 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         Random mode (default) is endless. Without ``num_parallel_calls`` each element is
         drawn when it is asked for, so it sees every earlier add; with it (an int or
         ``tf.data.AUTOTUNE``) that many elements are drawn ahead, in parallel (as in
-        TF-Agents, an element drawn ahead does not see adds made after its draw). With ``single_deterministic_pass=True`` every stored
-        item is yielded once, stream by stream (``sample_batch_size`` streams at a time) in
+        TF-Agents, an element drawn ahead does not see adds made after its draw).
+        With ``single_deterministic_pass=True`` every stored item is yielded once, stream
+        by stream (``sample_batch_size`` streams at a time) in
         time order, cut into windows of ``num_steps`` (see ``dataset_window_shift`` and
         ``dataset_drop_remainder``); the ids are fixed when an iterator reads its first
         element, and ``probabilities`` is ``()``. Element shapes are static where the
@@ -330,7 +321,11 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
                 self._drop_remainder,
             )
             return datasets.deterministic_pass(
-                plan, functools.partial(read_variable, self._store.steps), self._read_ids, self._flat.unflatten, EMPTY_MESSAGE
+                plan,
+                functools.partial(read_variable, self._store.steps),
+                self._read_ids,
+                self._flat.unflatten,
+                EMPTY_MESSAGE,
             )
         return datasets.random_dataset(
             lambda: self._attempt(sample_batch_size, num_steps),
@@ -367,9 +362,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         key = (what,) + args
         function = self._compiled.functions.get(key)
         if function is None:
-            body = {"sample": self._sample, "gather_all": self._gather_all, "clear": self._clear}[
-                what
-            ]
+            body = {"sample": self._sample, "gather_all": self._gather_all, "clear": self._clear}[what]
             function = tf.function(lambda: body(*args), autograph=False)
             self._compiled.functions[key] = function
         try:

@@ -75,9 +75,7 @@ def check_pass_arguments(
     drop_remainder: bool,
 ) -> None:
     """TF-Agents' ValueErrors (as ArgumentError) for a pass that could yield nothing whole."""
-    dropped = (
-        " and dataset_drop_remainder is True: ALL data would be dropped" if drop_remainder else ""
-    )
+    dropped = " and dataset_drop_remainder is True: ALL data would be dropped" if drop_remainder else ""
     if sample_batch_size is not None and sample_batch_size > batch_size:
         raise ArgumentError(
             f"sample_batch_size ({sample_batch_size}) > batch_size ({batch_size}){dropped}; a "
@@ -123,23 +121,17 @@ class PassPlan:
     def num_windows(self, first: tf.Tensor, steps: tf.Tensor) -> tf.Tensor:
         span = steps - first
         if self.drop_remainder:
-            return tf.where(
-                span >= self.size, (span - self.size) // self.shift + 1, tf.zeros_like(span)
-            )
+            return tf.where(span >= self.size, (span - self.size) // self.shift + 1, tf.zeros_like(span))
         return (span + self.shift - 1) // self.shift
 
-    def element_ids(
-        self, k: tf.Tensor, first: tf.Tensor, steps: tf.Tensor, windows: tf.Tensor
-    ) -> tf.Tensor:
+    def element_ids(self, k: tf.Tensor, first: tf.Tensor, steps: tf.Tensor, windows: tf.Tensor) -> tf.Tensor:
         """The ids of element ``k`` of the pass.
 
         Element ``k`` is window ``k % windows`` of stream group ``k // windows``.
         """
         group, window = k // windows, k % windows
         start = first + window * self.shift
-        step_ids = (
-            tf.range(start, tf.minimum(start + self.size, steps), dtype=tf.int64) * self.batch_size
-        )
+        step_ids = tf.range(start, tf.minimum(start + self.size, steps), dtype=tf.int64) * self.batch_size
         low = group * self.group
         streams = tf.range(low, tf.minimum(low + self.group, self.batch_size), dtype=tf.int64)
         ids = streams[:, None] + step_ids[None, :]
@@ -172,9 +164,7 @@ def deterministic_pass(
             first = tf.maximum(steps - plan.max_length, 0)
         windows = plan.num_windows(first, steps)
         total = plan.num_groups * windows
-        return tf.data.Dataset.range(total).map(
-            lambda k: plan.element_ids(k, first, steps, windows)
-        )
+        return tf.data.Dataset.range(total).map(lambda k: plan.element_ids(k, first, steps, windows))
 
     def element(ids: tf.Tensor) -> tuple[Any, BufferInfo]:
         return unflatten(read(ids)), BufferInfo(ids, ())

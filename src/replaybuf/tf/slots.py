@@ -46,15 +46,11 @@ class SlotStore(tf.Module):
         self.capacity = batch_size * max_length
         with self.name_scope:
             self.leaves = [
-                tf.Variable(
-                    tf.zeros((self.capacity,) + s.shape, s.dtype), trainable=False, name=f"leaf_{i}"
-                )
+                tf.Variable(tf.zeros((self.capacity,) + s.shape, s.dtype), trainable=False, name=f"leaf_{i}")
                 for i, s in enumerate(leaves)
             ]
             self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
-            self.marks = tf.Variable(
-                tf.fill([max_length], tf.constant(-1, tf.int64)), trainable=False, name="marks"
-            )
+            self.marks = tf.Variable(tf.fill([max_length], tf.constant(-1, tf.int64)), trainable=False, name="marks")
             self.clears = tf.Variable(0, dtype=tf.int64, trainable=False, name="clears")
 
     # -- writing --------------------------------------------------------------------------------
@@ -63,9 +59,7 @@ class SlotStore(tf.Module):
         # the step is reserved only once the batch's own checks (tf.ensure_shape) have run,
         # so a rejected add reserves nothing
         with tf.control_dependencies(leaves):
-            step = tf.raw_ops.ResourceCountUpTo(
-                resource=self.steps.handle, limit=_NO_LIMIT, T=tf.int64
-            )
+            step = tf.raw_ops.ResourceCountUpTo(resource=self.steps.handle, limit=_NO_LIMIT, T=tf.int64)
         row = step % self.max_length
         if self.batch_size == 1:
             slots = tf.reshape(row, [1])
@@ -77,9 +71,7 @@ class SlotStore(tf.Module):
             for var, x in zip(self.leaves, leaves, strict=True)
         ]
         with tf.control_dependencies(writes):
-            done = tf.raw_ops.ResourceScatterUpdate(
-                resource=self.marks.handle, indices=row, updates=step
-            )
+            done = tf.raw_ops.ResourceScatterUpdate(resource=self.marks.handle, indices=row, updates=step)
         with tf.control_dependencies([done]):
             return tf.identity(step)
 
