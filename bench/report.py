@@ -145,10 +145,10 @@ def markdown(records: list[dict], meta: dict[str, str]) -> str:
         ref = row_figures.get(row.reference)
         order = sorted(row_figures.items(), key=lambda kv: (kv[0] != OURS, not is_peer(kv[0]), kv[0]))
         for lib, value in order:
-            out.append(
-                f"| {row.title} | {lib} | {_fmt(value)} {row.unit} | {_fmt_ratio(ratio(row, value, best[1] if best else None))} | "
-                f"{_fmt_ratio(ratio(row, value, ref)) if row.reference else '—'} | {notes.get((lib, row.key), '')} |"
-            )
+            vs_peer = _fmt_ratio(ratio(row, value, best[1] if best else None))
+            vs_ref = _fmt_ratio(ratio(row, value, ref)) if row.reference else "—"
+            note = notes.get((lib, row.key), "")
+            out.append(f"| {row.title} | {lib} | {_fmt(value)} {row.unit} | {vs_peer} | {vs_ref} | {note} |")
         for (lib, key), note in sorted(notes.items()):
             if key == row.key and note.startswith("missing"):
                 out.append(f"| {row.title} | {lib} | — | — | — | {note} |")
@@ -205,15 +205,17 @@ def plot(records: list[dict], path: Path) -> None:
     ys = range(len(labels))
     ax.barh([y - 0.2 for y in ys], vs_peer, height=0.4, label="vs best peer")
     ax.barh([y + 0.2 for y in ys], vs_ref, height=0.4, label="vs NumPy reference")
-    for y, target in zip(ys, targets):
+    for y, target in zip(ys, targets, strict=True):
         if target:
             ax.plot([target[0]] * 2, [y + target[1] - 0.25, y + target[1] + 0.25], color="black", linewidth=2)
     ax.axvline(1.0, color="grey", linestyle=":")
     ax.set_yticks(list(ys), labels)
     ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set_xlabel("replaybuf ratio (log scale; >1 is better; black tick: the target of that bar;\n"
-                  "W4's is against flashbax, the TF rows' against TF-Agents)")
+    ax.set_xlabel(
+        "replaybuf ratio (log scale; >1 is better; black tick: the target of that bar;\n"
+        "W4's is against flashbax, the TF rows' against TF-Agents)"
+    )
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

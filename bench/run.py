@@ -32,7 +32,11 @@ from common import SIZES  # noqa: E402
 
 #: short name -> (adapter module in bench/libs, environment or None for this interpreter, labels)
 LIBRARIES = {
-    "numpy": ("numpy_ref", None, ["numpy-loop", "numpy-slice", "numpy-fancy", "numpy-per", "numpy-take", "numpy-memcpy"]),
+    "numpy": (
+        "numpy_ref",
+        None,
+        ["numpy-loop", "numpy-slice", "numpy-fancy", "numpy-per", "numpy-take", "numpy-memcpy"],
+    ),
     "replaybuf": ("replaybuf_lib", None, ["replaybuf"]),
     "cpprb": ("cpprb_lib", "cpprb", ["cpprb"]),
     "sb3": ("sb3_lib", "sb3", ["stable-baselines3"]),
@@ -41,10 +45,17 @@ LIBRARIES = {
     "flashbax": ("flashbax_lib", "flashbax", ["flashbax"]),
     "tfagents": ("tfagents_lib", "tfagents", ["tf-agents PyUniform", "tf-agents TFUniform"]),
 }
-QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "", "PYTHONWARNINGS": "ignore"}
+QUIET_ENV = {
+    "TF_CPP_MIN_LOG_LEVEL": "3",
+    "JAX_PLATFORMS": "cpu",
+    "CUDA_VISIBLE_DEVICES": "",
+    "PYTHONWARNINGS": "ignore",
+}
 
 
-def run_worker(python: str, adapter: str, size: str, rows: list[str], timeout: float, log) -> tuple[list[dict], str | None]:
+def run_worker(
+    python: str, adapter: str, size: str, rows: list[str], timeout: float, log
+) -> tuple[list[dict], str | None]:
     """The records a worker printed, and why it stopped early (None when it finished)."""
     env = dict(os.environ, **QUIET_ENV)
     env.pop("PYTHONPATH", None)
@@ -74,7 +85,9 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,10 +99,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--png", default=str(ROOT / "docs" / "benchmarks.png"), help="plot path ('' for none)")
     parser.add_argument("--results", default=str(HERE / ".cache" / "results.json"), help="raw records (JSON)")
     parser.add_argument("--rows", default="", help="comma-separated subset of row keys (default all)")
-    parser.add_argument("--report-only", action="store_true",
-                        help="re-render the report and plot from --results without running anything")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="times every library runs, in turn; the best round counts (default 2, quick/tiny 1)")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="re-render the report and plot from --results without running anything",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="times every library runs, in turn; the best round counts (default 2, quick/tiny 1)",
+    )
     parser.add_argument("--timeout", type=float, default=None, help="seconds per library (default by size)")
     args = parser.parse_args(argv)
     size = "tiny" if args.tiny else "quick" if args.quick else "full"
@@ -121,16 +141,20 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     python = str(venvs.ensure(env_name)) if env_name else sys.executable
                 except venvs.VenvError as exc:
-                    records += [{"lib": label, "row": "*", "missing": f"environment not built: {exc}"}
-                                for label in labels]
+                    records += [
+                        {"lib": label, "row": "*", "missing": f"environment not built: {exc}"} for label in labels
+                    ]
                     print(f"{'+'.join(job_names)}: environment failed: {exc}", flush=True)
                     continue
                 got, failure = run_worker(python, adapters, size, rows, timeout, log)
                 records += got
                 if failure:
                     records += [{"lib": label, "row": "*", "missing": failure} for label in labels]
-                print(f"round {round_ + 1}/{rounds} {'+'.join(job_names)}: {sum('value' in r for r in got)} figures "
-                      f"in {time.time() - start:.0f} s" + (f" ({failure})" if failure else ""), flush=True)
+                print(
+                    f"round {round_ + 1}/{rounds} {'+'.join(job_names)}: {sum('value' in r for r in got)} figures "
+                    f"in {time.time() - start:.0f} s" + (f" ({failure})" if failure else ""),
+                    flush=True,
+                )
     meta = {
         "command": "python bench/run.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -19,6 +19,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import torch
@@ -97,8 +98,9 @@ def bench_insert(number: int, repeat: int) -> list[tuple[str, float]]:
         for _ in range(1000):  # touch every page first: measure steady-state adds
             ours.add_batch(items)
             host.add_batch(items)
-        results.append((f"torch buffer add_batch ({label})", 1 / median_seconds(lambda: ours.add_batch(items), number, repeat)))
-        results.append((f"numpy buffer add_batch ({label})", 1 / median_seconds(lambda: host.add_batch(items), number, repeat)))
+        for name, buffer in (("torch", ours), ("numpy", host)):
+            seconds = median_seconds(partial(buffer.add_batch, items), number, repeat)
+            results.append((f"{name} buffer add_batch ({label})", 1 / seconds))
     return results
 
 

@@ -13,8 +13,9 @@ import atexit
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest

@@ -40,7 +40,7 @@ def assert_items_match_ids(items: dict, ids: np.ndarray) -> None:
     ids = np.asarray(ids)
     np.testing.assert_array_equal(items["id"], ids)
     expected = fields_for_ids(ids)
-    for path, got, want in zip(*_flat_pairs(items, expected)):
+    for path, got, want in zip(*_flat_pairs(items, expected), strict=True):
         np.testing.assert_array_equal(got, want, err_msg=path)
 
 

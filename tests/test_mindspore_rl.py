@@ -33,14 +33,15 @@ def rows(first: int, n: int) -> list[torch.Tensor]:
 def row_numbers(columns) -> list[int]:
     """The row number stored in sampled columns, after checking every column agrees."""
     numbers = columns[1][..., 0].long()
-    for column, sign in zip(columns, (1, 1, 1, -1)):
+    for column, sign in zip(columns, (1, 1, 1, -1), strict=True):
         torch.testing.assert_close(column * sign, numbers[..., None].to(column.dtype).expand_as(column))
     return numbers.tolist()
 
 
 def test_the_seed_example_runs_with_only_the_import_and_tensor_constructors_changed():
-    from replaybuf.mindspore_rl import ReplayBuffer
     import torch as ms
+
+    from replaybuf.mindspore_rl import ReplayBuffer
 
     sample_size = 2
     capacity = 100000
@@ -58,9 +59,9 @@ def test_the_seed_example_runs_with_only_the_import_and_tensor_constructors_chan
     exp = replaybuffer.get_item(0)
     samples = replaybuffer.sample()
     assert replaybuffer.size() == 2 and not replaybuffer.full()
-    for got, want in zip(exp, (state, action, reward, new_state)):
+    for got, want in zip(exp, (state, action, reward, new_state), strict=True):
         torch.testing.assert_close(got.cpu(), want)
-    for got, want in zip(samples, (state, action, reward, new_state)):
+    for got, want in zip(samples, (state, action, reward, new_state), strict=True):
         torch.testing.assert_close(got.cpu(), want.expand(sample_size, *want.shape))
 
     replaybuffer.reset()
@@ -156,7 +157,10 @@ def test_sampling_an_empty_buffer_is_an_error():
     [
         (rows(0, 2)[:3], r"expected a list of 4 tensors \(one per column\), got 3 tensors"),
         (torch.zeros(4), "expected a list of 4 tensors"),
-        ([torch.zeros(4, dtype=torch.float64)] + [c[0] for c in rows(0, 1)[1:]], "tensor 0: expected dtype float32, got torch.float64"),
+        (
+            [torch.zeros(4, dtype=torch.float64)] + [c[0] for c in rows(0, 1)[1:]],
+            "tensor 0: expected dtype float32, got torch.float64",
+        ),
         ([c[0] for c in rows(0, 1)[:3]] + [torch.zeros(3)], r"tensor 3: expected one row of shape \(4,\)"),
         (rows(0, 2)[:3] + [torch.zeros(3, 4)], "every tensor needs the same number of rows, got .*tensor 3: 3"),
         (rows(0, 2)[:3] + [torch.zeros(4)], "every tensor to be one row or every tensor a batch"),
@@ -176,12 +180,21 @@ def test_bad_inserts_raise_and_write_nothing(bad, message):
 def test_rows_may_be_numpy_arrays_and_python_lists():
     buffer = ReplayBuffer(2, 3, SHAPES, TYPES, device="cpu")
     buffer.insert([np.full(4, 5, np.float32), [5], [5.0], [-5, -5, -5, -5]])
-    buffer.insert([np.full((2, 4), 6, np.float32), np.array([[6], [7]], np.int32), [[6.0], [7.0]], -np.full((2, 4), 6.0, np.float32)])
+    buffer.insert(
+        [
+            np.full((2, 4), 6, np.float32),
+            np.array([[6], [7]], np.int32),
+            [[6.0], [7.0]],
+            -np.full((2, 4), 6.0, np.float32),
+        ]
+    )
     assert row_numbers([c[None] for c in buffer.get_item(0)]) == [5]
     assert buffer.get_item(2)[1].item() == 7
 
 
-@pytest.mark.parametrize("types", [TYPES, [np.float32, np.int32, np.float32, np.float32], ["float32", "int32", "float32", "float32"]])
+@pytest.mark.parametrize(
+    "types", [TYPES, [np.float32, np.int32, np.float32, np.float32], ["float32", "int32", "float32", "float32"]]
+)
 def test_types_accept_torch_numpy_and_names(types):
     buffer = ReplayBuffer(2, 3, SHAPES, types, device="cpu")
     assert buffer.types == TYPES and buffer.shapes == SHAPES

@@ -33,8 +33,8 @@ def test_writes_match_a_plain_array_model(leaves, capacity, writes, seed):
             full = (rng.random((2 * n, *s.shape)) * 100).astype(s.dtype)
             arrays.append(full[::2] if strided else full[:n])  # strided: not C-contiguous
         storage.write(start, arrays)
-        for m, a in zip(model, arrays):
+        for m, a in zip(model, arrays, strict=True):
             m[(start + np.arange(n)) % capacity] = a
     got = storage.read(np.arange(capacity))
-    for m, g in zip(model, got):
+    for m, g in zip(model, got, strict=True):
         np.testing.assert_array_equal(g, m)

@@ -183,7 +183,7 @@ def test_as_dataset_is_an_iterable_dataset_for_a_data_loader():
     dataset = buffer.as_dataset(sample_batch_size=3, num_steps=2)
     assert isinstance(dataset, torch.utils.data.IterableDataset) and isinstance(dataset, TorchDataset)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=0)
-    for _, (items, info) in zip(range(3), loader):
+    for _, (items, info) in zip(range(3), loader, strict=False):
         assert isinstance(items["obs"], torch.Tensor) and items["obs"].shape == (3, 2, 2, 3)
         torch.testing.assert_close(items["action"], info.ids)
         assert info.ids.max() < 8 and info.probabilities.shape == (3,)

@@ -47,13 +47,13 @@ def add1(sizes):
     buffer = fbx.make_flat_buffer(sizes.capacity, 2, BATCH)
     rows = single_rows(small_pool(4096))
     names = ("obs", "action", "reward", "done", "next_obs")
-    state = [buffer.init(dict(zip(names, rows[0])))]
+    state = [buffer.init(dict(zip(names, rows[0], strict=True)))]
     add = jax.jit(buffer.add, donate_argnums=0)
 
     def run(n):
         s = state[0]
         for j in range(n):
-            s = add(s, dict(zip(names, rows[j & 4095])))
+            s = add(s, dict(zip(names, rows[j & 4095], strict=True)))
         state[0] = jax.block_until_ready(s)
 
     return run

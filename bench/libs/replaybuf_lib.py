@@ -9,10 +9,10 @@ from __future__ import annotations
 import inspect
 
 import numpy as np
-from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, WINDOW, chunks, image_pool, rss_bytes, single_rows, small_pool
-from libs import NOTES, Missing, shared, tf_common
 
 import replaybuf
+from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, WINDOW, chunks, image_pool, rss_bytes, single_rows, small_pool
+from libs import NOTES, Missing, shared, tf_common
 from replaybuf import ArraySpec, PyUniformReplayBuffer, UniformReplayBuffer
 
 

@@ -10,11 +10,12 @@ from importlib.metadata import version as dist_version
 
 import numpy as np
 import tensorflow as tf
-from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, WINDOW, image_pool, rss_bytes, single_rows, small_pool
-from libs import NOTES, shared, tf_common
 from tf_agents.replay_buffers.py_uniform_replay_buffer import PyUniformReplayBuffer
 from tf_agents.replay_buffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 from tf_agents.specs import array_spec
+
+from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, WINDOW, image_pool, rss_bytes, single_rows, small_pool
+from libs import NOTES, shared, tf_common
 
 SMALL = {
     "obs": array_spec.ArraySpec(OBS_SHAPE, np.float32),

@@ -45,7 +45,7 @@ def _fill(buffer, pool, total):
 
 def add1(sizes):
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(sizes.capacity))
-    rows = [TensorDict({k: torch.as_tensor(v) for k, v in zip(NAMES, row)}, batch_size=[])
+    rows = [TensorDict({k: torch.as_tensor(v) for k, v in zip(NAMES, row, strict=True)}, batch_size=[])
             for row in single_rows(small_pool(1024), 1024)]
     NOTES.append("TensorDicts built outside the timed loop")
 

@@ -78,7 +78,7 @@ class ReplayBuffer:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self._batch_size = int(batch_size)
         self._ordered = bool(ordered)
-        self._flat = FlatSpec(tuple(ArraySpec(shape, dtype) for shape, dtype in zip(shapes, types)))
+        self._flat = FlatSpec(tuple(ArraySpec(shape, dtype) for shape, dtype in zip(shapes, types, strict=True)))
         self._device = as_device(device)
         self._batcher = DeviceBatcher(self._flat, self._device)
         self._ring = StreamRing(1, int(capacity))
@@ -224,9 +224,9 @@ class ReplayBuffer:
             got = f"{len(exp)} tensors" if isinstance(exp, (list, tuple)) else type(exp).__name__
             raise SpecMismatchError(f"insert: expected a list of {len(leaves)} tensors (one per column), got {got}")
         ndims = [x.dim() if isinstance(x, torch.Tensor) else np.ndim(x) for x in exp]
-        rows = [ndim == len(spec.shape) for ndim, spec in zip(ndims, leaves)]
+        rows = [ndim == len(spec.shape) for ndim, spec in zip(ndims, leaves, strict=True)]
         if all(rows):
-            for i, (x, spec) in enumerate(zip(exp, leaves)):
+            for i, (x, spec) in enumerate(zip(exp, leaves, strict=True)):
                 if tuple(x.shape if isinstance(x, torch.Tensor) else np.shape(x)) != spec.shape:
                     raise SpecMismatchError(
                         f"insert: tensor {i}: expected one row of shape {spec.shape} (or a batch of "
@@ -238,7 +238,10 @@ class ReplayBuffer:
             raise SpecMismatchError(
                 f"insert: expected every tensor to be one row or every tensor a batch of rows, got {kinds}"
             )
-        sizes = [x.shape[0] if isinstance(x, torch.Tensor) else np.shape(x)[0] if n else None for x, n in zip(exp, ndims)]
+        sizes = [
+            x.shape[0] if isinstance(x, torch.Tensor) else np.shape(x)[0] if n else None
+            for x, n in zip(exp, ndims, strict=True)
+        ]
         if len(set(sizes)) > 1:
             detail = ", ".join(f"tensor {i}: {n}" for i, n in enumerate(sizes))
             raise SpecMismatchError(f"insert: every tensor needs the same number of rows, got {detail}")

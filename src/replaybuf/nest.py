@@ -53,7 +53,7 @@ class FlatSpec:
         self.data_spec = as_data_spec(data_spec)
         paths, leaves, self.treespec = optree.tree_flatten_with_path(self.data_spec)
         self.leaves: list[ArraySpec] = leaves
-        self.paths: list[str] = [_path_string(p, s) for p, s in zip(paths, leaves)]
+        self.paths: list[str] = [_path_string(p, s) for p, s in zip(paths, leaves, strict=True)]
         self._signatures: dict[int, list[tuple]] = {}
 
     def unflatten(self, leaves: Sequence[Any]) -> Any:
@@ -91,12 +91,12 @@ class FlatSpec:
             if leaf.__class__ is _NDARRAY and leaf.dtype == spec.dtype and leaf.shape[1:] == spec.shape
             and (batch_size is None or leaf.shape[0] == batch_size) and leaf.ndim == len(spec.shape) + 1
             else self._coerce(index, leaf, batch_size)
-            for index, (leaf, spec) in enumerate(zip(leaves, self.leaves))
+            for index, (leaf, spec) in enumerate(zip(leaves, self.leaves, strict=True))
         ]
         if batch_size is None and out:
             sizes = {a.shape[0] for a in out}
             if len(sizes) > 1:
-                detail = ", ".join(f"{p}: {a.shape[0]}" for p, a in zip(self.paths, out))
+                detail = ", ".join(f"{p}: {a.shape[0]}" for p, a in zip(self.paths, out, strict=True))
                 raise SpecMismatchError(f"items: every field needs the same batch size, got {detail}")
         return out
 

@@ -62,11 +62,11 @@ class RecordStorage:
         if n == 0:
             return
         if n == 1:  # one item (batch_size 1): integer indexing is ~2x faster than a slice
-            for field, array in zip(self.fields, arrays):
+            for field, array in zip(self.fields, arrays, strict=True):
                 field[start] = array[0]
         else:
             split = min(end, self.capacity) - start
-            for field, packed, array in zip(self.fields, self._packed, arrays):
+            for field, packed, array in zip(self.fields, self._packed, arrays, strict=True):
                 if packed is not None and array.flags.c_contiguous:
                     rows = array if array.ndim == 2 else array.reshape(n, -1)
                     field, array = packed, rows.view(packed.dtype).reshape(n)
