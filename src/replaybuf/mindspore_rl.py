@@ -25,7 +25,7 @@ import torch
 from replaybuf.buffer import check_positive
 from replaybuf.errors import ArgumentError, EmptyBufferError, SpecMismatchError
 from replaybuf.nest import FlatSpec
-from replaybuf.ring import StreamRing
+from replaybuf.ring import StreamRing, append_rows
 from replaybuf.specs import ArraySpec
 from replaybuf.torch.convert import DeviceBatcher
 from replaybuf.torch.storage import TorchStorage
@@ -153,17 +153,8 @@ class ReplayBuffer:
             batch = self._batcher.batch(columns, None)
         except SpecMismatchError as err:
             raise SpecMismatchError(f"insert: tensor {err}") from None
-        count = batch[0].shape[0] if batch else 0
-        capacity = self._ring.capacity
         with self._lock:
-            ring = self._ring
-            if count > capacity:  # only the newest `capacity` rows survive
-                batch = [rows[count - capacity :] for rows in batch]
-                ring.steps += count - capacity
-                count = capacity
-            if count:
-                self._storage.write(ring.steps % capacity, batch)
-                ring.steps += count
+            append_rows(self._ring, self._storage, batch)
 
     def get_item(self, index: Any) -> tuple[torch.Tensor, ...]:
         """The ``index``-th oldest valid row (0 is the oldest), one tensor per column.

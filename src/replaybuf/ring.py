@@ -8,11 +8,14 @@ T steps starting at id ``i`` is ``i, i + B, ..., i + (T - 1) B``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from replaybuf.errors import EmptyBufferError
 
-__all__ = ["StreamRing"]
+__all__ = ["StreamRing", "append_rows"]
 
 
 class StreamRing:
@@ -54,3 +57,19 @@ class StreamRing:
         """Ids of every stored item, ``[batch_size, num_valid_steps]``, oldest first."""
         steps = np.arange(self.first_valid_step(), self.steps, dtype=np.int64)
         return steps[None, :] * self.batch_size + np.arange(self.batch_size, dtype=np.int64)[:, None]
+
+
+def append_rows(ring: StreamRing, storage: Any, rows: Sequence[Any]) -> None:
+    """Append a batch of rows (NumPy arrays or tensors) to a single-stream ring, in order.
+
+    Only the newest ``capacity`` rows survive a batch larger than the ring. The counter moves
+    after the data is written, so a reader (or a reopened memory-mapped file after a crash)
+    never sees slots that were not written. The caller holds the buffer's lock.
+    """
+    count = rows[0].shape[0] if rows else 0
+    skip = max(0, count - ring.capacity)
+    if skip:
+        rows = [leaf[skip:] for leaf in rows]
+    if count:
+        storage.write((ring.steps + skip) % ring.capacity, rows)
+        ring.steps += count

@@ -16,6 +16,7 @@ from replaybuf.errors import CheckpointError
 from replaybuf.info import SampleInfo
 from replaybuf.memmap_storage import open_storage, recovered_episode_state
 from replaybuf.nest import FlatSpec
+from replaybuf.ring import append_rows
 from replaybuf.samplers import UniformSampler
 from replaybuf.state import check_rng_state, check_spec_state, read_run, require, spec_state, view_run, write_run
 
@@ -355,14 +356,5 @@ class PyUniformReplayBuffer(UniformReplayBuffer):
                 leaves disagree on n; nothing is written.
         """
         arrays = self._flat.flatten_batch(items, None)
-        count = arrays[0].shape[0] if arrays else 0
-        capacity = self._ring.capacity
         with self._lock:
-            ring = self._ring
-            skip = max(0, count - capacity)  # only the newest `capacity` items survive
-            if skip:
-                arrays = [a[skip:] for a in arrays]
-                count = capacity
-            if count:  # counters move after the data, so a crash never exposes unwritten slots
-                self._storage.write((ring.steps + skip) % capacity, arrays)
-                ring.steps += skip + count
+            append_rows(self._ring, self._storage, arrays)

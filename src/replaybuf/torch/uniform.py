@@ -18,7 +18,7 @@ import torch
 from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive
 from replaybuf.dataset import DeterministicPass, RandomDataset, plan_deterministic_pass
 from replaybuf.nest import FlatSpec
-from replaybuf.ring import StreamRing
+from replaybuf.ring import StreamRing, append_rows
 from replaybuf.torch.convert import DeviceBatcher
 from replaybuf.torch.dataset import TorchDataset
 from replaybuf.torch.state import TorchCheckpoints
@@ -243,14 +243,5 @@ class TorchPyUniformReplayBuffer(TorchUniformReplayBuffer):
                 leaves disagree on n; nothing is written.
         """
         batch = self._batcher.batch(items, None)
-        count = batch[0].shape[0] if batch else 0
-        capacity = self._ring.capacity
         with self._lock:
-            ring = self._ring
-            if count > capacity:  # only the newest `capacity` items survive
-                batch = [rows[count - capacity :] for rows in batch]
-                ring.steps += count - capacity
-                count = capacity
-            if count:
-                self._storage.write(ring.steps % capacity, batch)
-                ring.steps += count
+            append_rows(self._ring, self._storage, batch)
