@@ -426,14 +426,14 @@ def test_save_and_load_stream_in_blocks_of_any_size(tmp_path_factory, capacity, 
     folder = tmp_path_factory.mktemp("ckpt")
     original = py_uniform(capacity=capacity)
     original.add_batch(fields_for_ids(np.arange(added)))
-    saved_chunk = checkpoint._CHUNK
-    checkpoint._CHUNK = chunk
+    saved = checkpoint._CHUNK, checkpoint._READ_CHUNK
+    checkpoint._CHUNK = checkpoint._READ_CHUNK = chunk
     try:
         original.save(folder)
         restored = py_uniform(capacity=capacity, seed=0)
         restored.load(folder)
     finally:
-        checkpoint._CHUNK = saved_chunk
+        checkpoint._CHUNK, checkpoint._READ_CHUNK = saved
     expected = original.state_dict()["items"]
     got = restored.state_dict()["items"]
     for key in expected:

@@ -52,7 +52,8 @@ MANIFEST = "manifest.json"
 _ARRAY_KEY = "__npy__"
 _VERSION = re.compile(r"^v(\d{6,})$")
 _TEMP = re.compile(r"^\.tmp-v\d{6,}-\d+$|^" + POINTER + r"\.tmp$")
-_CHUNK = 1 << 21  # 2 MiB per read/write step: its bounce copy stays in cache
+_CHUNK = 1 << 21  # 2 MiB per write step: its bounce copy stays in cache
+_READ_CHUNK = 1 << 25  # 32 MiB per read step: large requests read a cold file faster
 
 
 def write_state(path: str | os.PathLike, state: dict) -> Path:
@@ -250,7 +251,7 @@ class StoredArray:
             with open(self.path, "rb", buffering=0) as f, _Checksum() as crc:
                 os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
                 crc.feed(f.read(self._header_size))
-                for block, bounce in _blocks(run, crc):
+                for block, bounce in _blocks(run, crc, _READ_CHUNK):
                     into = block if bounce is None else bounce
                     _read_exactly(f, memoryview(into.reshape(-1).view(np.uint8)), self.path)
                     crc.feed(into, scatter=None if bounce is None else (block, bounce))
@@ -318,15 +319,15 @@ def _as_run(array: np.ndarray | ArrayRun) -> ArrayRun:
     return ArrayRun([array])
 
 
-def _blocks(run: ArrayRun, crc: _Checksum) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-    """Row blocks of about ``_CHUNK`` bytes of ``run``'s parts, in order.
+def _blocks(run: ArrayRun, crc: _Checksum, chunk: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """Row blocks of about ``chunk`` bytes of ``run``'s parts, in order.
 
     A contiguous block comes as ``(block, None)``; a strided one (a field inside records)
     as ``(block, bounce)``, ``bounce`` a contiguous scratch array of the same shape taken
     from two alternating buffers, so one can be filled while the other is still in use.
     """
     row_bytes = max(1, run.nbytes // max(1, run.shape[0]))
-    rows = max(1, _CHUNK // row_bytes)
+    rows = max(1, chunk // row_bytes)
     buffers: list[np.ndarray] = []
     turn = 0
     for part in run.parts:
@@ -368,7 +369,7 @@ def _write_npy(path: Path, array: np.ndarray | ArrayRun) -> tuple[int, int]:
         f.write(header)
         crc.feed(header)
         pending: tuple[Future, np.ndarray] | None = None  # block i is written while i + 1 is prepared
-        for block, bounce in _blocks(run, crc):
+        for block, bounce in _blocks(run, crc, _CHUNK):
             ready = crc.feed(block) if bounce is None else crc.feed(bounce, gather=(bounce, block))
             if pending is not None:
                 _write_when(f, *pending)
