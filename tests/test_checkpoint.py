@@ -475,3 +475,19 @@ def test_prioritized_load_of_a_corrupt_item_file_clears_the_trees(tmp_path):
     _, info = target.get_next(50)
     assert set(info.ids.tolist()) == {0, 1}  # ids restart after the clear
     np.testing.assert_allclose(info.probabilities, 0.5)  # no old mass left in the trees
+
+
+def test_round_trip_with_zlibs_crc32(tmp_path, monkeypatch):
+    """Without the optional ISA-L package the same files come out (zlib's CRC-32)."""
+    original = py_uniform(capacity=9)
+    original.add_batch(fields_for_ids(np.arange(13)))
+    original.save(tmp_path / "fast")
+    monkeypatch.setattr(checkpoint, "_crc32", zlib.crc32)
+    original.save(tmp_path / "zlib")
+    fast, slow = sorted((tmp_path / "fast").rglob("*.npy")), sorted((tmp_path / "zlib").rglob("*.npy"))
+    for a, b in zip(fast, slow, strict=True):
+        assert a.read_bytes() == b.read_bytes()
+    assert (tmp_path / "fast" / "CURRENT").read_text() == (tmp_path / "zlib" / "CURRENT").read_text()
+    restored = py_uniform(capacity=9, seed=0)
+    restored.load(tmp_path / "fast")
+    assert_same_buffer(original, restored)
