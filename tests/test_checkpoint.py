@@ -125,6 +125,12 @@ def test_memmap_and_memory_buffers_share_the_state_format(tmp_path):
     back = uniform()
     back.load(tmp_path / "ckpt")
     assert_same_buffer(disk, back)
+    again = uniform(storage="memmap", path=tmp_path / "again")  # files streamed into the mapping
+    again.load(tmp_path / "ckpt")
+    assert_same_buffer(memory, again)
+    del again
+    reopened = uniform(storage="memmap", path=tmp_path / "again")  # and kept there (the RNG restarts)
+    np.testing.assert_array_equal(reopened.gather_all()["id"], memory.gather_all()["id"])
 
 
 def test_memmap_reopen_keeps_items(tmp_path):
