@@ -249,7 +249,8 @@ class StoredArray:
         run = _as_run(target)
         try:
             with open(self.path, "rb", buffering=0) as f, _Checksum() as crc:
-                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+                if hasattr(os, "posix_fadvise"):  # Linux: a larger read-ahead window
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
                 crc.feed(f.read(self._header_size))
                 for block, bounce in _blocks(run, crc, _READ_CHUNK):
                     into = block if bounce is None else bounce
