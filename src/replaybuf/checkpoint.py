@@ -17,6 +17,11 @@ checks the manifest's CRC-32 against the pointer and every array file's size, he
 CRC-32 before returning anything, so a corrupt or truncated checkpoint raises
 :class:`~replaybuf.errors.CheckpointError` and nothing is half-loaded.
 
+Arrays stream in blocks, never joined or copied whole: an :class:`ArrayRun` (views of a
+buffer's storage) is written from that memory, and ``read_state(path, lazy=...)`` returns
+:class:`StoredArray` handles that a buffer reads straight into its storage, the CRC-32
+checked while reading (by a worker thread, overlapping the I/O).
+
 Every file is readable without replaybuf: ``json.load`` for the manifest and
 ``np.load(file, allow_pickle=False)`` for the arrays.
 """
