@@ -257,7 +257,8 @@ class StoredArray:
                 if hasattr(os, "posix_fadvise"):  # Linux: a larger read-ahead window
                     os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
                 crc.feed(f.read(self._header_size))
-                for block, bounce in _blocks(run, crc, _READ_CHUNK):
+                chunk = min(_READ_CHUNK, max(_CHUNK, run.nbytes // 8))  # small files: blocks that still overlap
+                for block, bounce in _blocks(run, crc, chunk):
                     into = block if bounce is None else bounce
                     _read_exactly(f, memoryview(into.reshape(-1).view(np.uint8)), self.path)
                     crc.feed(into, scatter=None if bounce is None else (block, bounce))
