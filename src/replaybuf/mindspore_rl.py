@@ -10,7 +10,8 @@ and ``head`` (the slot of the oldest row, which moves once rows are overwritten)
 
 It is made of the parts of ``replaybuf.torch.TorchPyUniformReplayBuffer`` (the ring of
 ids, the device storage, the validation that writes nothing on bad input, a generator on
-the device), assembled here without its TF-Agents-shaped surface.
+the device, the checkpoints of ``replaybuf.torch.state``), assembled here without its
+TF-Agents-shaped surface.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ import numpy as np
 import torch
 
 from replaybuf.buffer import check_positive
-from replaybuf.errors import ArgumentError, EmptyBufferError, SpecMismatchError
+from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, SpecMismatchError
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing, append_rows
 from replaybuf.specs import ArraySpec
+from replaybuf.state import require
 from replaybuf.torch.convert import DeviceBatcher
+from replaybuf.torch.state import TorchCheckpoints
 from replaybuf.torch.storage import TorchStorage
 from replaybuf.torch.uniform import as_device, make_generator
 
@@ -37,7 +40,7 @@ _CONFIG_KEYS = ("capacity", "data_shape", "data_type", "sample_size")
 _IGNORED_CONFIG_KEYS = ("number", "type")  # MindSpore's algorithm config names the class and count
 
 
-class ReplayBuffer:
+class ReplayBuffer(TorchCheckpoints):
     """MindSpore RL's ReplayBuffer: a device-side FIFO of rows, sampled ``batch_size`` at a time.
 
     Args:
@@ -49,6 +52,12 @@ class ReplayBuffer:
         ordered: ``sample()`` draws row positions in age order and remaps them through
             ``head``; the default draws raw slots (the same distribution, one op fewer).
         seed: seed of the sampling generator.
+
+    Checkpoints: ``state_dict()`` (tensors on the device) / ``load_state_dict(state)``,
+    ``save(path)`` / ``load(path)`` (the folders of docs/persistence.md). The state holds
+    the rows, ``capacity``, ``steps`` (rows inserted since ``reset()``) with the ``head``
+    and ``count`` they give, and the generator; ``batch_size``, ``ordered`` and ``device``
+    come from the receiving buffer.
 
     Raises:
         ArgumentError: batch_size or capacity is not a positive int, or shapes and types
@@ -206,6 +215,28 @@ class ReplayBuffer:
     def full(self) -> bool:
         """Whether the next insert overwrites the oldest rows."""
         return self.count == self._ring.capacity
+
+    # -- checkpoints (replaybuf.torch.state) --------------------------------------------------
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a ``state_dict()``: the same rows, head, count and later samples.
+
+        Raises:
+            CheckpointError: a state of another class, shapes, types or capacity, or
+                malformed (``head`` or ``count`` disagreeing with ``steps`` included); the
+                buffer is left unchanged.
+        """
+        self._check_class(state)
+        steps, capacity = require(state, "steps", int), self._ring.capacity
+        for key, mine in (("head", max(0, steps - capacity) % capacity), ("count", min(max(0, steps), capacity))):
+            if require(state, key, int) != mine:
+                raise CheckpointError(f"state[{key!r}]: expected {mine} (from steps={steps}), got {state[key]}")
+        super().load_state_dict(state)
+
+    def _geometry(self) -> dict[str, int]:
+        return {"capacity": self._ring.capacity}
+
+    def _state(self, export: Any) -> dict:
+        return {**super()._state(export), "head": self.head, "count": self.count}
 
     # -- internals ---------------------------------------------------------------------------
     def _as_batch(self, exp: Sequence[Any]) -> tuple[Any, ...]:

@@ -4,8 +4,9 @@
 and the generator state is ``torch.Generator.get_state()`` (a CPU uint8 tensor); everything
 else is plain (str, int, lists), so ``torch.save(rb.state_dict(), f)`` and
 ``torch.load(f, weights_only=True)`` round-trip it. The keys are those of the NumPy buffers
-(docs/persistence.md): ``class``, ``spec``, ``batch_size``, ``max_length``, ``steps``,
-``items`` (valid items only, id order), ``rng``.
+(docs/persistence.md): ``class``, ``spec``, the geometry (``batch_size``, ``max_length``; a
+buffer may name it otherwise through ``_geometry``), ``steps``, ``items`` (valid items only,
+id order), ``rng``.
 
 ``save(path)`` / ``load(path)`` write and read the same checkpoint folders as the NumPy
 buffers (``replaybuf.checkpoint``): the items as ``.npy`` files streamed straight from a CPU
@@ -31,7 +32,8 @@ __all__ = ["TorchCheckpoints"]
 class TorchCheckpoints:
     """``state_dict`` / ``load_state_dict`` / ``save`` / ``load`` for the torch buffers.
 
-    Mixed into TorchUniformReplayBuffer; it uses the buffer's ring, storage, generator and lock.
+    Mixed into TorchUniformReplayBuffer and the MindSpore-style ReplayBuffer; it uses the
+    buffer's ring, storage, generator and lock.
     """
 
     _flat: Any
@@ -54,12 +56,11 @@ class TorchCheckpoints:
                 the buffer is left unchanged.
         """
         ring = self._ring
-        if require(state, "class", str) != type(self).__name__:
-            raise CheckpointError(f"state: saved from a {state['class']}, cannot load into a {type(self).__name__}")
+        self._check_class(state)
         check_spec_state(self._flat, require(state, "spec", dict))
-        for key in ("batch_size", "max_length"):
-            if require(state, key, int) != getattr(ring, key):
-                raise CheckpointError(f"state[{key!r}]: saved {state[key]}, this buffer has {getattr(ring, key)}")
+        for key, mine in self._geometry().items():
+            if require(state, key, int) != mine:
+                raise CheckpointError(f"state[{key!r}]: saved {state[key]}, this buffer has {mine}")
         steps, items = require(state, "steps", int), require(state, "items", dict)
         leaves = [items.get(str(i)) for i in range(len(self._flat.leaves))]
         kinds = (torch.Tensor, np.ndarray, checkpoint.StoredArray)
@@ -76,14 +77,10 @@ class TorchCheckpoints:
                 )
         rng = _generator_state(state.get("rng"), self._device)
         with self._lock:
-            ring.steps = 0
+            ring.steps = 0  # stays 0 (empty) if a file fails its checksum while read in
             start = (first % ring.max_length) * ring.batch_size
-            try:
-                for tensor, leaf in zip(self._storage.tensors, leaves, strict=True):
-                    _fill(ring_views(tensor, start, count), leaf)
-            except CheckpointError:
-                self.clear()  # type: ignore[attr-defined]  # a file failed its checksum while read in
-                raise
+            for tensor, leaf in zip(self._storage.tensors, leaves, strict=True):
+                _fill(ring_views(tensor, start, count), leaf)
             ring.steps = steps
             self._generator.set_state(rng)
 
@@ -109,6 +106,15 @@ class TorchCheckpoints:
         """
         self.load_state_dict(checkpoint.read_state(path, lazy=("items",)))
 
+    def _check_class(self, state: Any) -> None:
+        """Raise CheckpointError unless ``state`` was saved by a buffer of this class."""
+        if require(state, "class", str) != type(self).__name__:
+            raise CheckpointError(f"state: saved from a {state['class']}, cannot load into a {type(self).__name__}")
+
+    def _geometry(self) -> dict[str, int]:
+        """The sizes a state must match, by key: the ring's streams and their length."""
+        return {"batch_size": self._ring.batch_size, "max_length": self._ring.max_length}
+
     def _state(self, export: Any) -> dict:
         ring = self._ring
         first = ring.first_valid_step()
@@ -117,8 +123,7 @@ class TorchCheckpoints:
         return {
             "class": type(self).__name__,
             "spec": spec_state(self._flat),
-            "batch_size": ring.batch_size,
-            "max_length": ring.max_length,
+            **self._geometry(),
             "steps": ring.steps,
             "items": {str(i): export(ring_views(t, start, count)) for i, t in enumerate(self._storage.tensors)},
             "rng": self._generator.get_state(),
