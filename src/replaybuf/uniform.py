@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
 import numpy as np
 
 from replaybuf import checkpoint
-from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive
-from replaybuf.dataset import DeterministicPass, RandomDataset, plan_deterministic_pass
+from replaybuf.buffer import BufferInfo, check_positive
 from replaybuf.episodes import EpisodeIndex, EpisodeSampler, episode_markers
 from replaybuf.errors import CheckpointError
 from replaybuf.info import SampleInfo
@@ -19,11 +17,12 @@ from replaybuf.nest import FlatSpec
 from replaybuf.ring import append_rows
 from replaybuf.samplers import UniformSampler
 from replaybuf.state import check_rng_state, check_spec_state, read_run, require, spec_state, view_run, write_run
+from replaybuf.stream_buffer import StreamBuffer
 
 __all__ = ["PyUniformReplayBuffer", "UniformReplayBuffer"]
 
 
-class UniformReplayBuffer(ReplayBuffer):
+class UniformReplayBuffer(StreamBuffer):
     """``batch_size`` streams of ``max_length`` items in host memory, sampled uniformly.
 
     The NumPy twin of TF-Agents' TFUniformReplayBuffer: ``add_batch`` writes one step to
@@ -74,10 +73,7 @@ class UniformReplayBuffer(ReplayBuffer):
         pad_episode_ends: bool = False,
         episode_end_field: str | None = None,
     ):
-        check_positive("batch_size", batch_size, allow_none=False)
-        check_positive("max_length", max_length, allow_none=False)
-        check_positive("dataset_window_shift", dataset_window_shift)
-        self._flat = FlatSpec(data_spec)
+        super().__init__(data_spec, batch_size, max_length, dataset_drop_remainder, dataset_window_shift)
         self._ring, self._storage = self._open_storage(storage, path, int(batch_size), int(max_length))
         self._sampler: Any = UniformSampler()
         self._episodes = None
@@ -85,32 +81,13 @@ class UniformReplayBuffer(ReplayBuffer):
             self._episodes = EpisodeIndex(self._ring, episode_markers(self._flat, episode_end_field))
             self._sampler = EpisodeSampler(self._episodes, pad=bool(pad_episode_ends))
         self._rng = np.random.default_rng(seed)
-        self._lock = threading.RLock()
-        self._drop_remainder = bool(dataset_drop_remainder)
-        self._window_shift = dataset_window_shift
         self._rebuild_episodes()
 
     def _open_storage(self, storage: str, path: Any, batch_size: int, max_length: int) -> tuple:
         """The ring and the item storage; a subclass with its own storage overrides this."""
         return open_storage(storage, path, self._flat, batch_size, max_length)
 
-    # -- the common API -------------------------------------------------------------------
-    @property
-    def data_spec(self) -> Any:
-        return self._flat.data_spec
-
-    @property
-    def capacity(self) -> int:
-        return self._ring.capacity
-
-    @property
-    def batch_size(self) -> int:
-        return self._ring.batch_size
-
-    @property
-    def max_length(self) -> int:
-        return self._ring.max_length
-
+    # -- the common API (the rest is StreamBuffer's) ------------------------------------
     def add_batch(self, items: Any) -> None:
         """Add one step to every stream: each leaf shaped ``[batch_size] + spec.shape``.
 
@@ -150,54 +127,11 @@ class UniformReplayBuffer(ReplayBuffer):
             return items, SampleInfo(ids, probabilities, **extras)
         return items, BufferInfo(ids, probabilities)
 
-    def as_dataset(
-        self,
-        sample_batch_size: int | None = None,
-        num_steps: int | None = None,
-        num_parallel_calls: int | None = None,
-        single_deterministic_pass: bool = False,
-    ) -> RandomDataset | DeterministicPass:
-        """An iterable of ``(items, BufferInfo)``.
-
-        Random mode (default) is endless and sees later adds; ``num_parallel_calls`` > 0
-        samples in a background thread with that many batches queued. With
-        ``single_deterministic_pass=True`` every stored item is yielded once, stream by
-        stream (``sample_batch_size`` streams at a time) in time order, cut into windows
-        of ``num_steps``; ids are fixed when the iterator is created.
-
-        Raises:
-            ArgumentError: a non-positive argument; in a deterministic pass,
-                sample_batch_size > batch_size or num_steps > max_length.
-        """
-        check_positive("sample_batch_size", sample_batch_size)
-        check_positive("num_steps", num_steps)
-        check_positive("num_parallel_calls", num_parallel_calls)
-        if single_deterministic_pass:
-
-            def plan() -> list[np.ndarray]:
-                with self._lock:
-                    return plan_deterministic_pass(
-                        self._ring, sample_batch_size, num_steps, self._window_shift, self._drop_remainder
-                    )
-
-            return DeterministicPass(plan, self._read_ids)
-        return RandomDataset(lambda: self.get_next(sample_batch_size, num_steps), num_parallel_calls)
-
-    def gather_all(self) -> Any:
-        """Every stored item, ``[batch_size, n, ...]`` oldest first (valid items only)."""
-        with self._lock:
-            ids = self._ring.stream_ids()
-            leaves = self._storage.read(ids % self._ring.capacity)
-        return self._flat.unflatten(leaves)
-
     def clear(self) -> None:
         with self._lock:
-            self._ring.steps = 0
+            super().clear()
             if self._episodes is not None:
                 self._episodes.clear()
-
-    def num_frames(self) -> int:
-        return self._ring.num_valid_steps() * self._ring.batch_size
 
     # -- checkpoints (docs/persistence.md) ----------------------------------------------------
     def state_dict(self) -> dict:

@@ -9,16 +9,15 @@ buffer launches kernels and never waits for the GPU.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 import torch
 
-from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive
-from replaybuf.dataset import DeterministicPass, RandomDataset, plan_deterministic_pass
+from replaybuf.buffer import BufferInfo, check_positive
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing, append_rows
+from replaybuf.stream_buffer import StreamBuffer
 from replaybuf.torch.convert import DeviceBatcher
 from replaybuf.torch.dataset import TorchDataset
 from replaybuf.torch.state import TorchCheckpoints
@@ -45,14 +44,16 @@ def make_generator(device: torch.device, seed: int | None) -> torch.Generator:
     return generator
 
 
-class TorchUniformReplayBuffer(TorchCheckpoints, ReplayBuffer):
+class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
     """``batch_size`` streams of ``max_length`` items as torch tensors on ``device``.
 
     The same contract as ``replaybuf.UniformReplayBuffer``: ``add_batch`` writes one step
     to every stream, ``get_next`` draws a step and a stream uniformly and returns windows
     that never pass the write head. Items may be torch tensors on any device (moved once)
     or NumPy arrays; everything returned (items, ids, probabilities) is a torch tensor on
-    ``device``. Thread-safe: adds and reads hold one lock.
+    ``device``. Thread-safe: adds and reads hold one lock. ``as_dataset`` returns a
+    ``torch.utils.data.IterableDataset``: give it to a ``DataLoader`` with
+    ``batch_size=None`` and ``num_workers=0`` (the buffer lives in this process).
 
     Args:
         data_spec: a nest (tuple, namedtuple, dict) of ArraySpec, tf.TensorSpec or
@@ -85,36 +86,14 @@ class TorchUniformReplayBuffer(TorchCheckpoints, ReplayBuffer):
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
     ):
-        check_positive("batch_size", batch_size, allow_none=False)
-        check_positive("max_length", max_length, allow_none=False)
-        check_positive("dataset_window_shift", dataset_window_shift)
-        self._flat = FlatSpec(data_spec)
+        super().__init__(data_spec, batch_size, max_length, dataset_drop_remainder, dataset_window_shift)
         self._device = as_device(device)
         self._ring = StreamRing(int(batch_size), int(max_length))
         self._storage = TorchStorage(self._flat.leaves, self._ring.capacity, self._device)
         self._batcher = DeviceBatcher(self._flat, self._device)
         self._generator = make_generator(self._device, seed)
-        self._lock = threading.RLock()
-        self._drop_remainder = bool(dataset_drop_remainder)
-        self._window_shift = dataset_window_shift
 
-    # -- the common API -------------------------------------------------------------------
-    @property
-    def data_spec(self) -> Any:
-        return self._flat.data_spec
-
-    @property
-    def capacity(self) -> int:
-        return self._ring.capacity
-
-    @property
-    def batch_size(self) -> int:
-        return self._ring.batch_size
-
-    @property
-    def max_length(self) -> int:
-        return self._ring.max_length
-
+    # -- the common API (the rest is StreamBuffer's) ------------------------------------
     @property
     def device(self) -> torch.device:
         return self._device
@@ -162,55 +141,10 @@ class TorchUniformReplayBuffer(TorchCheckpoints, ReplayBuffer):
             )
         return self._flat.unflatten(leaves), BufferInfo(ids, probabilities)
 
-    def as_dataset(
-        self,
-        sample_batch_size: int | None = None,
-        num_steps: int | None = None,
-        num_parallel_calls: int | None = None,
-        single_deterministic_pass: bool = False,
-    ) -> TorchDataset:
-        """A ``torch.utils.data.IterableDataset`` of ``(items, BufferInfo)`` tensors.
-
-        Random mode (default) is endless and sees later adds; ``num_parallel_calls`` > 0
-        samples in a background thread. With ``single_deterministic_pass=True`` every
-        stored item is yielded once, stream by stream in time order, in windows of
-        ``num_steps``; ids are fixed when the iterator is created. Give it to a
-        ``DataLoader`` with ``batch_size=None`` and ``num_workers=0`` (the buffer lives in
-        this process).
-
-        Raises:
-            ArgumentError: a non-positive argument; in a deterministic pass,
-                sample_batch_size > batch_size or num_steps > max_length.
-        """
-        check_positive("sample_batch_size", sample_batch_size)
-        check_positive("num_steps", num_steps)
-        check_positive("num_parallel_calls", num_parallel_calls)
-        if single_deterministic_pass:
-
-            def plan() -> list[np.ndarray]:
-                with self._lock:
-                    return plan_deterministic_pass(
-                        self._ring, sample_batch_size, num_steps, self._window_shift, self._drop_remainder
-                    )
-
-            return TorchDataset(DeterministicPass(plan, self._read_ids))
-        return TorchDataset(RandomDataset(lambda: self.get_next(sample_batch_size, num_steps), num_parallel_calls))
-
-    def gather_all(self) -> Any:
-        """Every stored item, ``[batch_size, n, ...]`` oldest first (valid items only)."""
-        with self._lock:
-            ids = torch.as_tensor(self._ring.stream_ids(), device=self._device)
-            leaves = self._storage.read(torch.remainder(ids, self._ring.capacity))
-        return self._flat.unflatten(leaves)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._ring.steps = 0
-
-    def num_frames(self) -> int:
-        return self._ring.num_valid_steps() * self._ring.batch_size
-
     # -- internals ---------------------------------------------------------------------------
+    def _wrap_dataset(self, dataset: Any) -> TorchDataset:
+        return TorchDataset(dataset)
+
     def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
         device_ids = torch.as_tensor(ids, device=self._device)
         with self._lock:
