@@ -118,7 +118,7 @@ def _check_tensor(path: str, spec: ArraySpec, tensor: torch.Tensor, batch_size: 
 
 def _check_same_size(paths: list[str], sizes: list[int]) -> None:
     if len(set(sizes)) > 1:
-        detail = ", ".join(f"{path}: {size}" for path, size in zip(paths, sizes))
+        detail = ", ".join(f"{path}: {size}" for path, size in zip(paths, sizes, strict=True))
         raise SpecMismatchError(f"items: every field needs the same batch size, got {detail}")
 
 

@@ -46,17 +46,17 @@ class TorchStorage:
         if self._views is not None:
             targets: Sequence[Any] = self._views
             if end <= self.capacity:
-                for target, rows in zip(targets, batch):
+                for target, rows in zip(targets, batch, strict=True):
                     target[start:end] = rows
                 return
         else:
             targets = self.tensors
             if end <= self.capacity:
-                for target, rows in zip(targets, batch):
+                for target, rows in zip(targets, batch, strict=True):
                     target[start:end].copy_(rows)
                 return
         split = self.capacity - start
-        for target, rows in zip(targets, batch):
+        for target, rows in zip(targets, batch, strict=True):
             target[start:] = rows[:split]
             target[: end - self.capacity] = rows[split:]
 
