@@ -17,11 +17,15 @@ interleaved, so load on the shared machine falls on every implementation alike:
     .venv-tf215/bin/python bench/tf_micro.py \\
         --tf-agents-site bench/.venvs/tfagents/lib/python3.11/site-packages
     .venv/bin/python bench/tf_micro.py --quick --impl replaybuf --impl floor
+
+``--draw-ahead K`` (repeatable) adds replaybuf built with ``dataset_draw_ahead=K`` as
+implementation ``replaybuf-kK``; ``--only dataset`` keeps to the dataset row.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -84,10 +88,13 @@ class Floor:
 
 
 def maker(impl):
-    if impl == "replaybuf":
+    if impl.startswith("replaybuf"):
         from replaybuf.tf import TFUniformReplayBuffer
 
-        return TFUniformReplayBuffer
+        if impl == "replaybuf":
+            return TFUniformReplayBuffer
+        draw_ahead = int(impl.removeprefix("replaybuf-k"))
+        return functools.partial(TFUniformReplayBuffer, dataset_draw_ahead=draw_ahead)
     if impl == "tf-agents":
         from tf_agents.replay_buffers import tf_uniform_replay_buffer
 
@@ -114,6 +121,13 @@ def timed(run, seconds):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--impl", action="append", choices=["replaybuf", "tf-agents", "plain", "floor"])
+    parser.add_argument(
+        "--draw-ahead",
+        type=int,
+        action="append",
+        default=[],
+        help="also run replaybuf with dataset_draw_ahead=K (as 'replaybuf-kK'); repeat for several K",
+    )
     parser.add_argument("--tf-agents-site", help="a site-packages folder holding tf_agents")
     parser.add_argument("--quick", action="store_true", help="smaller buffers, shorter timing")
     parser.add_argument("--only", choices=["add", "dataset", "tuned"], help="run one row")
@@ -121,6 +135,7 @@ def main(argv=None):
     if args.tf_agents_site:
         sys.path.append(os.path.abspath(args.tf_agents_site))  # after our own packages
     impls = args.impl or ["replaybuf", "tf-agents", "plain", "floor"]
+    impls += [f"replaybuf-k{k}" for k in args.draw_ahead]
     if "tf-agents" in impls:
         try:
             maker("tf-agents")
@@ -149,8 +164,10 @@ def main(argv=None):
     for impl in impls:
         print(f"{impl:<12}" + "".join(f"{results[impl][name]:>14,.0f}" for name in rows), flush=True)
     if "tf-agents" in impls:
-        ratios = {name: results["replaybuf"][name] / results["tf-agents"][name] for name in rows}
-        print("replaybuf / tf-agents: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
+        for impl in impls:
+            if impl.startswith("replaybuf"):
+                ratios = {name: results[impl][name] / results["tf-agents"][name] for name in rows}
+                print(f"{impl} / tf-agents: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
 
 
 if __name__ == "__main__":

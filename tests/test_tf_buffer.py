@@ -165,6 +165,36 @@ def test_element_shapes_are_static():
     assert passes[0]["observation"]["position"].shape == (2, 3, 3)
 
 
+@pytest.mark.parametrize("draw_ahead", [1, 3, 8])
+@pytest.mark.parametrize("sample_batch_size, num_steps", [(8, 2), (None, None)])
+def test_random_dataset_sees_adds_and_clears_within_draw_ahead_elements(draw_ahead, sample_batch_size, num_steps):
+    """An element is a whole snapshot as of its draw; a draw makes ``draw_ahead`` elements,
+    so the ``draw_ahead - 1`` handed out after the first may predate an add or a clear (and
+    do: the bound is tight), and every later one sees it. 1 keeps every element fresh."""
+    buffer = make(batch_size=2, max_length=4, dataset_draw_ahead=draw_ahead)
+    fill(buffer, 2)  # steps 0, 1
+    iterator = iter(buffer.as_dataset(sample_batch_size, num_steps))
+
+    def take(count):
+        ids = []
+        for _ in range(count):
+            items, info = next(iterator)
+            assert_items_match_ids(numpy_nest(items), info.ids.numpy())  # never torn
+            ids.append(info.ids.numpy())
+        return ids
+
+    take(1)
+    fill(buffer, 10, start=2)  # every item drawn before is overwritten: steps 8..11 stored
+    assert all(ids.max() < 2 * 2 for ids in take(draw_ahead - 1))  # drawn with the first
+    assert all(ids.min() >= 8 * 2 for ids in take(2 * draw_ahead))  # 3 draws so far
+    take(1)
+    buffer.clear()
+    fill(buffer, 2)  # the counter restarted: only steps 0, 1 (ids 0..3) are stored
+    stale = take(draw_ahead - 1)
+    assert all(ids.min() >= 8 * 2 for ids in stale)
+    assert all(ids.max() < 2 * 2 for ids in take(2 * draw_ahead))
+
+
 def test_random_dataset_with_parallel_calls_and_autotune():
     buffer = make(batch_size=2, max_length=5)
     fill(buffer, 4)
@@ -314,6 +344,8 @@ def test_deterministic_pass_arguments_that_would_drop_everything(drop):
         ({"batch_size": 0}, "batch_size"),
         ({"max_length": -1}, "max_length"),
         ({"dataset_window_shift": 0}, "dataset_window_shift"),
+        ({"dataset_draw_ahead": 0}, "dataset_draw_ahead"),
+        ({"dataset_draw_ahead": 2.0}, "dataset_draw_ahead"),
     ],
 )
 def test_constructor_arguments_are_checked(kwargs, match):
@@ -345,12 +377,13 @@ def test_read_arguments_are_checked(call, match):
 
 def test_properties_and_seeded_sampling():
     a, b = make(batch_size=2, max_length=5), make(batch_size=2, max_length=5)
-    assert (a.capacity, a.batch_size, a.max_length, a.device, a.stateful_dataset) == (
+    assert (a.capacity, a.batch_size, a.max_length, a.device, a.stateful_dataset, a.dataset_draw_ahead) == (
         10,
         2,
         5,
         "cpu:*",
         False,
+        8,
     )
     fill(a, 4)
     fill(b, 4)

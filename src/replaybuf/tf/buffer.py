@@ -68,9 +68,15 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             property of that name; datasets here always read the live variables.
         seed: seed of the sampling generator (a ``tf.random.Generator``, checkpointed
             with the buffer); None draws a nondeterministic seed.
+        dataset_draw_ahead: in a random-mode dataset, how many elements one draw makes
+            (one call, one gather per leaf, handed out one by one). Each element is a
+            whole snapshot as of its draw, at most ``dataset_draw_ahead - 1`` elements
+            old: 1 draws every element when it is asked for, so it sees every earlier add.
+            The default, 8, runs about 1.6x faster than 1 (docs/tensorflow.md).
 
     Raises:
-        ArgumentError: batch_size, max_length or dataset_window_shift is not a positive int.
+        ArgumentError: batch_size, max_length, dataset_window_shift or dataset_draw_ahead
+            is not a positive int.
         SpecError: data_spec is not a nest of specs (a list in it, an unknown dimension).
     """
 
@@ -86,10 +92,12 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         dataset_window_shift: int | None = None,
         stateful_dataset: bool = False,
         seed: int | None = None,
+        dataset_draw_ahead: int = 8,
     ):
         check_positive("batch_size", batch_size, allow_none=False)
         check_positive("max_length", max_length, allow_none=False)
         check_positive("dataset_window_shift", dataset_window_shift)
+        check_positive("dataset_draw_ahead", dataset_draw_ahead, allow_none=False)
         super().__init__(name=scope)
         self._flat = FlatSpec(data_spec)
         self._batch_size = int(batch_size)
@@ -99,6 +107,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         self._drop_remainder = bool(dataset_drop_remainder)
         self._window_shift = dataset_window_shift
         self._stateful_dataset = bool(stateful_dataset)
+        self._draw_ahead = int(dataset_draw_ahead)
         with tf.device(device), self.name_scope:
             self._store = SlotStore(self._flat.leaves, self._batch_size, self._max_length, "store")
             self._rng = (
@@ -134,6 +143,11 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
     @property
     def stateful_dataset(self) -> bool:
         return self._stateful_dataset
+
+    @property
+    def dataset_draw_ahead(self) -> int:
+        """Elements drawn at once by a random-mode dataset (see the constructor)."""
+        return self._draw_ahead
 
     # -- writing ----------------------------------------------------------------------------
     @tf.autograph.experimental.do_not_convert
@@ -191,16 +205,19 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         return items, BufferInfo(ids, probabilities)
 
     def _attempt(
-        self, sample_batch_size: int | None, num_steps: int | None
+        self, sample_batch_size: int | None, num_steps: int | None, group: int | None = None
     ) -> tuple[list, tf.Tensor, tf.Tensor, tf.Tensor]:
         """One uniform draw and its read: ``(leaves, ids, probabilities, intact)``.
 
         ``intact`` says the read is whole: every step read was complete before it, no add
         had reserved a step overwriting one of them by its end, and no clear ran meanwhile.
-        Drawing again until it holds keeps the draw uniform.
+        Drawing again until it holds keeps the draw uniform. With ``group``, ``group``
+        independent draws at once: every result but ``intact`` (one flag for all of them)
+        gains a leading ``[group]`` axis.
         """
         size = num_steps or 1
         shape = () if sample_batch_size is None else (sample_batch_size,)
+        drawn = shape if group is None else (group,) + shape
         batch = self._batch_size
         too_long = (
             f"num_steps={size}: the streams hold fewer steps than a window needs; add more steps "
@@ -218,7 +235,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             first = tf.raw_ops.StatefulUniformInt(
                 resource=self._rng.state.handle,
                 algorithm=np.int64(self._rng.algorithm),
-                shape=np.array(shape, np.int32),
+                shape=np.array(drawn, np.int32),
                 minval=low * batch,
                 maxval=high * batch,
             )
@@ -232,7 +249,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             head, clears_after = read_variable(store.steps), read_variable(store.clears)
         intact = tf.logical_and(tf.reduce_all(store.intact(steps_read, marks, head)), tf.equal(clears, clears_after))
         probability = 1.0 / tf.cast((high - low) * batch, tf.float32)
-        return leaves, ids, tf.fill(shape, probability), intact
+        return leaves, ids, tf.fill(drawn, probability), intact
 
     def _sample(self, sample_batch_size: int | None, num_steps: int | None) -> tuple[list, tf.Tensor, tf.Tensor]:
         def attempt() -> tuple:
@@ -283,9 +300,11 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
     ) -> tf.data.Dataset:
         """A ``tf.data.Dataset`` of ``(items, BufferInfo(ids, probabilities))``.
 
-        Random mode (default) is endless. Without ``num_parallel_calls`` each element is
-        drawn when it is asked for, so it sees every earlier add; with it (an int or
-        ``tf.data.AUTOTUNE``) that many elements are drawn ahead, in parallel (as in
+        Random mode (default) is endless. Without ``num_parallel_calls`` elements are
+        drawn when asked for, ``dataset_draw_ahead`` at a time, so an element sees every
+        add made before the element ``dataset_draw_ahead - 1`` places earlier (every
+        earlier add with ``dataset_draw_ahead=1``); with it (an int or
+        ``tf.data.AUTOTUNE``) that many draws are made ahead, in parallel (as in
         TF-Agents, an element drawn ahead does not see adds made after its draw).
         With ``single_deterministic_pass=True`` every stored item is yielded once, stream
         by stream (``sample_batch_size`` streams at a time) in
@@ -328,9 +347,10 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
                 EMPTY_MESSAGE,
             )
         return datasets.random_dataset(
-            lambda: self._attempt(sample_batch_size, num_steps),
+            lambda group: self._attempt(sample_batch_size, num_steps, group),
             self._flat.unflatten,
             num_parallel_calls,
+            self._draw_ahead,
         )
 
     # -- housekeeping ---------------------------------------------------------------------------

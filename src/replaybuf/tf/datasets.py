@@ -23,21 +23,28 @@ __all__ = ["PassPlan", "check_pass_arguments", "deterministic_pass", "random_dat
 
 
 def random_dataset(
-    attempt: Callable[[], tuple[list, tf.Tensor, tf.Tensor, tf.Tensor]],
+    attempt: Callable[[int | None], tuple[list, tf.Tensor, tf.Tensor, tf.Tensor]],
     unflatten: Callable,
     num_parallel_calls: int | None,
+    draw_ahead: int = 1,
 ) -> tf.data.Dataset:
-    """Endless uniform samples: one ``attempt`` (a draw, its read, and whether the read is
-    intact) per element, ``num_parallel_calls`` of them in flight (None: one, when asked).
+    """Endless uniform samples: ``attempt(group)`` (draws, their reads, and whether each
+    read is intact) makes the elements, ``num_parallel_calls`` calls in flight (None: one,
+    when asked).
 
     A torn read is dropped and the next draw takes its place, which keeps the draws
-    uniform. This costs one function call per element: the filter and the last map only
-    pass tensors through, which tf.data does without calling a function, and there is no
-    loop in the graph (``get_next``'s ``tf.while_loop`` costs more than the whole read).
+    uniform. With ``draw_ahead`` 1 each element costs one function call: the filter and
+    the last map only pass tensors through, which tf.data does without calling a function,
+    and there is no loop in the graph (``get_next``'s ``tf.while_loop`` costs more than the
+    whole read). With ``draw_ahead`` K one call draws K elements at once (one gather per
+    leaf for all of them) and ``unbatch`` hands them out one by one: the function call is
+    paid once per K elements, and an element is at most K - 1 elements older than the
+    element it is handed out after.
     """
+    group = None if draw_ahead == 1 else draw_ahead
 
     def drawn(_: tf.Tensor) -> tuple[tuple[Any, BufferInfo], tf.Tensor]:
-        leaves, ids, probabilities, intact = attempt()
+        leaves, ids, probabilities, intact = attempt(group)
         return (unflatten(leaves), BufferInfo(ids, probabilities)), intact
 
     def is_intact(_: Any, intact: tf.Tensor) -> tf.Tensor:
@@ -57,6 +64,8 @@ def random_dataset(
         .filter(is_intact)
         .map(element)
     )
+    if group is not None:
+        dataset = dataset.unbatch()
     if num_parallel_calls is not None:
         return dataset
     # Draw when asked, never ahead: tf.data would otherwise inject a prefetch (or turn a map
