@@ -11,7 +11,9 @@ Implementations: replaybuf; tf-agents (when ``tf_agents`` imports: pass ``--tf-a
 to borrow the bench environment's packages, which needs the same TensorFlow, 2.15); "plain",
 bare tf.Variables with the same scatters and gathers and no checks; and "floor", no storage
 at all (the loop fetches its items and drops them; the dataset maps to zeros): what the
-loop, the tf.function call, tf.data and ``next()`` cost by themselves. Repetitions are
+loop, the tf.function call, tf.data and ``next()`` cost by themselves. "unbatch-floor"
+(dataset rows only, ask for it with ``--impl``) is replaybuf's default dataset pipeline
+with no storage: its whole element, zeros, 8 at a time through ``unbatch``, no prefetch. Repetitions are
 interleaved, so load on the shared machine falls on every implementation alike:
 
     .venv-tf215/bin/python bench/tf_micro.py \\
@@ -87,6 +89,23 @@ class Floor:
         return dataset.map(lambda _: zeros, num_parallel_calls=num_parallel_calls)
 
 
+class UnbatchFloor(Floor):
+    """replaybuf's default pipeline with no storage: zeros of its whole element (items, ids,
+    probabilities) made 8 at a time, handed out by ``unbatch``, no prefetch."""
+
+    def as_dataset(self, sample_batch_size, num_steps, num_parallel_calls=None):
+        lead = [8, sample_batch_size, num_steps]
+        items = {k: tf.zeros(lead + s.shape.as_list(), s.dtype) for k, s in self.data_spec.items()}
+        info = (tf.zeros(lead, tf.int64), tf.zeros(lead[:2], tf.float32))
+        dataset = tf.data.Dataset.from_tensors(0).repeat()
+        dataset = dataset.map(lambda _: (items, info), num_parallel_calls=num_parallel_calls).unbatch()
+        if num_parallel_calls is not None:
+            return dataset
+        options = tf.data.Options()
+        options.experimental_optimization.inject_prefetch = False
+        return dataset.with_options(options)
+
+
 def maker(impl):
     if impl.startswith("replaybuf"):
         from replaybuf.tf import TFUniformReplayBuffer
@@ -99,7 +118,7 @@ def maker(impl):
         from tf_agents.replay_buffers import tf_uniform_replay_buffer
 
         return tf_uniform_replay_buffer.TFUniformReplayBuffer
-    return {"plain": PlainVariables, "floor": Floor}[impl]
+    return {"plain": PlainVariables, "floor": Floor, "unbatch-floor": UnbatchFloor}[impl]
 
 
 ROWS = {
@@ -120,7 +139,9 @@ def timed(run, seconds):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", action="append", choices=["replaybuf", "tf-agents", "plain", "floor"])
+    parser.add_argument(
+        "--impl", action="append", choices=["replaybuf", "tf-agents", "plain", "floor", "unbatch-floor"]
+    )
     parser.add_argument(
         "--draw-ahead",
         type=int,
