@@ -394,8 +394,9 @@ def test_properties_and_seeded_sampling():
     assert fields_for_ids(np.int64(3))["flag"] == np.False_
 
 
-def test_parallel_dataset_reads_never_tear_while_an_add_loop_wraps_the_buffer():
-    buffer = make(batch_size=2, max_length=3)  # tiny: every add overwrites a stored step
+@pytest.mark.parametrize("num_parallel_calls, draw_ahead", [(3, 8), (None, 8), (None, 1)])
+def test_dataset_reads_never_tear_while_an_add_loop_wraps_the_buffer(num_parallel_calls, draw_ahead):
+    buffer = make(batch_size=2, max_length=3, dataset_draw_ahead=draw_ahead)  # tiny: every add overwrites
     fill(buffer, 3)
     done = threading.Event()
 
@@ -406,7 +407,7 @@ def test_parallel_dataset_reads_never_tear_while_an_add_loop_wraps_the_buffer():
 
     thread = threading.Thread(target=writer)
     thread.start()
-    iterator = iter(buffer.as_dataset(8, 2, num_parallel_calls=3))
+    iterator = iter(buffer.as_dataset(8, 2, num_parallel_calls=num_parallel_calls))
     reads = 0
     while not done.is_set() or reads < 20:
         items, info = next(iterator)
@@ -425,6 +426,15 @@ def test_sampling_skips_the_step_an_add_in_progress_is_overwriting():
     buffer._store.steps.assign(6)  # as if it had not started: step 2 is readable again
     _, info = buffer.get_next(64)
     assert 2 in (info.ids.numpy() // 2).tolist()
+
+
+@pytest.mark.parametrize("draw_ahead", [1, 8])
+def test_random_dataset_drops_draws_that_read_a_step_being_overwritten(draw_ahead):
+    buffer = make(batch_size=2, max_length=4, dataset_draw_ahead=draw_ahead)
+    fill(buffer, 6)  # full: steps 2..5 stored
+    buffer._store.steps.assign(7)  # as if the add of step 6 had reserved its step (row 2)
+    steps = {int(info.ids) // 2 for _, info in buffer.as_dataset().take(40)}
+    assert steps == {3, 4, 5}
 
 
 def test_sampling_skips_a_reserved_step_whose_write_is_not_complete():
