@@ -142,6 +142,16 @@ def calibrate(run: Callable[[int], object], sizes: Sizes) -> int:
     return max(1, int(n * sizes.rep_seconds / max(spent, 1e-9)))
 
 
+def repeat(call: Callable[..., object], *args: object) -> Callable[[int], None]:
+    """A row's ``run(n)`` that makes the same call n times (``call(*args)``)."""
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            call(*args)
+
+    return run
+
+
 def warm_up(run: Callable[[int], object], n: int, sizes: Sizes) -> None:
     deadline = time.perf_counter() + sizes.warmup_seconds
     while time.perf_counter() < deadline:

@@ -7,7 +7,7 @@ from importlib.metadata import version as dist_version
 import numpy as np
 from cpprb import PrioritizedReplayBuffer, ReplayBuffer
 
-from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, chunks, filled_with_rss, single_rows, small_pool
+from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, chunks, filled_with_rss, repeat, single_rows, small_pool
 from libs import Missing, shared
 
 SMALL = {
@@ -73,11 +73,7 @@ def sample(batch_size, images=False):
             buffer = shared("small", lambda: _fill(ReplayBuffer(sizes.capacity, SMALL), small_pool(sizes.stored),
                                                    sizes.stored))
 
-        def run(n):
-            for _ in range(n):
-                buffer.sample(batch_size)
-
-        return run
+        return repeat(buffer.sample, batch_size)
 
     return factory
 

@@ -11,7 +11,7 @@ import inspect
 import numpy as np
 
 import replaybuf
-from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, WINDOW, chunks, image_pool, rss_bytes, single_rows, small_pool
+from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, WINDOW, chunks, filled_with_rss, repeat, single_rows, small_pool
 from libs import NOTES, Missing, shared, tf_common
 from replaybuf import ArraySpec, PyUniformReplayBuffer, UniformReplayBuffer
 
@@ -75,24 +75,16 @@ def sample(batch_size, num_steps=None, build=_filled_small):
     def factory(sizes):
         buffer = build(sizes)
 
-        def run(n):
-            for _ in range(n):
-                buffer.get_next(batch_size, num_steps)
-
-        return run
+        return repeat(buffer.get_next, batch_size, num_steps)
 
     return factory
 
 
 def _filled_images(sizes):
-    def build():
-        before = rss_bytes()
-        pool = image_pool()
-        pool_bytes = rss_bytes() - before
-        buffer = _fill(PyUniformReplayBuffer(IMAGE_SPEC, sizes.image_capacity, seed=1), pool, sizes.image_stored)
-        return buffer, (rss_bytes() - before - pool_bytes) / sizes.image_stored
+    def fill(pool):
+        return _fill(PyUniformReplayBuffer(IMAGE_SPEC, sizes.image_capacity, seed=1), pool, sizes.image_stored)
 
-    return shared("images", build)
+    return shared("images", lambda: filled_with_rss(fill, sizes.image_stored))
 
 
 def image_rss(sizes):

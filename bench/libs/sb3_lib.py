@@ -14,7 +14,7 @@ import torch
 from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 
-from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, chunks, filled_with_rss, single_rows, small_pool
+from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, chunks, filled_with_rss, repeat, single_rows, small_pool
 from libs import Missing, shared
 
 torch.set_num_threads(1)
@@ -76,11 +76,7 @@ def sample(batch_size, images=False):
             buffer = shared("small", lambda: _fill(_buffer(sizes.capacity, n_envs=BATCH), small_pool(sizes.stored),
                                                    sizes.stored))
 
-        def run(n):
-            for _ in range(n):
-                buffer.sample(batch_size)
-
-        return run
+        return repeat(buffer.sample, batch_size)
 
     return factory
 

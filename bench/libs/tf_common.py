@@ -7,7 +7,7 @@ bench/tf_micro.py runs these same rows with TF-Agents in the same process.
 
 from __future__ import annotations
 
-from common import BATCH, chunks, small_pool
+from common import BATCH, chunks, repeat, small_pool
 
 ADDS_PER_CALL = 64
 STREAMS = 64
@@ -43,11 +43,7 @@ def tf_add(make):
             for i in tf.range(ADDS_PER_CALL):
                 buffer.add_batch({k: tf.gather(v, i) for k, v in items.items()})
 
-        def run(n):
-            for _ in range(n):
-                add_many(pool)
-
-        return run
+        return repeat(add_many, pool)
 
     return factory
 
@@ -77,10 +73,6 @@ def tf_dataset(make, tuned=False):
             dataset = buffer.as_dataset(sample_batch_size=BATCH, num_steps=2)
         iterator = iter(dataset)
 
-        def run(n):
-            for _ in range(n):
-                next(iterator)
-
-        return run
+        return repeat(next, iterator)
 
     return factory

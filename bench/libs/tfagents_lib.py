@@ -14,7 +14,7 @@ from tf_agents.replay_buffers.py_uniform_replay_buffer import PyUniformReplayBuf
 from tf_agents.replay_buffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 from tf_agents.specs import array_spec
 
-from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, WINDOW, image_pool, rss_bytes, single_rows, small_pool
+from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, WINDOW, filled_with_rss, repeat, single_rows, small_pool
 from libs import NOTES, shared, tf_common
 
 SMALL = {
@@ -82,24 +82,16 @@ def sample(batch_size, num_steps=None, images=False):
         if num_steps:
             NOTES.append("not episode-aware")
 
-        def run(n):
-            for _ in range(n):
-                buffer.get_next(batch_size, num_steps)
-
-        return run
+        return repeat(buffer.get_next, batch_size, num_steps)
 
     return factory
 
 
 def _images(sizes):
-    def build():
-        before = rss_bytes()
-        pool = image_pool()
-        pool_bytes = rss_bytes() - before
-        buffer = _fill(PyUniformReplayBuffer(IMAGES, sizes.image_capacity), pool, sizes.image_stored)
-        return buffer, (rss_bytes() - before - pool_bytes) / sizes.image_stored
+    def fill(pool):
+        return _fill(PyUniformReplayBuffer(IMAGES, sizes.image_capacity), pool, sizes.image_stored)
 
-    return shared("images", build)
+    return shared("images", lambda: filled_with_rss(fill, sizes.image_stored))
 
 
 def _tf_buffer(spec, batch_size, max_length):

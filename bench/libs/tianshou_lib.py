@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from tianshou.data import Batch, PrioritizedReplayBuffer, ReplayBuffer, VectorReplayBuffer
 
-from common import BATCH, WINDOW, filled_with_rss, single_rows, small_pool
+from common import BATCH, WINDOW, filled_with_rss, repeat, single_rows, small_pool
 from libs import NOTES, shared
 
 torch.set_num_threads(1)
@@ -72,11 +72,7 @@ def sample(batch_size, images=False):
     def factory(sizes):
         buffer = _images(sizes)[0] if images else _small(sizes)
 
-        def run(n):
-            for _ in range(n):
-                buffer.sample(batch_size)
-
-        return run
+        return repeat(buffer.sample, batch_size)
 
     return factory
 

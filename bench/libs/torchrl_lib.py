@@ -20,7 +20,7 @@ from torchrl.data import (
 )
 from torchrl.data.replay_buffers.samplers import SliceSampler
 
-from common import BATCH, WINDOW, chunks, filled_with_rss, single_rows, small_pool
+from common import BATCH, WINDOW, chunks, filled_with_rss, repeat, single_rows, small_pool
 from libs import NOTES, shared
 
 torch.set_num_threads(1)
@@ -70,11 +70,7 @@ def add256(sizes):
 
 
 def _sampler(buffer):
-    def run(n):
-        for _ in range(n):
-            buffer.sample()
-
-    return run
+    return repeat(buffer.sample)
 
 
 def sample256(sizes):
@@ -95,11 +91,7 @@ def images(batch_size):
     def factory(sizes):
         buffer = _images(sizes)[0]
 
-        def run(n):
-            for _ in range(n):
-                buffer.sample(batch_size)
-
-        return run
+        return repeat(buffer.sample, batch_size)
 
     return factory
 

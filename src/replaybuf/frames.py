@@ -78,10 +78,21 @@ class _FrameStackMixin:
     _stacked: list[StackedLeaf]
     _storage: FrameStorage
 
-    def _configure(self, data_spec: Any, stacked_fields: Sequence[str] | None, stack_axis: int) -> None:
-        self._stacked = stacked_leaves(FlatSpec(data_spec), stacked_fields, stack_axis)
+    def __init__(
+        self,
+        data_spec: Any,
+        batch_size: int = 1,
+        max_length: int = 1000,
+        *,
+        stacked_fields: Sequence[str] | None = None,
+        stack_axis: int = 0,
+        **kwargs: Any,
+    ):
+        self._stack_options = (stacked_fields, stack_axis)  # read by _open_storage, below
+        super().__init__(data_spec, batch_size, max_length, **kwargs)  # type: ignore[call-arg]
 
     def _open_storage(self, storage: str, path: Any, batch_size: int, max_length: int) -> tuple:
+        self._stacked = stacked_leaves(self._flat, *self._stack_options)
         if storage != "memory" or path is not None:
             raise ArgumentError(f"storage: expected 'memory' (frame stacks are not memory-mapped yet), got {storage!r}")
         frames = FrameStorage(self._flat.leaves, self._stacked, batch_size, max_length)
@@ -158,19 +169,6 @@ class FrameStackReplayBuffer(_FrameStackMixin, UniformReplayBuffer):
 
     _name = "FrameStackReplayBuffer"
 
-    def __init__(
-        self,
-        data_spec: Any,
-        batch_size: int = 1,
-        max_length: int = 1000,
-        *,
-        stacked_fields: Sequence[str] | None = None,
-        stack_axis: int = 0,
-        **kwargs: Any,
-    ):
-        self._configure(data_spec, stacked_fields, stack_axis)
-        super().__init__(data_spec, batch_size, max_length, **kwargs)
-
 
 class PrioritizedFrameStackReplayBuffer(_FrameStackMixin, PrioritizedReplayBuffer):
     """``PrioritizedReplayBuffer`` whose stacked-frame fields store each distinct frame once.
@@ -180,16 +178,3 @@ class PrioritizedFrameStackReplayBuffer(_FrameStackMixin, PrioritizedReplayBuffe
     """
 
     _name = "PrioritizedFrameStackReplayBuffer"
-
-    def __init__(
-        self,
-        data_spec: Any,
-        batch_size: int = 1,
-        max_length: int = 1000,
-        *,
-        stacked_fields: Sequence[str] | None = None,
-        stack_axis: int = 0,
-        **kwargs: Any,
-    ):
-        self._configure(data_spec, stacked_fields, stack_axis)
-        super().__init__(data_spec, batch_size, max_length, **kwargs)
