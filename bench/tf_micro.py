@@ -40,6 +40,7 @@ import tensorflow as tf  # noqa: E402
 
 from common import SIZES  # noqa: E402
 from libs import tf_common  # noqa: E402
+from replaybuf.tf.iteration import fast_iteration  # noqa: E402
 
 
 class PlainVariables:
@@ -86,7 +87,7 @@ class Floor:
             k: tf.zeros([sample_batch_size, num_steps] + s.shape.as_list(), s.dtype) for k, s in self.data_spec.items()
         }
         dataset = tf.data.Dataset.from_tensors(0).repeat()
-        return dataset.map(lambda _: zeros, num_parallel_calls=num_parallel_calls)
+        return fast_iteration(dataset.map(lambda _: zeros, num_parallel_calls=num_parallel_calls))
 
 
 class UnbatchFloor(Floor):
@@ -100,10 +101,10 @@ class UnbatchFloor(Floor):
         dataset = tf.data.Dataset.from_tensors(0).repeat()
         dataset = dataset.map(lambda _: (items, info), num_parallel_calls=num_parallel_calls).unbatch()
         if num_parallel_calls is not None:
-            return dataset
+            return fast_iteration(dataset)
         options = tf.data.Options()
         options.experimental_optimization.inject_prefetch = False
-        return dataset.with_options(options)
+        return fast_iteration(dataset.with_options(options))
 
 
 def maker(impl):

@@ -30,6 +30,7 @@ from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.tf import datasets
 from replaybuf.tf.convert import convert_batch
+from replaybuf.tf.iteration import fast_iteration
 from replaybuf.tf.slots import SlotStore, read_variable
 
 __all__ = ["TFUniformReplayBuffer"]
@@ -339,19 +340,21 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
                 self._window_shift,
                 self._drop_remainder,
             )
-            return datasets.deterministic_pass(
+            dataset = datasets.deterministic_pass(
                 plan,
                 functools.partial(read_variable, self._store.steps),
                 self._read_ids,
                 self._flat.unflatten,
                 EMPTY_MESSAGE,
             )
-        return datasets.random_dataset(
-            lambda group: self._attempt(sample_batch_size, num_steps, group),
-            self._flat.unflatten,
-            num_parallel_calls,
-            self._draw_ahead,
-        )
+        else:
+            dataset = datasets.random_dataset(
+                lambda group: self._attempt(sample_batch_size, num_steps, group),
+                self._flat.unflatten,
+                num_parallel_calls,
+                self._draw_ahead,
+            )
+        return fast_iteration(dataset)
 
     # -- housekeeping ---------------------------------------------------------------------------
     @tf.autograph.experimental.do_not_convert
