@@ -111,6 +111,18 @@ def test_tf_function_transformations_prefetch_and_checkpoints_behave_as_on_the_i
 
     assert int(total(fast)) == 0 + 1 + 45
 
+    @tf.function
+    def captured():  # the dataset object itself, not a traced argument
+        iterator = iter(fast)
+        first = next(iterator)["k"]
+        summed = tf.constant(0, tf.int64)
+        for element in fast:  # autograph: a dataset loop
+            summed += element["sq"]
+        return first, summed
+
+    first, summed = captured()
+    assert int(first) == 0 and int(summed) == sum(k * k for k in range(10))
+
     prefetched = fast.prefetch(3)
     assert isinstance(prefetched, FastIterationDataset)
     assert [int(e["sq"]) for e in prefetched] == [k * k for k in range(10)]
