@@ -73,7 +73,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             (one call, one gather per leaf, handed out one by one). Each element is a
             whole snapshot as of its draw, at most ``dataset_draw_ahead - 1`` elements
             old: 1 draws every element when it is asked for, so it sees every earlier add.
-            The default, 8, runs about 1.6x faster than 1 (docs/tensorflow.md).
+            The default, 8, iterates about 2x faster than 1 (docs/tensorflow.md).
 
     Raises:
         ArgumentError: batch_size, max_length, dataset_window_shift or dataset_draw_ahead
