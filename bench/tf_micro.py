@@ -5,7 +5,8 @@ f32, done bool, next_obs f32[4]):
 
 - add: 64 ``add_batch`` calls of batch 1 in a tf.while_loop inside one tf.function, items/s;
 - dataset: ``next()`` on ``as_dataset(256, num_steps=2)`` as the tutorial writes it, batches/s;
-- tuned: the same with ``num_parallel_calls=3`` and ``.prefetch(3)`` (TF-Agents' DQN tutorial).
+- tuned: the same with ``num_parallel_calls=3`` and ``.prefetch(3)`` (TF-Agents' DQN tutorial);
+- eager add: ``add_batch`` of one NumPy item called eagerly, once per Python call, adds/s.
 
 Implementations: replaybuf; tf-agents (when ``tf_agents`` imports: pass ``--tf-agents-site``
 to borrow the bench environment's packages, which needs the same TensorFlow, 2.15); "plain",
@@ -126,6 +127,7 @@ ROWS = {
     "add items/s": (tf_common.tf_add, tf_common.ADDS_PER_CALL),
     "dataset b/s": (tf_common.tf_dataset, 1),
     "tuned b/s": (lambda make: tf_common.tf_dataset(make, tuned=True), 1),
+    "eager add/s": (tf_common.eager_add, 1),
 }
 
 
@@ -152,7 +154,7 @@ def main(argv=None):
     )
     parser.add_argument("--tf-agents-site", help="a site-packages folder holding tf_agents")
     parser.add_argument("--quick", action="store_true", help="smaller buffers, shorter timing")
-    parser.add_argument("--only", choices=["add", "dataset", "tuned"], help="run one row")
+    parser.add_argument("--only", choices=["add", "dataset", "tuned", "eager"], help="run one row")
     args = parser.parse_args(argv)
     if args.tf_agents_site:
         sys.path.append(os.path.abspath(args.tf_agents_site))  # after our own packages

@@ -48,6 +48,19 @@ def tf_add(make):
     return factory
 
 
+def eager_add(make):
+    """``add_batch`` of batch 1 called eagerly, one NumPy item per call (a Python collect loop)."""
+
+    def factory(sizes):
+        import tensorflow as tf
+
+        buffer = make(spec(tf), 1, sizes.capacity)
+        item = {k: v[:1] for k, v in small_pool(1).items()}
+        return repeat(buffer.add_batch, item)
+
+    return factory
+
+
 def tf_dataset(make, tuned=False):
     """Iterating ``as_dataset(256, num_steps=2)`` over 64 streams holding ``stored`` items.
 

@@ -12,8 +12,9 @@ marks its step row complete (``marks[step % max_length] = step``). Readers check
 reads seqlock-style: every step they read was marked complete before they gathered, and
 no add had reserved a step that overwrites it by the time they finished (see
 ``replaybuf.tf.slots``). An add is reserved only after its batch passed its checks, so a
-rejected add changes nothing. Eager calls run precompiled graphs, so an eager call costs
-one function call, not one op dispatch per leaf.
+rejected add changes nothing. Eager calls run concrete functions traced once, so an eager
+call costs one function call, not one op dispatch per leaf nor ``tf.function``'s input
+binding.
 """
 
 from __future__ import annotations
@@ -117,8 +118,6 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
                 else tf.random.Generator.from_seed(seed)
             )
         self._compiled = _Compiled()
-        signature = [tf.TensorSpec((self._batch_size,) + s.shape, s.dtype) for s in self._flat.leaves]
-        self._compiled.functions["add"] = tf.function(self._write, input_signature=[signature])
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -166,7 +165,12 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         leaves = convert_batch(self._flat, items, self._batch_size)
         if tf.inside_function():
             return self._write(leaves)
-        self._compiled.functions["add"](leaves)
+        write = self._compiled.functions.get("add")
+        if write is None:
+            signature = [tf.TensorSpec((self._batch_size,) + s.shape, s.dtype) for s in self._flat.leaves]
+            write = tf.function(self._write).get_concrete_function(signature)
+            self._compiled.functions["add"] = write
+        write(leaves)
         return None
 
     def _write(self, leaves: list[Any]) -> tf.Tensor:
@@ -386,7 +390,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         function = self._compiled.functions.get(key)
         if function is None:
             body = {"sample": self._sample, "gather_all": self._gather_all, "clear": self._clear}[what]
-            function = tf.function(lambda: body(*args), autograph=False)
+            function = tf.function(lambda: body(*args), autograph=False).get_concrete_function()
             self._compiled.functions[key] = function
         try:
             return function()
