@@ -62,7 +62,7 @@ def test_eager_iteration_matches_tf_data(name):
     assert isinstance(fast, FastIterationDataset)
     assert fast.element_spec == plain.element_spec
     iterator = iter(fast)
-    assert type(iterator).__name__ == "_FastIterator"
+    assert type(iterator).__name__ == "_FastIterator" and iterator._fast  # on the tested TensorFlows
     fast_elements = list(iterator)
     plain_elements = list(plain)
     assert len(fast_elements) == len(plain_elements) == 5  # and StopIteration at the end
@@ -90,6 +90,18 @@ def test_async_eager_execution_ends_the_pass_with_stop_iteration():
     finally:
         tf.config.experimental.set_synchronous_execution(True)
     assert elements == [0, 1, 2, 3]
+
+
+def test_a_tensorflow_without_the_internals_iterates_as_usual(monkeypatch):
+    from replaybuf.tf import iteration
+
+    plain = tf.data.Dataset.range(3).map(lambda k: {"k": k})
+    monkeypatch.setattr(iteration, "_ITERATOR_STATE", iteration._ITERATOR_STATE + ("_renamed_in_a_later_tf",))
+    iterator = iter(fast_iteration(plain))
+    assert not iterator._fast
+    assert [int(e["k"]) for e in iterator] == [0, 1, 2]
+    monkeypatch.setattr(iteration, "UnaryUnchangedStructureDataset", None)
+    assert fast_iteration(plain) is plain
 
 
 def test_composite_components_keep_tf_data_iteration():

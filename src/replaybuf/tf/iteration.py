@@ -27,10 +27,13 @@ try:  # TensorFlow internals, present from 2.15 through the newest release teste
     from tensorflow.python.data.ops.iterator_ops import OwnedIterator
     from tensorflow.python.eager import context
     from tensorflow.python.ops.gen_dataset_ops import iterator_get_next
-except ImportError:  # pragma: no cover - a TensorFlow that moved them: plain iteration
+except ImportError:  # a TensorFlow that moved them: plain iteration
     UnaryUnchangedStructureDataset = None
 
 __all__ = ["fast_iteration"]
+
+# what _FastIterator reads of OwnedIterator's state; an iterator lacking any iterates as usual
+_ITERATOR_STATE = ("_iterator_resource", "_flat_output_types", "_flat_output_shapes")
 
 
 def fast_iteration(dataset: tf.data.Dataset) -> tf.data.Dataset:
@@ -75,12 +78,14 @@ if UnaryUnchangedStructureDataset is not None:
 
         def __init__(self, dataset: tf.data.Dataset) -> None:
             super().__init__(dataset)
-            self._order, self._treespec = _packer(dataset.element_spec)
-            # plain lists convert to the op's attribute faster than TensorShapes
-            self._shapes = [s.as_list() if s.rank is not None else s for s in self._flat_output_shapes]
+            self._fast = all(hasattr(self, name) for name in _ITERATOR_STATE)
+            if self._fast:
+                self._order, self._treespec = _packer(dataset.element_spec)
+                # plain lists convert to the op's attribute faster than TensorShapes
+                self._shapes = [s.as_list() if s.rank is not None else s for s in self._flat_output_shapes]
 
         def _next_internal(self) -> Any:
-            if not context.executing_eagerly():
+            if not self._fast or not context.executing_eagerly():
                 return super()._next_internal()
             if context.is_async():  # end of sequence must come back as this op's error
                 with context.execution_mode(context.SYNC):
