@@ -6,6 +6,7 @@ f32, done bool, next_obs f32[4]):
 - add: 64 ``add_batch`` calls of batch 1 in a tf.while_loop inside one tf.function, items/s;
 - dataset: ``next()`` on ``as_dataset(256, num_steps=2)`` as the tutorial writes it, batches/s;
 - tuned: the same with ``num_parallel_calls=3`` and ``.prefetch(3)`` (TF-Agents' DQN tutorial);
+- call add: one ``tf.function`` call per ``add_batch`` of batch 1 (the item its argument), adds/s;
 - eager add: ``add_batch`` of one NumPy item called eagerly, once per Python call, adds/s.
 
 Implementations: replaybuf; tf-agents (when ``tf_agents`` imports: pass ``--tf-agents-site``
@@ -127,6 +128,7 @@ ROWS = {
     "add items/s": (tf_common.tf_add, tf_common.ADDS_PER_CALL),
     "dataset b/s": (tf_common.tf_dataset, 1),
     "tuned b/s": (lambda make: tf_common.tf_dataset(make, tuned=True), 1),
+    "call add/s": (tf_common.call_add, 1),
     "eager add/s": (tf_common.eager_add, 1),
 }
 
@@ -154,7 +156,9 @@ def main(argv=None):
     )
     parser.add_argument("--tf-agents-site", help="a site-packages folder holding tf_agents")
     parser.add_argument("--quick", action="store_true", help="smaller buffers, shorter timing")
-    parser.add_argument("--only", choices=["add", "dataset", "tuned", "eager"], help="run one row")
+    parser.add_argument(
+        "--only", action="append", choices=["add", "dataset", "tuned", "call", "eager"], help="run this row (repeat)"
+    )
     args = parser.parse_args(argv)
     if args.tf_agents_site:
         sys.path.append(os.path.abspath(args.tf_agents_site))  # after our own packages
@@ -168,7 +172,7 @@ def main(argv=None):
             impls.remove("tf-agents")
     sizes = SIZES["quick" if args.quick else "full"]
     seconds, reps = (0.3, 5) if args.quick else (0.5, 9)
-    rows = {name: row for name, row in ROWS.items() if not args.only or name.startswith(args.only)}
+    rows = {name: row for name, row in ROWS.items() if not args.only or name.split()[0] in args.only}
     print(
         f"TensorFlow {tf.__version__}, NumPy {np.__version__}, Python {sys.version.split()[0]}, "
         f"{os.cpu_count()} CPUs; median of {reps} interleaved rounds"

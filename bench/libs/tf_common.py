@@ -48,6 +48,24 @@ def tf_add(make):
     return factory
 
 
+def call_add(make):
+    """One ``tf.function`` call per ``add_batch`` of batch 1, the item passed as its argument."""
+
+    def factory(sizes):
+        import tensorflow as tf
+
+        buffer = make(spec(tf), 1, sizes.capacity)
+        item = {k: tf.constant(v[:1]) for k, v in small_pool(1).items()}
+
+        @tf.function
+        def add(items):
+            buffer.add_batch(items)
+
+        return repeat(add, item)
+
+    return factory
+
+
 def eager_add(make):
     """``add_batch`` of batch 1 called eagerly, one NumPy item per call (a Python collect loop)."""
 
