@@ -49,7 +49,11 @@ class RecordStorage:
         # Batched writes of a small multi-element field (e.g. obs float32[4]) go through a
         # view of it as one opaque n-byte element per record: NumPy then copies one element
         # per row instead of looping over the row's elements (~4x faster for 16 bytes).
-        self._packed = [_packed_view(self.records, name) for name in self._names]
+        # ([capacity, 1] views, so a C-contiguous [n, 16-byte row] source viewed as void is
+        # already [n, 1]: no reshape of either side per write)
+        self._packed = [
+            None if view is None else view[:, None] for view in (_packed_view(self.records, n) for n in self._names)
+        ]
 
     @property
     def nbytes(self) -> int:
@@ -58,21 +62,24 @@ class RecordStorage:
     def write(self, start: int, arrays: Sequence[np.ndarray]) -> None:
         """Write rows ``arrays[k][i]`` to slot ``(start + i) % capacity``; n <= capacity."""
         n = arrays[0].shape[0] if arrays else 0
-        end = start + n
         if n == 0:
             return
         if n == 1:  # one item (batch_size 1): integer indexing is ~2x faster than a slice
             for field, array in zip(self.fields, arrays, strict=True):
                 field[start] = array[0]
-        else:
-            split = min(end, self.capacity) - start
-            for field, packed, array in zip(self.fields, self._packed, arrays, strict=True):
-                if packed is not None and array.flags.c_contiguous:
-                    rows = array if array.ndim == 2 else array.reshape(n, -1)
-                    field, array = packed, rows.view(packed.dtype).reshape(n)
-                field[start : start + split] = array[:split]
-                if split < n:
-                    field[: n - split] = array[split:]
+            return
+        end = start + n
+        if end > self.capacity:  # wraps: the tail of the storage, then its head
+            split = self.capacity - start
+            self.write(start, [array[:split] for array in arrays])
+            self.write(0, [array[split:] for array in arrays])
+            return
+        for field, packed, array in zip(self.fields, self._packed, arrays, strict=True):
+            if packed is not None and array.flags.c_contiguous:
+                rows = array if array.ndim == 2 else array.reshape(n, -1)
+                packed[start:end] = rows.view(packed.dtype)
+            else:
+                field[start:end] = array
 
     def read(self, slots: np.ndarray) -> list[np.ndarray]:
         """The leaves of the records at ``slots``, each shaped ``slots.shape + leaf.shape``."""
