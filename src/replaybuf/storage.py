@@ -51,9 +51,8 @@ class RecordStorage:
         # per row instead of looping over the row's elements (~4x faster for 16 bytes).
         # ([capacity, 1] views, so a C-contiguous [n, 16-byte row] source viewed as void is
         # already [n, 1]: no reshape of either side per write)
-        self._packed = [
-            None if view is None else view[:, None] for view in (_packed_view(self.records, n) for n in self._names)
-        ]
+        views = [_packed_view(self.records, name) for name in self._names]
+        self._packed = [None if view is None else view[:, None] for view in views]
 
     @property
     def nbytes(self) -> int:

@@ -6,7 +6,7 @@ re-packs the nest with ``tf.nest``. For a buffer's element, a dict of five leave
 ``BufferInfo``, that Python costs about twice what the op does, and more than the draw
 itself (docs/tensorflow.md). The op already returns components of the spec's types and
 shapes (tf.data checks them), so ``FastIterationDataset`` hands them out packed by a treespec
-computed once per iterator.
+computed once per dataset.
 
 Everything else is tf.data's own: the wrapper shares its input's dataset graph (the same
 variant tensor), so options, further transformations, ``tf.function`` and checkpointing
@@ -38,9 +38,10 @@ _ITERATOR_STATE = ("_iterator_resource", "_flat_output_types", "_flat_output_sha
 
 def fast_iteration(dataset: tf.data.Dataset) -> tf.data.Dataset:
     """``dataset`` with a faster eager ``iter()`` where that is safe, else ``dataset``."""
-    if UnaryUnchangedStructureDataset is None or _packer(dataset.element_spec) is None:
+    packer = None if UnaryUnchangedStructureDataset is None else _packer(dataset.element_spec)
+    if packer is None:
         return dataset
-    return FastIterationDataset(dataset)
+    return FastIterationDataset(dataset, packer)
 
 
 def _packer(element_spec: Any) -> tuple[list[int], optree.PyTreeSpec] | None:
@@ -61,8 +62,9 @@ if UnaryUnchangedStructureDataset is not None:
     class FastIterationDataset(UnaryUnchangedStructureDataset):
         """The input dataset, same graph and elements; eager iterators skip the rebuild."""
 
-        def __init__(self, dataset: tf.data.Dataset) -> None:
+        def __init__(self, dataset: tf.data.Dataset, packer: tuple[list[int], optree.PyTreeSpec]) -> None:
             super().__init__(dataset, dataset._variant_tensor)
+            self.packer = packer
 
         def __iter__(self) -> OwnedIterator:
             if context.executing_eagerly():
@@ -76,11 +78,11 @@ if UnaryUnchangedStructureDataset is not None:
     class _FastIterator(OwnedIterator):
         """An ``OwnedIterator`` whose eager ``next()`` packs the op's outputs directly."""
 
-        def __init__(self, dataset: tf.data.Dataset) -> None:
+        def __init__(self, dataset: FastIterationDataset) -> None:
             super().__init__(dataset)
             self._fast = all(hasattr(self, name) for name in _ITERATOR_STATE)
             if self._fast:
-                self._order, self._treespec = _packer(dataset.element_spec)
+                self._order, self._treespec = dataset.packer
                 # plain lists convert to the op's attribute faster than TensorShapes
                 self._shapes = [s.as_list() if s.rank is not None else s for s in self._flat_output_shapes]
 
