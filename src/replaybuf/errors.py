@@ -9,8 +9,14 @@
     ├── ArgumentError (ValueError)    an argument outside its range (sample_batch_size=0, ...)
     ├── PriorityError (ValueError)    a priority that is zero, negative or NaN, or an id
     │                                 that names no stored item
-    └── CheckpointError (ValueError)  a checkpoint or storage folder that is missing, corrupt,
-                                      truncated, or made for another buffer; nothing is loaded
+    ├── CheckpointError (ValueError)  a checkpoint or storage folder that is missing, corrupt,
+    │                                 truncated, or made for another buffer; nothing is loaded
+    ├── RateLimiterTimeout (TimeoutError)
+    │                                 a rate-limited add or sample still blocked after its
+    │                                 timeout; nothing was written or counted
+    └── BufferClosedError (RuntimeError)
+                                      the buffer (or its rate limiter) was closed: waiters
+                                      are woken with it, later calls raise it
 
 Every error that comes from user input is also a ValueError, so code written against
 TF-Agents' ``except ValueError`` keeps working. Messages name the field path, what was
@@ -21,9 +27,11 @@ from __future__ import annotations
 
 __all__ = [
     "ArgumentError",
+    "BufferClosedError",
     "CheckpointError",
     "EmptyBufferError",
     "PriorityError",
+    "RateLimiterTimeout",
     "ReplayBufferError",
     "SpecError",
     "SpecMismatchError",
@@ -60,3 +68,11 @@ class PriorityError(ReplayBufferError, ValueError):
 
 class CheckpointError(ReplayBufferError, ValueError):
     """A checkpoint that cannot be loaded (missing, corrupt, another spec); nothing is loaded."""
+
+
+class RateLimiterTimeout(ReplayBufferError, TimeoutError):
+    """A rate-limited add or sample still blocked after its timeout; nothing was counted."""
+
+
+class BufferClosedError(ReplayBufferError, RuntimeError):
+    """The buffer or its rate limiter was closed; blocked calls are woken with this error."""
