@@ -26,8 +26,7 @@ import time
 
 import numpy as np
 
-from replaybuf import ArraySpec, UniformReplayBuffer
-from replaybuf.frames import FrameStackReplayBuffer
+from replaybuf import ArraySpec, FrameStackReplayBuffer, UniformReplayBuffer
 
 K, FRAME = 4, (84, 84)
 AXIS = {"hwc": -1, "chw": 0}  # --layout: [84, 84, 4] (W2) or Gymnasium's [4, 84, 84]

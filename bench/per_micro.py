@@ -28,9 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from replaybuf import ArraySpec, UniformReplayBuffer
-from replaybuf.prioritized import PrioritizedReplayBuffer
-from replaybuf.sumtree import MinTree, SumTree
+from replaybuf import ArraySpec, PrioritizedReplayBuffer, UniformReplayBuffer
+from replaybuf.samplers.sumtree import MinTree, SumTree
 
 B, WINDOW, STREAMS = 256, 8, 8
 SPEC = {

@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 
 import replaybuf
-import replaybuf.prioritized
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,7 @@ def _numpy_py_memmap(data_spec, batch_size, max_length, seed):
 def _numpy_prioritized(data_spec, batch_size, max_length, seed):
     # No test here updates priorities, so every item keeps the initial priority and PER
     # must draw exactly uniformly: the suite checks its probabilities like the others'.
-    return replaybuf.prioritized.PrioritizedReplayBuffer(
+    return replaybuf.PrioritizedReplayBuffer(
         data_spec, batch_size=batch_size, max_length=max_length, seed=seed
     )
 

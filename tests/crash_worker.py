@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import replaybuf  # noqa: E402
 from conformance_data import SPEC, fields_for_ids, step_batch  # noqa: E402
-from replaybuf.storage import RecordStorage  # noqa: E402
+from replaybuf.storages import RecordStorage  # noqa: E402
 
 CAPACITY, SPAN = 20_000, 1_000_000
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 import replaybuf
 from conformance_data import SPEC, fields_for_ids, step_batch
-from replaybuf import checkpoint
+from replaybuf import PrioritizedReplayBuffer
 from replaybuf.errors import ArgumentError, CheckpointError
-from replaybuf.prioritized import PrioritizedReplayBuffer
+from replaybuf.persistence import folder as checkpoint_folder
 
 ID = str(replaybuf.nest.FlatSpec(SPEC).paths.index("id"))  # the key of the "id" leaf in state["items"]
 
@@ -180,11 +180,11 @@ def test_bad_state_is_refused_and_nothing_changes(name):
 
 def test_unsaveable_state_raises_argument_error(tmp_path):
     with pytest.raises(ArgumentError, match="object arrays"):
-        checkpoint.write_state(tmp_path, {"x": np.array([object()])})
+        checkpoint_folder.write_state(tmp_path, {"x": np.array([object()])})
     with pytest.raises(ArgumentError, match="set"):
-        checkpoint.write_state(tmp_path, {"x": {1, 2}})
+        checkpoint_folder.write_state(tmp_path, {"x": {1, 2}})
     with pytest.raises(ArgumentError, match="keys must be strings"):
-        checkpoint.write_state(tmp_path, {1: 2})
+        checkpoint_folder.write_state(tmp_path, {1: 2})
 
 
 # -- corrupt folders ------------------------------------------------------------------------------
@@ -432,19 +432,19 @@ def test_save_and_load_stream_in_blocks_of_any_size(tmp_path_factory, capacity, 
     folder = tmp_path_factory.mktemp("ckpt")
     original = py_uniform(capacity=capacity)
     original.add_batch(fields_for_ids(np.arange(added)))
-    saved = checkpoint._CHUNK, checkpoint._READ_CHUNK
-    checkpoint._CHUNK = checkpoint._READ_CHUNK = chunk
+    saved = checkpoint_folder._CHUNK, checkpoint_folder._READ_CHUNK
+    checkpoint_folder._CHUNK = checkpoint_folder._READ_CHUNK = chunk
     try:
         original.save(folder)
         restored = py_uniform(capacity=capacity, seed=0)
         restored.load(folder)
     finally:
-        checkpoint._CHUNK, checkpoint._READ_CHUNK = saved
+        checkpoint_folder._CHUNK, checkpoint_folder._READ_CHUNK = saved
     expected = original.state_dict()["items"]
     got = restored.state_dict()["items"]
     for key in expected:
         np.testing.assert_array_equal(got[key], expected[key])
-    plain = checkpoint.read_state(folder)  # np.load-compatible files with zlib's CRC-32
+    plain = checkpoint_folder.read_state(folder)  # np.load-compatible files with zlib's CRC-32
     version = folder / json.loads((folder / "CURRENT").read_text())["current"]
     manifest = json.loads((version / "manifest.json").read_text())
     for key, entry in manifest["state"]["items"].items():
@@ -458,9 +458,9 @@ def test_lazy_read_checks_headers_first_and_the_target_shape(tmp_path):
     buffer = uniform()
     fill(buffer, 3)
     buffer.save(tmp_path)
-    state = checkpoint.read_state(tmp_path, lazy=("items",))
+    state = checkpoint_folder.read_state(tmp_path, lazy=("items",))
     stored = state["items"]["0"]
-    assert isinstance(stored, checkpoint.StoredArray) and isinstance(state["rng"], dict)
+    assert isinstance(stored, checkpoint_folder.StoredArray) and isinstance(state["rng"], dict)
     with pytest.raises(CheckpointError, match="target"):
         stored.read_into(np.empty((stored.shape[0] + 1, *stored.shape[1:]), stored.dtype))
     np.testing.assert_array_equal(stored.read(), buffer.state_dict()["items"]["0"])
@@ -488,7 +488,7 @@ def test_round_trip_with_zlibs_crc32(tmp_path, monkeypatch):
     original = py_uniform(capacity=9)
     original.add_batch(fields_for_ids(np.arange(13)))
     original.save(tmp_path / "fast")
-    monkeypatch.setattr(checkpoint, "_crc32", zlib.crc32)
+    monkeypatch.setattr(checkpoint_folder, "_crc32", zlib.crc32)
     original.save(tmp_path / "zlib")
     fast, slow = sorted((tmp_path / "fast").rglob("*.npy")), sorted((tmp_path / "zlib").rglob("*.npy"))
     for a, b in zip(fast, slow, strict=True):

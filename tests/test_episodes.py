@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replaybuf import ArgumentError, ArraySpec, EmptyBufferError, UniformReplayBuffer
-from replaybuf.prioritized import PrioritizedReplayBuffer
+from replaybuf import ArgumentError, ArraySpec, EmptyBufferError, PrioritizedReplayBuffer, UniformReplayBuffer
 
 SPEC = {"id": ArraySpec((), np.int64), "episode": ArraySpec((), np.int64), "done": ArraySpec((), np.bool_)}
 TRAJECTORY_SPEC = {"step_type": ArraySpec((), np.int32), "id": ArraySpec((), np.int64)}

@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import replaybuf
+from replaybuf import FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer, PrioritizedReplayBuffer
 from replaybuf.errors import ArgumentError, CheckpointError, SpecMismatchError
-from replaybuf.frames import FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer, stacked_leaves
-from replaybuf.frames_storage import FrameStorage, _words
 from replaybuf.nest import FlatSpec
-from replaybuf.prioritized import PrioritizedReplayBuffer
+from replaybuf.storages import stacked_leaves
+from replaybuf.storages.frames import FrameStorage, _words
 
 FRAME = (3, 2)
 
@@ -451,7 +451,7 @@ def test_corrupt_or_foreign_checkpoints_are_refused_and_change_nothing(tmp_path)
     with pytest.raises(CheckpointError, match="FrameStackReplayBuffer"):
         plain.load_state_dict(good)
     buffer.save(tmp_path / "lazy")  # items handed over as unread files, as UniformReplayBuffer.load does
-    target.load_state_dict(replaybuf.checkpoint.read_state(tmp_path / "lazy", lazy=("items",)))
+    target.load_state_dict(replaybuf.persistence.read_state(tmp_path / "lazy", lazy=("items",)))
     for key, value in buffer.gather_all().items():
         np.testing.assert_array_equal(value, target.gather_all()[key])
 
@@ -485,11 +485,11 @@ def test_a_restored_buffer_reads_and_continues_like_the_original(seed, batch, ma
 def test_without_numba_the_numpy_path_is_used(monkeypatch):
     import sys
 
-    import replaybuf.frames_storage as frames_storage
+    import replaybuf.storages.frames as frames_storage
 
     monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
-    monkeypatch.delitem(sys.modules, "replaybuf._frame_kernels", raising=False)
-    monkeypatch.delattr(replaybuf, "_frame_kernels", raising=False)
+    monkeypatch.delitem(sys.modules, "replaybuf.storages._frame_kernels", raising=False)
+    monkeypatch.delattr(replaybuf.storages, "_frame_kernels", raising=False)
     monkeypatch.setattr(frames_storage, "_kernels", False)
     buffer = FrameStackReplayBuffer(spec(4, -1), 2, 5, seed=0, stack_axis=-1)
     assert buffer._storage.kernels is None

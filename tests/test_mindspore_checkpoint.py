@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replaybuf import ArraySpec, checkpoint
+from replaybuf import ArraySpec
 from replaybuf.errors import CheckpointError
+from replaybuf.persistence import folder as checkpoint_folder
 
 torch = pytest.importorskip("torch")
 from replaybuf.mindspore_rl import ReplayBuffer  # noqa: E402
@@ -113,7 +114,7 @@ def test_folder_round_trip_and_numpy_readable_files(tmp_path, ordered):
     restored = buffer(seed=0, ordered=ordered)
     restored.load(tmp_path / "ckpt")
     assert view(restored) == view(original)
-    state = checkpoint.read_state(tmp_path / "ckpt")  # plain NumPy, no torch needed
+    state = checkpoint_folder.read_state(tmp_path / "ckpt")  # plain NumPy, no torch needed
     assert (state["head"], state["count"]) == (4, 6)
     assert state["rng"].dtype == np.uint8
     np.testing.assert_array_equal(state["items"]["1"][:, 0], np.arange(4, 10))

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replaybuf import ArraySpec
-from replaybuf.storage import RecordStorage
+from replaybuf.storages import RecordStorage
 
 SHAPES = st.sampled_from([(), (1,), (4,), (2, 3), (17,), (3, 1, 2)])
 DTYPES = st.sampled_from([np.float32, np.float64, np.int64, np.uint8, np.bool_, np.int16])

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import replaybuf
 from conformance_data import SPEC, fields_for_ids, step_batch
-from replaybuf import checkpoint
 from replaybuf.errors import CheckpointError
+from replaybuf.persistence import folder as checkpoint_folder
 
 torch = pytest.importorskip("torch")
 from replaybuf.torch import TorchPyUniformReplayBuffer, TorchUniformReplayBuffer  # noqa: E402
@@ -93,7 +93,7 @@ def test_folder_round_trip_and_numpy_readable_files(tmp_path):
     restored = segmented(seed=0)
     restored.load(tmp_path / "ckpt")
     assert_same(original, restored)
-    state = checkpoint.read_state(tmp_path / "ckpt")  # plain NumPy, no torch needed
+    state = checkpoint_folder.read_state(tmp_path / "ckpt")  # plain NumPy, no torch needed
     assert isinstance(state["rng"], np.ndarray) and state["rng"].dtype == np.uint8
     np.testing.assert_array_equal(state["items"]["0"], original.state_dict()["items"]["0"].numpy())
 

@@ -118,7 +118,7 @@ def per(sizes):
     cls = getattr(replaybuf, "PrioritizedReplayBuffer", None)
     if cls is None:
         try:
-            from replaybuf.prioritized import PrioritizedReplayBuffer as cls
+            from replaybuf import PrioritizedReplayBuffer as cls
         except ImportError as exc:
             raise Missing(f"replaybuf.PrioritizedReplayBuffer not available yet ({exc})") from None
     NOTES.append("256 streams")

@@ -5,7 +5,14 @@ One TF-Agents-shaped API (``add_batch``, ``get_next``, ``as_dataset``, ``gather_
 tensors in ``replaybuf.torch``. Importing ``replaybuf`` imports no framework.
 """
 
-from replaybuf.buffer import BufferInfo, ReplayBuffer
+from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo
+from replaybuf.buffers import (
+    FrameStackReplayBuffer,
+    PrioritizedFrameStackReplayBuffer,
+    PrioritizedReplayBuffer,
+    PyUniformReplayBuffer,
+    UniformReplayBuffer,
+)
 from replaybuf.drivers import EpisodeDriver, StepDriver
 from replaybuf.errors import (
     ArgumentError,
@@ -16,12 +23,8 @@ from replaybuf.errors import (
     SpecError,
     SpecMismatchError,
 )
-from replaybuf.frames import FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer
-from replaybuf.info import SampleInfo
-from replaybuf.prioritized import PrioritizedReplayBuffer
 from replaybuf.specs import ArraySpec, BoundedArraySpec, TensorSpec, as_data_spec
 from replaybuf.trajectory import StepType, Trajectory, collect_data_spec
-from replaybuf.uniform import PyUniformReplayBuffer, UniformReplayBuffer
 
 __all__ = [
     "ArgumentError",

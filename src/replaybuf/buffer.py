@@ -16,7 +16,7 @@ import numpy as np
 
 from replaybuf.errors import ArgumentError
 
-__all__ = ["BufferInfo", "ReplayBuffer", "check_positive"]
+__all__ = ["BufferInfo", "ReplayBuffer", "SampleInfo", "check_positive", "unstack_time"]
 
 
 class BufferInfo(NamedTuple):
@@ -32,6 +32,31 @@ class BufferInfo(NamedTuple):
     probabilities: Any
 
 
+class SampleInfo(BufferInfo):
+    """``BufferInfo(ids, probabilities)`` plus the attributes ``weights`` and ``mask``.
+
+    It is still the 2-tuple ``(ids, probabilities)`` (unpacking, indexing and equality behave
+    exactly as for ``BufferInfo``, and ``isinstance(info, BufferInfo)`` holds); the extras are
+    attributes, None when they do not apply:
+
+    - ``weights``: importance-sampling weights of a prioritized sample, ``[B]`` (or ``[]``),
+      ``(P(i) / P_min) ** -beta``, i.e. normalised by the largest weight any stored item can have.
+    - ``mask``: with ``pad_episode_ends=True``, bool ``[B, T]`` (or ``[T]``): True where the
+      step is real, False where it pads past the episode's end.
+
+    ``_replace`` and ``_make`` return a plain 2-tuple without the extras.
+    """
+
+    weights: Any
+    mask: Any
+
+    def __new__(cls, ids: Any, probabilities: Any, weights: Any = None, mask: Any = None):
+        info = super().__new__(cls, ids, probabilities)
+        info.weights = weights
+        info.mask = mask
+        return info
+
+
 def check_positive(name: str, value: Any, allow_none: bool = True) -> None:
     """Raise ArgumentError unless ``value`` is a positive int (or None when allowed)."""
     if value is None and allow_none:
@@ -40,6 +65,13 @@ def check_positive(name: str, value: Any, allow_none: bool = True) -> None:
         return
     expected = "a positive int or None" if allow_none else "a positive int"
     raise ArgumentError(f"{name}: expected {expected}, got {value!r}")
+
+
+def unstack_time(unflatten: Any, leaves: list, num_steps: int, batched: bool) -> tuple:
+    """``time_stacked=False``: a tuple of ``num_steps`` items, each from time step ``t`` of
+    ``leaves`` (NumPy arrays or tensors shaped ``[B, T, ...]``, or ``[T, ...]`` unbatched)."""
+    lead = (slice(None),) if batched else ()
+    return tuple(unflatten([leaf[(*lead, t)] for leaf in leaves]) for t in range(num_steps))
 
 
 class ReplayBuffer(abc.ABC):

@@ -40,7 +40,8 @@ def _call_forever(sample: Callable[[], Any]) -> Iterator[Any]:
 
 
 def _prefetched(sample: Callable[[], Any], depth: int) -> Iterator[Any]:
-    """Items from a daemon thread; it stops when this iterator is closed or collected."""
+    """Items from a daemon thread started at the first ``next``; it stops when this iterator
+    is closed or collected (an iterator never advanced starts no thread)."""
     ready: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
@@ -59,20 +60,15 @@ def _prefetched(sample: Callable[[], Any], depth: int) -> Iterator[Any]:
             if not item[0]:
                 return
 
-    thread = threading.Thread(target=produce, name="replaybuf-prefetch", daemon=True)
-    thread.start()
-
-    def consume() -> Iterator[Any]:
-        try:
-            while True:
-                ok, value = ready.get()
-                if not ok:
-                    raise value
-                yield value
-        finally:
-            stop.set()
-
-    return consume()
+    try:
+        threading.Thread(target=produce, name="replaybuf-prefetch", daemon=True).start()
+        while True:
+            ok, value = ready.get()
+            if not ok:
+                raise value
+            yield value
+    finally:
+        stop.set()
 
 
 def plan_deterministic_pass(

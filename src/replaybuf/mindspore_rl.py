@@ -26,9 +26,9 @@ import torch
 from replaybuf.buffer import check_positive
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, SpecMismatchError
 from replaybuf.nest import FlatSpec
+from replaybuf.persistence.state import check_header, require
 from replaybuf.ring import StreamRing, append_rows
 from replaybuf.specs import ArraySpec
-from replaybuf.state import require
 from replaybuf.torch.convert import DeviceBatcher
 from replaybuf.torch.state import TorchCheckpoints
 from replaybuf.torch.storage import TorchStorage
@@ -92,7 +92,7 @@ class ReplayBuffer(TorchCheckpoints):
         self._batcher = DeviceBatcher(self._flat, self._device)
         self._ring = StreamRing(1, int(capacity))
         self._storage = TorchStorage(self._flat.leaves, int(capacity), self._device)
-        self._generator = make_generator(self._device, seed)
+        self._rng = make_generator(self._device, seed)
         self._lock = threading.RLock()
 
     @classmethod
@@ -198,7 +198,7 @@ class ReplayBuffer(TorchCheckpoints):
                     "The ReplayBuffer is empty. Make sure to insert rows before sampling the buffer."
                 )
             shape = (self._batch_size,)
-            slots = torch.randint(0, count, shape, generator=self._generator, device=self._device)
+            slots = torch.randint(0, count, shape, generator=self._rng, device=self._device)
             if self._ordered:  # positions in age order -> slots
                 slots = torch.remainder(slots + self.head, self._ring.capacity)
             return tuple(self._storage.read(slots))
@@ -206,7 +206,7 @@ class ReplayBuffer(TorchCheckpoints):
     def reset(self) -> None:
         """Forget every row; the storage stays allocated."""
         with self._lock:
-            self._ring.steps = 0
+            self._ring.reset()
 
     def size(self) -> int:
         """How many valid rows are stored."""
@@ -225,8 +225,7 @@ class ReplayBuffer(TorchCheckpoints):
                 malformed (``head`` or ``count`` disagreeing with ``steps`` included); the
                 buffer is left unchanged.
         """
-        self._check_class(state)
-        steps, capacity = require(state, "steps", int), self._ring.capacity
+        steps, capacity = check_header(state, type(self).__name__, self._flat, self._geometry()), self._ring.capacity
         for key, mine in (("head", max(0, steps - capacity) % capacity), ("count", min(max(0, steps), capacity))):
             if require(state, key, int) != mine:
                 raise CheckpointError(f"state[{key!r}]: expected {mine} (from steps={steps}), got {state[key]}")

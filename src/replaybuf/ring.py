@@ -19,27 +19,42 @@ __all__ = ["StreamRing", "append_rows"]
 
 
 class StreamRing:
-    """Counters of a segmented ring: how many steps each stream has received."""
+    """Counters of a segmented ring: how many steps each stream has received.
 
-    def __init__(self, batch_size: int, max_length: int):
+    ``name`` is the owning buffer's, for error messages. ``floor`` is the first step still
+    intact after a storage recovered from a torn write (0 when none); it stops mattering once
+    the ring has moved ``max_length`` steps past it.
+    """
+
+    def __init__(self, batch_size: int, max_length: int, name: str = "buffer"):
         self.batch_size = batch_size
         self.max_length = max_length
         self.capacity = batch_size * max_length
+        self.name = name
         self.steps = 0  # steps added to every stream since the last clear
+        self.floor = 0
+
+    def reset(self, steps: int = 0, floor: int = 0) -> None:
+        """Set the counters (clear, a load, a reopened storage)."""
+        self.steps, self.floor = steps, floor
 
     def first_valid_step(self) -> int:
-        return max(0, self.steps - self.max_length)
+        return max(0, self.steps - self.max_length, self.floor)
 
     def num_valid_steps(self) -> int:
-        return min(self.steps, self.max_length)
+        return self.steps - self.first_valid_step()
 
-    def window_starts(self, num_steps: int, what: str = "buffer") -> tuple[int, int]:
+    def slot(self, step: int) -> int:
+        """The first slot of ``step`` (its stream 0)."""
+        return (step % self.max_length) * self.batch_size
+
+    def window_starts(self, num_steps: int) -> tuple[int, int]:
         """``[low, high)``: the steps at which a window of ``num_steps`` may start."""
         low, high = self.first_valid_step(), self.steps - num_steps + 1
         if high <= low:
             if self.steps == 0:
                 raise EmptyBufferError(
-                    f"The {what} is empty. Make sure to add items before sampling the buffer."
+                    f"The {self.name} is empty. Make sure to add items before sampling the buffer."
                 )
             raise EmptyBufferError(
                 f"num_steps={num_steps}: each stream holds only {self.num_valid_steps()} steps "
@@ -63,13 +78,15 @@ def append_rows(ring: StreamRing, storage: Any, rows: Sequence[Any]) -> None:
     """Append a batch of rows (NumPy arrays or tensors) to a single-stream ring, in order.
 
     Only the newest ``capacity`` rows survive a batch larger than the ring. The counter moves
-    after the data is written, so a reader (or a reopened memory-mapped file after a crash)
-    never sees slots that were not written. The caller holds the buffer's lock.
+    after the data is written (``storage.write`` then ``storage.commit``), so a reader (or a
+    reopened memory-mapped file after a crash) never sees slots that were not written. The
+    caller holds the buffer's lock.
     """
     count = rows[0].shape[0] if rows else 0
     skip = max(0, count - ring.capacity)
     if skip:
         rows = [leaf[skip:] for leaf in rows]
     if count:
-        storage.write((ring.steps + skip) % ring.capacity, rows)
+        storage.write((ring.steps + skip) % ring.capacity, rows, steps=count)
         ring.steps += count
+        storage.commit(ring.steps)

@@ -72,10 +72,6 @@ class ArraySpec:
         """``(3, 2) float32``: the form error messages use."""
         return f"{self.shape} {self.dtype.name}"
 
-    def zeros(self, outer_shape: tuple[int, ...] = ()) -> np.ndarray:
-        """An array of zeros of this spec, with leading ``outer_shape`` dimensions."""
-        return np.zeros(tuple(outer_shape) + self.shape, self.dtype)
-
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class BoundedArraySpec(ArraySpec):

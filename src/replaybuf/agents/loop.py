@@ -28,7 +28,7 @@ from replaybuf.trajectory import collect_data_spec
 __all__ = ["BACKENDS", "DqnConfig", "DqnRun", "evaluate", "make_buffer", "train_dqn"]
 
 BACKENDS = {
-    "numpy": ("replaybuf.uniform", "UniformReplayBuffer"),
+    "numpy": ("replaybuf", "UniformReplayBuffer"),
     "tf": ("replaybuf.tf", "TFUniformReplayBuffer"),
     "torch": ("replaybuf.torch", "TorchUniformReplayBuffer"),
 }

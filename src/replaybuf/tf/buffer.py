@@ -397,7 +397,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         except tf.errors.InvalidArgumentError as err:
             if what != "sample":
                 raise
-            ring = StreamRing(self._batch_size, self._max_length)
+            ring = StreamRing(self._batch_size, self._max_length, type(self).__name__)
             ring.steps = int(self._store.steps.numpy())
-            ring.window_starts(args[1] or 1, "TFUniformReplayBuffer")
+            ring.window_starts(args[1] or 1)
             raise EmptyBufferError(err.message.split("\n")[0]) from None

@@ -9,7 +9,8 @@ buffer may name it otherwise through ``_geometry``), ``steps``, ``items`` (valid
 id order), ``rng``.
 
 ``save(path)`` / ``load(path)`` write and read the same checkpoint folders as the NumPy
-buffers (``replaybuf.checkpoint``): the items as ``.npy`` files streamed straight from a CPU
+buffers (``replaybuf.persistence``), and a state is checked by the same rules
+(``replaybuf.persistence.state``): the items as ``.npy`` files streamed straight from a CPU
 storage (through host memory from a CUDA one), the generator state as a uint8 array.
 """
 
@@ -21,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from replaybuf import checkpoint
 from replaybuf.errors import CheckpointError
-from replaybuf.state import check_spec_state, require, ring_views, spec_state
+from replaybuf.persistence.folder import ArrayRun, StoredArray, read_state, write_state
+from replaybuf.persistence.state import check_header, check_items, first_stored_step, ring_views, spec_state
 from replaybuf.torch.convert import as_torch_dtype
 
 __all__ = ["TorchCheckpoints"]
@@ -39,7 +40,7 @@ class TorchCheckpoints:
     _flat: Any
     _ring: Any
     _storage: Any
-    _generator: torch.Generator
+    _rng: torch.Generator
     _device: torch.device
     _lock: Any
 
@@ -56,33 +57,22 @@ class TorchCheckpoints:
                 the buffer is left unchanged.
         """
         ring = self._ring
-        self._check_class(state)
-        check_spec_state(self._flat, require(state, "spec", dict))
-        for key, mine in self._geometry().items():
-            if require(state, key, int) != mine:
-                raise CheckpointError(f"state[{key!r}]: saved {state[key]}, this buffer has {mine}")
-        steps, items = require(state, "steps", int), require(state, "items", dict)
-        leaves = [items.get(str(i)) for i in range(len(self._flat.leaves))]
-        kinds = (torch.Tensor, np.ndarray, checkpoint.StoredArray)
-        count = leaves[0].shape[0] if leaves and isinstance(leaves[0], kinds) else 0
-        first = steps - count // ring.batch_size
-        if steps < 0 or count % ring.batch_size or first != max(0, steps - ring.max_length):
-            raise CheckpointError(f"state: {count} items do not fit steps={steps} of this buffer's streams")
-        for leaf, spec, path in zip(leaves, self._flat.leaves, self._flat.paths, strict=True):
-            want = (as_torch_dtype(spec.dtype), spec.dtype)
-            if not isinstance(leaf, kinds) or tuple(leaf.shape) != (count, *spec.shape) or leaf.dtype not in want:
-                got = f"{tuple(leaf.shape)} {leaf.dtype}" if isinstance(leaf, kinds) else type(leaf).__name__
-                raise CheckpointError(
-                    f"state['items'] {path}: expected ({count}, *{spec.shape}) {spec.dtype}, got {got}"
-                )
+        steps = check_header(state, type(self).__name__, self._flat, self._geometry())
+        kinds = (torch.Tensor, np.ndarray, StoredArray)
+        def dtypes(spec: Any) -> tuple:
+            return as_torch_dtype(spec.dtype), spec.dtype
+
+        leaves = check_items(self._flat, state, range(len(self._flat.leaves)), kinds, dtypes)
+        count = leaves[0].shape[0] if leaves else 0
+        first = first_stored_step(steps, count, ring.batch_size, ring.max_length, crash_safe=False)
         rng = _generator_state(state.get("rng"), self._device)
         with self._lock:
-            ring.steps = 0  # stays 0 (empty) if a file fails its checksum while read in
-            start = (first % ring.max_length) * ring.batch_size
+            ring.reset()  # stays empty if a file fails its checksum while read in
+            start = ring.slot(first)
             for tensor, leaf in zip(self._storage.tensors, leaves, strict=True):
                 _fill(ring_views(tensor, start, count), leaf)
-            ring.steps = steps
-            self._generator.set_state(rng)
+            ring.reset(steps)
+            self._rng.set_state(rng)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the state to the checkpoint folder ``path`` atomically (a new version).
@@ -95,7 +85,7 @@ class TorchCheckpoints:
         with self._lock:
             state = self._state(_host_run)
             state["rng"] = state["rng"].numpy()
-            checkpoint.write_state(path, state)
+            write_state(path, state)
 
     def load(self, path: str | os.PathLike) -> None:
         """Replace this buffer's state with the checkpoint folder at ``path``.
@@ -104,12 +94,7 @@ class TorchCheckpoints:
             CheckpointError: as for the NumPy buffers' ``load``: nothing changes, except an
                 item file failing its checksum while read in, which leaves the buffer empty.
         """
-        self.load_state_dict(checkpoint.read_state(path, lazy=("items",)))
-
-    def _check_class(self, state: Any) -> None:
-        """Raise CheckpointError unless ``state`` was saved by a buffer of this class."""
-        if require(state, "class", str) != type(self).__name__:
-            raise CheckpointError(f"state: saved from a {state['class']}, cannot load into a {type(self).__name__}")
+        self.load_state_dict(read_state(path, lazy=("items",)))
 
     def _geometry(self) -> dict[str, int]:
         """The sizes a state must match, by key: the ring's streams and their length."""
@@ -119,27 +104,27 @@ class TorchCheckpoints:
         ring = self._ring
         first = ring.first_valid_step()
         count = (ring.steps - first) * ring.batch_size
-        start = (first % ring.max_length) * ring.batch_size
+        start = ring.slot(first)
         return {
             "class": type(self).__name__,
             "spec": spec_state(self._flat),
             **self._geometry(),
             "steps": ring.steps,
             "items": {str(i): export(ring_views(t, start, count)) for i, t in enumerate(self._storage.tensors)},
-            "rng": self._generator.get_state(),
+            "rng": self._rng.get_state(),
         }
 
 
-def _host_run(views: list[torch.Tensor]) -> checkpoint.ArrayRun:
+def _host_run(views: list[torch.Tensor]) -> ArrayRun:
     """Storage rows as host NumPy views (CPU: the storage's own memory; CUDA: a copy)."""
-    return checkpoint.ArrayRun([v.numpy() if v.device.type == "cpu" else v.cpu().numpy() for v in views])
+    return ArrayRun([v.numpy() if v.device.type == "cpu" else v.cpu().numpy() for v in views])
 
 
 def _fill(views: list[torch.Tensor], rows: Any) -> None:
     """Copy ``rows`` (tensor, array or stored file) into consecutive storage ``views``."""
-    if isinstance(rows, checkpoint.StoredArray):
+    if isinstance(rows, StoredArray):
         if all(v.device.type == "cpu" for v in views):
-            rows.read_into(checkpoint.ArrayRun([v.numpy() for v in views]))  # straight into storage
+            rows.read_into(ArrayRun([v.numpy() for v in views]))  # straight into storage
             return
         rows = rows.read()
     rows = torch.as_tensor(rows)

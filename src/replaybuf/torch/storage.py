@@ -32,11 +32,7 @@ class TorchStorage:
         # a CPU storage is written through NumPy views of the same memory (see DeviceBatcher)
         self._views = [t.numpy() for t in self.tensors] if device.type == "cpu" else None
 
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors)
-
-    def write(self, start: int, batch: Sequence[Any]) -> None:
+    def write(self, start: int, batch: Sequence[Any], steps: int = 1) -> None:
         """Write rows ``batch[k][i]`` to slot ``(start + i) % capacity``; n <= capacity.
 
         ``batch`` holds NumPy arrays for a CPU storage, tensors on the device otherwise.
@@ -59,6 +55,12 @@ class TorchStorage:
         for target, rows in zip(targets, batch, strict=True):
             target[start:] = rows[:split]
             target[: end - self.capacity] = rows[split:]
+
+    def commit(self, steps: int) -> None:
+        """Nothing to record: the storage is not crash-safe (see replaybuf.storages)."""
+
+    def clear(self) -> None:
+        """Nothing to forget: slots are overwritten before they are read again."""
 
     def read(self, slots: torch.Tensor) -> list[torch.Tensor]:
         """The leaves at ``slots`` (int64 on the device), each ``slots.shape + leaf.shape``."""

@@ -1,10 +1,11 @@
 """The PyTorch buffers: ``TorchUniformReplayBuffer`` (segmented) and ``TorchPyUniformReplayBuffer``.
 
-They keep the ids, window rules and deterministic pass of the NumPy buffers
-(``replaybuf.uniform``) and store every leaf in one preallocated tensor on ``device``.
-Sampling keeps its bookkeeping in Python ints (the ring's counters) and does its index
-and random-number work on the device with a ``torch.Generator``, so sampling a CUDA
-buffer launches kernels and never waits for the GPU.
+They are ``StreamBuffer`` (ring + storage + sampler) with torch parts: every leaf in one
+preallocated tensor on ``device`` (``TorchStorage``), ids drawn on the device with a
+``torch.Generator`` (``TorchUniformSampler``), adds validated on metadata and moved once
+(``DeviceBatcher``), and the checkpoint protocol with tensors (``TorchCheckpoints``). So
+they keep the ids, window rules and deterministic pass of the NumPy buffers, and sampling a
+CUDA buffer launches kernels and never waits for the GPU.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ import numpy as np
 import torch
 
 from replaybuf.buffer import BufferInfo, check_positive
-from replaybuf.nest import FlatSpec
-from replaybuf.ring import StreamRing, append_rows
-from replaybuf.stream_buffer import StreamBuffer
+from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.torch.convert import DeviceBatcher
 from replaybuf.torch.dataset import TorchDataset
+from replaybuf.torch.sampler import TorchUniformSampler
 from replaybuf.torch.state import TorchCheckpoints
 from replaybuf.torch.storage import TorchStorage
 
@@ -73,8 +73,6 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         SpecError: the data_spec cannot be built, or a dtype has no PyTorch equivalent.
     """
 
-    _name = "TorchUniformReplayBuffer"
-
     def __init__(
         self,
         data_spec: Any,
@@ -85,61 +83,25 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         seed: int | None = None,
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
+        _single_stream: bool = False,
     ):
-        super().__init__(data_spec, batch_size, max_length, dataset_drop_remainder, dataset_window_shift)
         self._device = as_device(device)
-        self._ring = StreamRing(int(batch_size), int(max_length))
-        self._storage = TorchStorage(self._flat.leaves, self._ring.capacity, self._device)
-        self._batcher = DeviceBatcher(self._flat, self._device)
-        self._generator = make_generator(self._device, seed)
+        super().__init__(
+            data_spec,
+            batch_size,
+            max_length,
+            storage=lambda flat, ring: TorchStorage(flat.leaves, ring.capacity, self._device),
+            sampler=lambda flat, ring: TorchUniformSampler(self._device),
+            dataset_drop_remainder=dataset_drop_remainder,
+            dataset_window_shift=dataset_window_shift,
+            single_stream=_single_stream,
+        )
+        self._validate = DeviceBatcher(self._flat, self._device).batch
+        self._rng = make_generator(self._device, seed)
 
-    # -- the common API (the rest is StreamBuffer's) ------------------------------------
     @property
     def device(self) -> torch.device:
         return self._device
-
-    def add_batch(self, items: Any) -> None:
-        """Add one step to every stream: each leaf shaped ``[batch_size] + spec.shape``.
-
-        Raises:
-            SpecMismatchError: the structure, a shape or a dtype does not match the
-                data_spec; nothing is written.
-        """
-        batch = self._batcher.batch(items, self._ring.batch_size)
-        with self._lock:
-            ring = self._ring
-            self._storage.write((ring.steps % ring.max_length) * ring.batch_size, batch)
-            ring.steps += 1
-
-    def get_next(
-        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
-    ) -> tuple[Any, BufferInfo]:
-        """Sample uniformly; shapes as in ``replaybuf.buffer``, all tensors on ``device``.
-
-        Raises:
-            EmptyBufferError: nothing is stored, or no stream holds ``num_steps`` items.
-            ArgumentError: sample_batch_size or num_steps is not a positive int.
-        """
-        check_positive("sample_batch_size", sample_batch_size)
-        check_positive("num_steps", num_steps)
-        shape = () if sample_batch_size is None else (sample_batch_size,)
-        with self._lock:
-            ring = self._ring
-            low, high = ring.window_starts(num_steps or 1, self._name)
-            batch = ring.batch_size
-            ids = torch.randint(
-                low * batch, high * batch, shape, generator=self._generator, device=self._device
-            )
-            if num_steps is not None:
-                ids = ids[..., None] + torch.arange(num_steps, device=self._device) * batch
-            leaves = self._storage.read(torch.remainder(ids, ring.capacity))
-        probability = 1.0 / ((high - low) * batch)
-        probabilities = torch.full(shape, probability, dtype=torch.float32, device=self._device)
-        if not time_stacked and num_steps is not None:
-            return _unstack_time(self._flat, leaves, num_steps, sample_batch_size is not None), BufferInfo(
-                ids, probabilities
-            )
-        return self._flat.unflatten(leaves), BufferInfo(ids, probabilities)
 
     # -- internals ---------------------------------------------------------------------------
     def _wrap_dataset(self, dataset: Any) -> TorchDataset:
@@ -152,11 +114,6 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         return self._flat.unflatten(leaves), BufferInfo(device_ids, ())
 
 
-def _unstack_time(flat: FlatSpec, leaves: list[torch.Tensor], num_steps: int, batched: bool) -> tuple:
-    axis = 1 if batched else 0
-    return tuple(flat.unflatten([leaf.select(axis, t) for leaf in leaves]) for t in range(num_steps))
-
-
 class TorchPyUniformReplayBuffer(TorchUniformReplayBuffer):
     """One FIFO stream of ``capacity`` items as tensors on ``device`` (PyUniform on PyTorch).
 
@@ -164,18 +121,6 @@ class TorchPyUniformReplayBuffer(TorchUniformReplayBuffer):
     item is an error that says how to add one.
     """
 
-    _name = "TorchPyUniformReplayBuffer"
-
     def __init__(self, data_spec: Any, capacity: int, *, device: Any = "cpu", seed: int | None = None):
-        super().__init__(data_spec, batch_size=1, max_length=capacity, device=device, seed=seed)
-
-    def add_batch(self, items: Any) -> None:
-        """Append ``n`` items (each leaf shaped ``[n] + spec.shape``, n >= 0) in order.
-
-        Raises:
-            SpecMismatchError: the structure, a shape or a dtype does not match, or the
-                leaves disagree on n; nothing is written.
-        """
-        batch = self._batcher.batch(items, None)
-        with self._lock:
-            append_rows(self._ring, self._storage, batch)
+        check_positive("capacity", capacity, allow_none=False)
+        super().__init__(data_spec, batch_size=1, max_length=capacity, device=device, seed=seed, _single_stream=True)

@@ -22,8 +22,9 @@ import numpy as np
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
+from replaybuf.samplers.uniform import filled_probabilities
 
-__all__ = ["EpisodeIndex", "EpisodeSampler", "episode_markers"]
+__all__ = ["EpisodeIndex", "EpisodeSampler", "episode_markers", "pad_windows"]
 
 FIRST, LAST = 0, 2
 Markers = Callable[[Sequence[np.ndarray]], "tuple[np.ndarray | None, np.ndarray]"]
@@ -92,13 +93,12 @@ class EpisodeIndex:
         start = (step % self.ring.max_length) * self.ring.batch_size
         return slice(start, start + self.ring.batch_size)
 
-    def record(self, leaves: Sequence[np.ndarray]) -> None:
-        """Account for one add of a step to every stream; call before ``ring.steps`` moves."""
-        ring = self.ring
+    def record(self, leaves: Sequence[np.ndarray], steps: int) -> None:
+        """Account for one add of step ``steps`` (0-based) to every stream, its ``leaves``."""
         starts, ends = self.markers(leaves)
         begins = self._ended if starts is None else self._ended | starts
         new = np.where(begins, 0, self._last + 1)
-        steps, length = ring.steps, ring.max_length
+        length = self.ring.max_length
         oldest, next_oldest = max(0, steps - length), max(0, steps + 1 - length)
         for size in self._counts:
             if next_oldest > oldest and oldest + size - 1 <= steps - 1:  # that window's start leaves
@@ -131,13 +131,45 @@ class EpisodeIndex:
     def state_dict(self) -> dict:
         return {"position": self.position.copy(), "last": self._last.copy(), "ended": self._ended.copy()}
 
+    def recover(self, fields: Sequence[np.ndarray]) -> None:
+        """Derive the index from the stored items (a reopened memmap folder): ``fields`` are
+        the storage's leaves by slot; only the marker fields are read.
+
+        Positions count from the oldest stored item of each stream (or its episode's start):
+        smaller than the original's for an episode that began before the oldest item, which
+        changes no window's validity, since no window starts before that item.
+        """
+        ring = self.ring
+        self.clear()
+        self.position[:] = 0
+        if ring.num_valid_steps() == 0:
+            return
+        starts, ends = self.markers(_StepLeaves(ring, fields))
+        ends = np.asarray(ends, bool)
+        begins = np.zeros_like(ends)
+        begins[0] = True
+        begins[1:] = ends[:-1]
+        if starts is not None:
+            begins |= np.asarray(starts, bool)
+        t = np.arange(ends.shape[0])[:, None]
+        position = t - np.maximum.accumulate(np.where(begins, t, 0), axis=0)
+        slots = (np.arange(ring.first_valid_step(), ring.steps) % ring.max_length)[:, None] * ring.batch_size
+        self.position[slots + np.arange(ring.batch_size)] = position
+        self._last, self._ended = position[-1].copy(), ends[-1].copy()
+
     def check_state(self, state: Any) -> dict:
-        """The arrays of a ``state_dict()``; CheckpointError when one is missing or misshaped."""
+        """The arrays of a ``state_dict()``; CheckpointError when one is missing, misshaped or
+        of another kind (integer positions, bool ends)."""
         arrays = {k: state.get(k) if isinstance(state, dict) else None for k in ("position", "last", "ended")}
         shapes = {"position": self.position.shape, "last": self._last.shape, "ended": self._ended.shape}
+        kinds = {"position": ("iu", "integer"), "last": ("iu", "integer"), "ended": ("b", "bool")}
         for key, array in arrays.items():
-            if not isinstance(array, np.ndarray) or array.shape != shapes[key]:
-                raise CheckpointError(f"state['episodes'][{key!r}]: expected an array shaped {shapes[key]}")
+            kind, name = kinds[key]
+            if not isinstance(array, np.ndarray) or array.shape != shapes[key] or array.dtype.kind not in kind:
+                got = f"{array.shape} {array.dtype}" if isinstance(array, np.ndarray) else type(array).__name__
+                raise CheckpointError(
+                    f"state['episodes'][{key!r}]: expected a {name} array shaped {shapes[key]}, got {got}"
+                )
         return arrays
 
     def load_state_dict(self, state: Any) -> None:
@@ -145,6 +177,29 @@ class EpisodeIndex:
         self.position[:] = arrays["position"]
         self._last, self._ended = arrays["last"].astype(np.int64), arrays["ended"].astype(bool)
         self._counts = {}
+
+
+class _StepLeaves(Sequence):
+    """The stored leaves as ``[step, stream, ...]`` for the valid steps, each built on access."""
+
+    def __init__(self, ring: StreamRing, fields: Sequence[np.ndarray]):
+        self._fields, self._ring = fields, ring
+        self._order = np.arange(ring.first_valid_step(), ring.steps) % ring.max_length
+
+    def __getitem__(self, index: int) -> np.ndarray:  # type: ignore[override]
+        field = self._fields[index]
+        return field.reshape(self._ring.max_length, self._ring.batch_size, *field.shape[1:])[self._order]
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+
+def pad_windows(index: EpisodeIndex, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, mask)`` of padded windows ``[..., T]``: steps past the first step's episode
+    repeat its last real id, and ``mask`` is True where the step is real."""
+    mask = index.real(ids)
+    last_real = np.take_along_axis(ids, mask.sum(axis=-1, keepdims=True) - 1, axis=-1)
+    return np.where(mask, ids, last_real), mask
 
 
 class EpisodeSampler:
@@ -162,14 +217,14 @@ class EpisodeSampler:
         self.pad = pad
 
     def draw(
-        self, rng: np.random.Generator, ring: StreamRing, size: int | None, num_steps: int | None, what: str
-    ) -> tuple[np.ndarray, Any, dict]:
-        steps = num_steps or 1
-        low, high = ring.window_starts(steps, what)
+        self, rng: np.random.Generator, ring: StreamRing, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[np.ndarray, np.ndarray, dict]:
+        size, steps = sample_batch_size, num_steps or 1
+        low, high = ring.window_starts(steps)
         starts = (high - low) * ring.batch_size
         if self.pad or steps == 1:
             first = rng.integers(low * ring.batch_size, high * ring.batch_size, size=size if size is not None else ())
-            probability: float = 1.0 / starts
+            probability = 1.0 / starts
         else:
             count = self.index.count(steps)
             if count == 0:
@@ -181,11 +236,11 @@ class EpisodeSampler:
             first = first[0] if size is None else first
             probability = 1.0 / count
         ids = ring.window_ids(np.asarray(first), num_steps)
+        probabilities = filled_probabilities(probability, size)
         if num_steps is None or not self.pad:
-            return ids, probability, {}
-        mask = self.index.real(ids)
-        last_real = np.take_along_axis(ids, mask.sum(axis=-1, keepdims=True) - 1, axis=-1)
-        return np.where(mask, ids, last_real), probability, {"mask": mask}
+            return ids, probabilities, {}
+        ids, mask = pad_windows(self.index, ids)
+        return ids, probabilities, {"mask": mask}
 
     def _inside_starts(
         self, rng: np.random.Generator, low: int, high: int, wanted: int, steps: int, rate: float
@@ -197,3 +252,22 @@ class EpisodeSampler:
             found.append(kept)
             need -= kept.shape[0]
         return np.concatenate(found)
+
+    # -- the rest of the sampler protocol (replaybuf.samplers) -----------------------------------
+    def added(self, ring: StreamRing, arrays: Sequence[np.ndarray]) -> None:
+        self.index.record(arrays, ring.steps - 1)
+
+    def cleared(self) -> None:
+        self.index.clear()
+
+    def reopened(self, ring: StreamRing, fields: Sequence[np.ndarray]) -> None:
+        self.index.recover(fields)
+
+    def state(self, ring: StreamRing) -> dict:
+        return {"episodes": self.index.state_dict()}
+
+    def check_state(self, ring: StreamRing, state: dict, count: int) -> dict:
+        return self.index.check_state(state.get("episodes"))
+
+    def load_state(self, ring: StreamRing, checked: dict) -> None:
+        self.index.load_state_dict(checked)

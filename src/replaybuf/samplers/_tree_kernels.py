@@ -1,8 +1,8 @@
-"""Compiled loops for ``replaybuf.sumtree`` (used when numba is installed: ``replaybuf[fast]``).
+"""Compiled loops for ``replaybuf.samplers.sumtree`` (used when numba is installed: ``replaybuf[fast]``).
 
 The trees keep every level in one float64 array (``offsets[level]`` is where a level
 starts, level 0 holds the slots). These kernels walk it with the same rules as the NumPy
-twins in ``replaybuf.sumtree.NumpyKernels`` (same names, same arguments):
+twins in ``replaybuf.samplers.sumtree.NumpyKernels`` (same names, same arguments):
 
 - ``find``: per target, the first child whose running sum exceeds it, never a child with
   value 0;

@@ -1,4 +1,4 @@
-"""Compiled frame loops for ``replaybuf.frames_storage`` (used when numba is installed:
+"""Compiled frame loops for ``replaybuf.storages.frames`` (used when numba is installed:
 ``replaybuf[fast]``).
 
 Frames live in a pool ``[R, pre, post]`` of bytes (``R = pool_size + 1``: the last row is

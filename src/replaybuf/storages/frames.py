@@ -24,7 +24,7 @@ than expected; RSS follows the frames written (the pool is calloc'ed).
 A stack along an inner axis (``[84, 84, 4]``) interleaves its frames pixel by pixel. With
 numba installed (``replaybuf[fast]``) the interleave on read, its inverse on add and the
 next observation (the observation shifted by one frame, plus one) run as compiled loops
-(``replaybuf._frame_kernels``); without it, NumPy strided copies give the same bytes.
+(``replaybuf.storages._frame_kernels``); without it, NumPy strided copies give the same bytes.
 
 Checkpoints (``state`` / ``check_state`` / ``load_state``) hold the small leaves, the live
 frames once, and the pointers rebased onto them (docs/images.md).
@@ -33,21 +33,21 @@ frames once, and the pointers rebased onto them (docs/images.md).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
 from types import ModuleType
 
 import numpy as np
 
-from replaybuf.checkpoint import ArrayRun
-from replaybuf.errors import CheckpointError
+from replaybuf.errors import ArgumentError, CheckpointError
+from replaybuf.nest import FlatSpec
+from replaybuf.persistence.folder import ArrayRun, StoredArray
+from replaybuf.persistence.state import check_items, read_run, ring_views
 from replaybuf.specs import ArraySpec
-from replaybuf.state import read_run, ring_views
-from replaybuf.storage import RecordStorage
+from replaybuf.storages.records import RecordStorage
 
-__all__ = ["FrameStorage", "StackedLeaf"]
+__all__ = ["FrameStorage", "StackedLeaf", "stacked_leaves"]
 
 ZERO = -1  # the pointer of the all-zero frame
 
@@ -55,11 +55,11 @@ _kernels: ModuleType | None | bool = False  # False: not looked up yet
 
 
 def compiled_kernels() -> ModuleType | None:
-    """replaybuf._frame_kernels when numba is importable, else None (looked up once)."""
+    """replaybuf.storages._frame_kernels when numba is importable, else None (looked up once)."""
     global _kernels
     if _kernels is False:
         try:
-            from replaybuf import _frame_kernels
+            from replaybuf.storages import _frame_kernels
 
             _frame_kernels.warm_up()
             _kernels = _frame_kernels
@@ -84,12 +84,60 @@ class StackedLeaf:
     frame_shape: tuple[int, ...]
 
 
+DEFAULT_FIELDS = ("observation", "next_observation")
+
+
+def stacked_leaves(flat: FlatSpec, stacked_fields: Sequence[str] | None, stack_axis: int) -> list[StackedLeaf]:
+    """The stacked leaves named by ``stacked_fields`` (default: whichever of observation and
+    next_observation the spec has), each split into frames along ``stack_axis``.
+
+    Raises:
+        ArgumentError: a named field is not a leaf of the data_spec, none is found,
+            ``stack_axis`` is outside a leaf's dims, or the leaves' frames differ in shape or dtype.
+    """
+    names = list(DEFAULT_FIELDS if stacked_fields is None else stacked_fields)
+    if isinstance(stacked_fields, str):
+        raise ArgumentError(f"stacked_fields: expected a sequence of field paths, got the string {stacked_fields!r}")
+    found = []
+    for name in names:
+        if name in flat.paths:
+            found.append(flat.paths.index(name))
+        elif stacked_fields is not None:
+            raise ArgumentError(f"stacked_fields: expected field paths of the data_spec ({flat.paths}), got {name!r}")
+    if not found:
+        raise ArgumentError(
+            f"stacked_fields: expected an observation or next_observation field in the data_spec, or "
+            f"stacked_fields naming the stacked ones (fields: {flat.paths}), got neither"
+        )
+    out = []
+    for index in found:
+        spec, path = flat.leaves[index], flat.paths[index]
+        is_int = isinstance(stack_axis, int) and not isinstance(stack_axis, bool)
+        if not is_int or not -len(spec.shape) <= stack_axis < len(spec.shape):
+            raise ArgumentError(f"stack_axis: expected an axis of {path} shaped {spec.shape}, got {stack_axis!r}")
+        axis = stack_axis % len(spec.shape)
+        frame = spec.shape[:axis] + spec.shape[axis + 1 :]
+        out.append(StackedLeaf(index, axis, spec.shape[axis], frame))
+    first = flat.leaves[out[0].index]
+    for leaf in out[1:]:
+        spec = flat.leaves[leaf.index]
+        if leaf.frame_shape != out[0].frame_shape or spec.dtype != first.dtype:
+            raise ArgumentError(
+                f"stacked_fields: expected frames shaped like {flat.paths[out[0].index]}'s {out[0].frame_shape} "
+                f"{first.dtype}, got {flat.paths[leaf.index]} frames {leaf.frame_shape} {spec.dtype}"
+            )
+    return out
+
+
 class FrameStorage:
-    """The storage of a frame-stack buffer: ``write(start, leaves)`` / ``read(slots)`` by slot.
+    """The storage of a frame-stack buffer (the storage protocol of ``replaybuf.storages``).
 
     ``leaves`` are the flat spec's leaves; ``stacked`` names the stacked ones (at most one
     pool: every stacked leaf must share a frame shape and dtype).
     """
+
+    lazy_keys = ()  # load() reads every file of a frame-stack checkpoint before loading it
+    crash_safe = False
 
     def __init__(
         self,
@@ -129,16 +177,15 @@ class FrameStorage:
         ]
         self._packs4 = packs4  # built as one uint32 word per pixel
         self._pair = [i for i, ok in enumerate(packs4) if ok][:2]  # observation and next, in one pass
-        self._restoring = False
         self.clear()
 
     @property
     def fields(self) -> list[np.ndarray]:
         return self.records.fields
 
-    @property
-    def nbytes(self) -> int:
-        return self.records.nbytes + self.frames.nbytes
+    def commit(self, steps: int) -> None:
+        """The ring counts ``steps`` steps (after a write, a load or a clear)."""
+        self.written = steps
 
     def clear(self) -> None:
         """Forget the previous add (nothing later is matched against it) and the floors."""
@@ -149,10 +196,8 @@ class FrameStorage:
         self.records.records[self._floor_name] = 0
 
     # -- writing ---------------------------------------------------------------------------------
-    def write(self, start: int, arrays: Sequence[np.ndarray]) -> None:
+    def write(self, start: int, arrays: Sequence[np.ndarray], steps: int = 1) -> None:
         """Write one step of every stream (``arrays[k]`` shaped ``[batch_size, ...]``) at ``start``."""
-        if self._restoring:  # load_state writes the records and frames of a checkpoint instead
-            return
         base = self.counter
         new_frames: list[np.ndarray] = []  # [m, *frame] blocks of frames matching nothing held
         resolved: list[tuple[np.ndarray, np.ndarray]] = []  # (words [B, k, n], pointers [B, k])
@@ -282,9 +327,9 @@ class FrameStorage:
         self.frames, self.pool_size = frames, size
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def state(self, start: int, count: int, views: bool = False) -> tuple[dict, dict]:
-        """``(items, frames)`` of the ``count`` items from slot ``start`` (id order): the small
-        leaves by flat index, and the frames they use once each with pointers into them.
+    def state(self, start: int, count: int, views: bool = False) -> dict:
+        """``{"items", "frames"}`` of the ``count`` items from slot ``start`` (id order): the
+        small leaves by flat index, and the frames they use once each with pointers into them.
 
         ``frames`` holds ``pool`` (``[m, *frame]``: the frames from the oldest one still used
         to the newest), ``pointers`` (per stacked leaf, ``[count, k]`` rows of ``pool``, -1
@@ -312,9 +357,21 @@ class FrameStorage:
             "floors": floors - base,
             "axes": [leaf.axis for leaf in self.stacked],
         }
-        return {str(i): run for i, run in zip(self._small, runs, strict=False)}, frames
+        return {"items": {str(i): run for i, run in zip(self._small, runs, strict=False)}, "frames": frames}
 
-    def check_state(self, frames: object) -> int:
+    def check_state(self, flat: FlatSpec, state: dict) -> tuple[int, tuple[list, dict]]:
+        """``(count, (small leaves, frames))`` of a ``state()``; CheckpointError when it does not fit."""
+        count = self._check_frames(state.get("frames"))
+        items = {  # a file handed over lazily is read here, before anything changes
+            key: value.read() if isinstance(value, StoredArray) else value
+            for key, value in (state.get("items") or {}).items()
+        } if isinstance(state.get("items"), dict) else state.get("items")
+        small = check_items(flat, dict(state, items=items), self._small, (np.ndarray,))
+        if small and small[0].shape[0] != count:
+            raise CheckpointError(f"state['items']: {small[0].shape[0]} items, but state['frames'] holds {count}")
+        return count, (small, state["frames"])
+
+    def _check_frames(self, frames: object) -> int:
         """The item count of a ``state()``'s ``frames``; CheckpointError when it does not fit."""
         if not isinstance(frames, dict):
             raise CheckpointError(f"state['frames']: expected a dict, got {type(frames).__name__}")
@@ -347,18 +404,10 @@ class FrameStorage:
             raise CheckpointError("state['frames']['floors']: an item's floor is above a frame it uses")
         return count
 
-    @contextmanager
-    def restoring(self) -> Iterator[None]:
-        """Within it, ``write`` writes nothing (a checkpoint is loaded by ``load_state``)."""
-        self._restoring = True
-        try:
-            yield
-        finally:
-            self._restoring = False
-
-    def load_state(self, start: int, items: dict, frames: dict, steps: int) -> None:
-        """Hold the ``items`` and ``frames`` of a ``state()`` (checked) from slot ``start``,
-        ``steps`` steps having been written; later adds match against the newest step."""
+    def load_state(self, start: int, checked: tuple[list, dict]) -> None:
+        """Hold the checked small leaves and ``frames`` of a ``state()`` from slot ``start``;
+        later adds match against the newest step (``commit`` then gives the step count)."""
+        small, frames = checked
         self.clear()
         pool = frames["pool"]
         m = pool.shape[0]
@@ -366,11 +415,10 @@ class FrameStorage:
             self.frames = np.zeros((m + self.batch_size + 1, *self.frames.shape[1:]), self.frame_dtype)
             self.pool_size = m + self.batch_size
         self.frames[:m] = pool
-        self.counter, self.written = m, steps
+        self.counter = m
         pointers = [frames["pointers"][str(leaf.index)] for leaf in self.stacked]
         count = frames["floors"].shape[0]
         if count:
-            small = [items[str(i)] for i in self._small]
             self.records.write(start, [*small, *pointers, frames["floors"]])
             newest = [p[count - self.batch_size :] for p in pointers]
             self._previous = [(_words(self.frames.take(self._rows(p), axis=0)), p) for p in newest]

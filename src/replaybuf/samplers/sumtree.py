@@ -8,7 +8,7 @@ batch of B updates or searches costs a handful of NumPy calls per level on ``[B,
 blocks; no Python loop runs over the batch.
 
 The work on the arrays is done by a *kernels* namespace: ``NumpyKernels`` here, or
-``replaybuf._tree_kernels`` (the same functions compiled by numba, the ``fast`` extra),
+``replaybuf.samplers._tree_kernels`` (the same functions compiled by numba, the ``fast`` extra),
 several times faster for batches of a few hundred. ``kernels(compiled)`` picks one;
 ``compiled=False`` keeps NumPy. Both follow the same rules and are tested against each other.
 """
@@ -44,7 +44,7 @@ def _blocks(tree: np.ndarray, offsets: np.ndarray, arity: int) -> list[np.ndarra
 class NumpyKernels:
     """The tree kernels in plain NumPy (vectorised over the batch, one pass per level).
 
-    Same functions and arguments as ``replaybuf._tree_kernels``; see there for what each does.
+    Same functions and arguments as ``replaybuf.samplers._tree_kernels``; see there for what each does.
     """
 
     @staticmethod
@@ -153,7 +153,7 @@ def kernels(compiled: bool | None = None) -> Any:
         return NumpyKernels
     if _compiled is False:
         try:
-            from replaybuf import _tree_kernels
+            from replaybuf.samplers import _tree_kernels
 
             _tree_kernels.warm_up()
             _compiled = _tree_kernels
@@ -222,38 +222,12 @@ class _Tree:
 
 
 class SumTree(_Tree):
-    """Sums of slot values; ``find`` maps targets in ``[0, total)`` to slots."""
+    """Sums of slot values; the kernels' ``draw`` maps targets in ``[0, root)`` to slots."""
 
     _fill = 0.0
 
     def _reduce(self, children: np.ndarray) -> np.ndarray:
         return children.sum(axis=1)
-
-    def total(self) -> float:
-        return self.root()
-
-    def prefix(self, stop: int) -> float:
-        """The sum of the leaves ``[0, stop)``."""
-        if stop >= self.capacity:
-            return self.total()
-        total = 0.0
-        for level in self.levels:
-            group = stop - stop % self.arity
-            total += float(level[group:stop].sum())
-            stop //= self.arity
-        return total
-
-    def find(self, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The slot each target (``0 <= target < total``) falls in, and that slot's value.
-
-        Slot ``i`` is found for targets in ``[prefix(i), prefix(i) + value_i)``. Rounding
-        can push a target onto a zero-valued slot; such a slot comes back with value 0 and
-        the caller draws again (``PrioritizedSampler`` does).
-        """
-        targets = kernel_array(targets, np.float64)
-        slots, values = np.empty(targets.shape[0], np.int64), np.empty(targets.shape[0])
-        self.kernels.find(self.tree, self.offsets, self.arity, targets, slots, values)
-        return slots, values
 
 
 class MinTree(_Tree):

@@ -1,0 +1,133 @@
+"""Buffers for stacked-frame image observations that store each frame once (docs/images.md).
+
+``FrameStackReplayBuffer`` and ``PrioritizedFrameStackReplayBuffer`` are the uniform and
+prioritized presets over a ``FrameStorage``: same API, same samples (ids, probabilities,
+windows, episodes), and every read returns exactly the stacks that were added, while an
+84x84x4 observation plus its next observation costs one new 84x84 frame per transition
+instead of eight.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from replaybuf.buffers.prioritized import PrioritizedReplayBuffer, prioritized_sampler
+from replaybuf.buffers.stream import StreamBuffer, reject_unused
+from replaybuf.buffers.uniform import uniform_sampler
+from replaybuf.nest import FlatSpec
+from replaybuf.ring import StreamRing
+from replaybuf.storages import FrameStorage, stacked_leaves
+
+__all__ = ["FrameStackReplayBuffer", "PrioritizedFrameStackReplayBuffer"]
+
+
+def frame_storage(
+    stacked_fields: Sequence[str] | None, stack_axis: int, storage: str, path: str | os.PathLike | None
+) -> Callable[[FlatSpec, StreamRing], FrameStorage]:
+    """The storage part of the frame-stack presets.
+
+    Raises:
+        ArgumentError: as ``stacked_leaves``; a storage other than ``"memory"``, or a path.
+    """
+    why = "frame stacks are not memory-mapped yet; use storage='memory'"
+    reject_unused(storage=(storage, "memory", why), path=(path, None, why))
+
+    def build(flat: FlatSpec, ring: StreamRing) -> FrameStorage:
+        stacked = stacked_leaves(flat, stacked_fields, stack_axis)
+        return FrameStorage(flat.leaves, stacked, ring.batch_size, ring.max_length)
+
+    return build
+
+
+class FrameStackReplayBuffer(StreamBuffer):
+    """``UniformReplayBuffer`` whose stacked-frame fields store each distinct frame once.
+
+    Args:
+        data_spec, batch_size, max_length, seed, respect_episodes, pad_episode_ends,
+            episode_end_field, dataset_drop_remainder, dataset_window_shift: as for
+            UniformReplayBuffer.
+        stacked_fields: field paths of the stacked observations (default: ``observation``
+            and ``next_observation``, those present). Their frames must share shape and dtype.
+        stack_axis: the axis of the stack inside each such field: 0 for Gymnasium's
+            FrameStackObservation (``[k, *frame]``), -1 for ``[84, 84, 4]``.
+
+    Raises:
+        ArgumentError: as ``stacked_leaves``; a storage other than ``"memory"``; the
+            UniformReplayBuffer's argument errors.
+    """
+
+    def __init__(
+        self,
+        data_spec: Any,
+        batch_size: int = 1,
+        max_length: int = 1000,
+        *,
+        stacked_fields: Sequence[str] | None = None,
+        stack_axis: int = 0,
+        seed: int | None = None,
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+        storage: str = "memory",
+        path: str | os.PathLike | None = None,
+        respect_episodes: bool = False,
+        pad_episode_ends: bool = False,
+        episode_end_field: str | None = None,
+    ):
+        super().__init__(
+            data_spec,
+            batch_size,
+            max_length,
+            storage=frame_storage(stacked_fields, stack_axis, storage, path),
+            sampler=uniform_sampler(respect_episodes, pad_episode_ends, episode_end_field),
+            seed=seed,
+            dataset_drop_remainder=dataset_drop_remainder,
+            dataset_window_shift=dataset_window_shift,
+        )
+
+
+class PrioritizedFrameStackReplayBuffer(StreamBuffer):
+    """``PrioritizedReplayBuffer`` whose stacked-frame fields store each distinct frame once.
+
+    Takes PrioritizedReplayBuffer's arguments plus ``stacked_fields`` and ``stack_axis``
+    (see FrameStackReplayBuffer).
+    """
+
+    alpha = PrioritizedReplayBuffer.alpha
+    beta = PrioritizedReplayBuffer.beta
+    update_priorities = PrioritizedReplayBuffer.update_priorities
+
+    def __init__(
+        self,
+        data_spec: Any,
+        batch_size: int = 1,
+        max_length: int = 1000,
+        *,
+        stacked_fields: Sequence[str] | None = None,
+        stack_axis: int = 0,
+        alpha: float = 0.6,
+        beta: float | Callable[[], float] = 0.4,
+        epsilon: float = 1e-6,
+        seed: int | None = None,
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+        respect_episodes: bool = False,
+        pad_episode_ends: bool = False,
+        episode_end_field: str | None = None,
+        storage: str = "memory",
+        path: str | os.PathLike | None = None,
+        compiled: bool | None = None,
+    ):
+        super().__init__(
+            data_spec,
+            batch_size,
+            max_length,
+            storage=frame_storage(stacked_fields, stack_axis, storage, path),
+            sampler=prioritized_sampler(
+                alpha, beta, epsilon, compiled, respect_episodes, pad_episode_ends, episode_end_field
+            ),
+            seed=seed,
+            dataset_drop_remainder=dataset_drop_remainder,
+            dataset_window_shift=dataset_window_shift,
+        )

@@ -1,0 +1,284 @@
+"""``StreamBuffer``: a ring + a storage + a sampler, behind the common API.
+
+Every buffer of ``batch_size`` streams (the NumPy buffers here, the PyTorch ones in
+``replaybuf.torch``) is this class with its parts plugged in: the ring (``replaybuf.ring``)
+counts steps and turns them into ids, the storage (``replaybuf.storages``) keeps the bytes
+by slot, the sampler (``replaybuf.samplers``) picks ids, and ``_validate`` checks and
+converts an add before anything is written. The presets (``UniformReplayBuffer``,
+``PrioritizedReplayBuffer``, the frame-stack buffers, the torch buffers) only choose parts.
+One lock guards every write and read, so no read sees an item half written.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive, unstack_time
+from replaybuf.dataset import DeterministicPass, RandomDataset, plan_deterministic_pass
+from replaybuf.errors import ArgumentError, CheckpointError
+from replaybuf.nest import FlatSpec
+from replaybuf.persistence.folder import read_state, write_state
+from replaybuf.persistence.state import check_header, check_rng_state, first_stored_step, require, spec_state
+from replaybuf.ring import StreamRing, append_rows
+
+__all__ = ["Part", "StreamBuffer", "reject_unused"]
+
+Part = Callable[[FlatSpec, StreamRing], Any]  # builds a storage or sampler for the spec and ring
+
+
+class StreamBuffer(ReplayBuffer):
+    """``batch_size`` streams of ``max_length`` items: ring + storage + sampler; see the module.
+
+    Args:
+        data_spec: a nest of ArraySpec, tf.TensorSpec or Gymnasium spaces describing one item.
+        batch_size, max_length: the ring's geometry; capacity is their product.
+        storage, sampler: ``part(flat_spec, ring)`` factories of the storage and sampler.
+        seed: seed of the sampling random generator.
+        dataset_drop_remainder, dataset_window_shift: the deterministic pass's options.
+        single_stream: ``add_batch`` appends a batch of any size to one stream (PyUniform);
+            the sampler must then keep no per-add state (the uniform one).
+    """
+
+    def __init__(
+        self,
+        data_spec: Any,
+        batch_size: int,
+        max_length: int,
+        *,
+        storage: Part,
+        sampler: Part,
+        seed: int | None = None,
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+        single_stream: bool = False,
+    ):
+        check_positive("batch_size", batch_size, allow_none=False)
+        check_positive("max_length", max_length, allow_none=False)
+        check_positive("dataset_window_shift", dataset_window_shift)
+        self._flat = FlatSpec(data_spec)
+        self._lock = threading.RLock()
+        self._drop_remainder = bool(dataset_drop_remainder)
+        self._window_shift = dataset_window_shift
+        self._single_stream = single_stream
+        self._ring = StreamRing(int(batch_size), int(max_length), type(self).__name__)
+        self._storage = storage(self._flat, self._ring)
+        self._sampler = sampler(self._flat, self._ring)
+        self._validate: Callable[[Any, int | None], list] = self._flat.flatten_batch
+        self._rng: Any = np.random.default_rng(seed)
+        if self._ring.steps:  # a reopened storage (memmap folder): derive the sampler's state
+            self._sampler.reopened(self._ring, self._storage.fields)
+
+    # -- geometry ----------------------------------------------------------------------------
+    @property
+    def data_spec(self) -> Any:
+        return self._flat.data_spec
+
+    @property
+    def capacity(self) -> int:
+        return self._ring.capacity
+
+    @property
+    def batch_size(self) -> int:
+        return self._ring.batch_size
+
+    @property
+    def max_length(self) -> int:
+        return self._ring.max_length
+
+    # -- the common API ------------------------------------------------------------------------
+    def add_batch(self, items: Any) -> None:
+        """Add one step to every stream: each leaf shaped ``[batch_size] + spec.shape``.
+        (Single-stream buffers: ``[n] + spec.shape`` for any n >= 0, appended in order.)
+
+        Raises:
+            SpecMismatchError: the structure, a shape or a dtype does not match the
+                data_spec (or the leaves disagree on n); nothing is written.
+        """
+        ring = self._ring
+        if self._single_stream:
+            arrays = self._validate(items, None)
+            with self._lock:
+                append_rows(ring, self._storage, arrays)
+            return
+        arrays = self._validate(items, ring.batch_size)
+        with self._lock:
+            self._storage.write(ring.slot(ring.steps), arrays)
+            ring.steps += 1
+            self._storage.commit(ring.steps)
+            self._sampler.added(ring, arrays)
+
+    def get_next(
+        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+    ) -> tuple[Any, BufferInfo]:
+        """Sample with the buffer's sampler; see ``replaybuf.buffer`` for the shapes.
+
+        Raises:
+            EmptyBufferError: nothing is stored, or no stream holds ``num_steps`` items
+                (inside one episode, when the sampler respects episodes).
+            ArgumentError: sample_batch_size or num_steps is not a positive int.
+        """
+        if sample_batch_size is not None and (sample_batch_size.__class__ is not int or sample_batch_size < 1):
+            check_positive("sample_batch_size", sample_batch_size)
+        if num_steps is not None and (num_steps.__class__ is not int or num_steps < 1):
+            check_positive("num_steps", num_steps)
+        with self._lock:
+            ids, probabilities, extras = self._sampler.draw(self._rng, self._ring, sample_batch_size, num_steps)
+            leaves = self._storage.read(ids % self._ring.capacity)
+        if time_stacked or num_steps is None:
+            items = self._flat.unflatten(leaves)
+        else:
+            items = unstack_time(self._flat.unflatten, leaves, num_steps, batched=sample_batch_size is not None)
+        if extras:
+            return items, SampleInfo(ids, probabilities, **extras)
+        return items, BufferInfo(ids, probabilities)
+
+    def as_dataset(
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        num_parallel_calls: int | None = None,
+        single_deterministic_pass: bool = False,
+    ) -> Any:
+        """An iterable of ``(items, BufferInfo)``.
+
+        Random mode (default) is endless and sees later adds; ``num_parallel_calls`` > 0
+        samples in a background thread with that many batches queued. With
+        ``single_deterministic_pass=True`` every stored item is yielded once, stream by
+        stream (``sample_batch_size`` streams at a time) in time order, cut into windows
+        of ``num_steps``; ids are fixed when the iterator is created.
+
+        Raises:
+            ArgumentError: a non-positive argument; in a deterministic pass,
+                sample_batch_size > batch_size or num_steps > max_length.
+        """
+        check_positive("sample_batch_size", sample_batch_size)
+        check_positive("num_steps", num_steps)
+        check_positive("num_parallel_calls", num_parallel_calls)
+        if single_deterministic_pass:
+
+            def plan() -> list[np.ndarray]:
+                with self._lock:
+                    return plan_deterministic_pass(
+                        self._ring, sample_batch_size, num_steps, self._window_shift, self._drop_remainder
+                    )
+
+            return self._wrap_dataset(DeterministicPass(plan, self._read_ids))
+        return self._wrap_dataset(
+            RandomDataset(lambda: self.get_next(sample_batch_size, num_steps), num_parallel_calls)
+        )
+
+    def gather_all(self) -> Any:
+        """Every stored item, ``[batch_size, n, ...]`` oldest first (valid items only)."""
+        with self._lock:
+            items, _ = self._read_ids(self._ring.stream_ids())
+        return items
+
+    def clear(self) -> None:
+        with self._lock:
+            self._ring.reset()
+            self._storage.commit(0)
+            self._storage.clear()
+            self._sampler.cleared()
+
+    def num_frames(self) -> int:
+        return self._ring.num_valid_steps() * self._ring.batch_size
+
+    # -- checkpoints (docs/persistence.md) ---------------------------------------------------
+    def state_dict(self) -> dict:
+        """A plain snapshot (copies) of the items, counters, RNG and the sampler's bookkeeping.
+
+        ``items`` holds each leaf's stored items in id order (oldest first, valid items only);
+        the storage and the sampler add their own keys (``frames``, ``priorities``, ``episodes``).
+        """
+        with self._lock:
+            return self._state(views=False)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a ``state_dict()``: later samples equal the original's for the same calls.
+
+        Raises:
+            CheckpointError: a state of another class, data_spec or geometry, or malformed;
+                the buffer is left unchanged. An item file whose checksum fails while it is
+                read in (``load``): the buffer is left empty.
+        """
+        ring = self._ring
+        geometry = {"batch_size": ring.batch_size, "max_length": ring.max_length}
+        steps = check_header(state, type(self).__name__, self._flat, geometry)
+        count, items = self._storage.check_state(self._flat, state)
+        first = first_stored_step(steps, count, ring.batch_size, ring.max_length, self._storage.crash_safe)
+        check_rng_state(self._rng, require(state, "rng", dict))
+        sampler_state = self._sampler.check_state(ring, state, count)
+        with self._lock:
+            self.clear()
+            try:
+                self._storage.load_state(ring.slot(first), items)
+            except CheckpointError:
+                self.clear()  # a file failed its checksum while being read in: keep nothing of it
+                raise
+            ring.reset(steps, first if first > max(0, steps - ring.max_length) else 0)
+            self._storage.commit(steps)
+            self._rng.bit_generator.state = state["rng"]
+            self._sampler.load_state(ring, sampler_state)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write ``state_dict()`` to the checkpoint folder ``path`` atomically (a new version).
+
+        The items are written straight from the storage (no snapshot copy), so adds and
+        samples from other threads wait until the save is done.
+
+        Raises:
+            CheckpointError: ``path`` exists and is not a checkpoint folder.
+        """
+        with self._lock:
+            write_state(path, self._state(views=True))
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Replace this buffer's state with the checkpoint at ``path``.
+
+        Everything but the item data is verified before the buffer changes; item files are
+        read straight into the storage and verified while reading (no second copy in RAM).
+
+        Raises:
+            CheckpointError: no checkpoint there, a missing, truncated or malformed file, or
+                a state this buffer cannot take: the buffer is left unchanged. An item file
+                whose checksum fails while it is read in: the buffer is left empty.
+        """
+        self.load_state_dict(read_state(path, lazy=self._storage.lazy_keys))
+
+    # -- internals ---------------------------------------------------------------------------
+    def _state(self, views: bool) -> dict:
+        ring = self._ring
+        first = ring.first_valid_step()
+        return {
+            "class": type(self).__name__,
+            "spec": spec_state(self._flat),
+            "batch_size": ring.batch_size,
+            "max_length": ring.max_length,
+            "steps": ring.steps,
+            **self._storage.state(ring.slot(first), (ring.steps - first) * ring.batch_size, views),
+            "rng": self._rng.bit_generator.state,
+            **self._sampler.state(ring),
+        }
+
+    def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
+        """The items stored under ``ids`` (NumPy int64) and ``BufferInfo(ids, ())``."""
+        with self._lock:
+            leaves = self._storage.read(ids % self._ring.capacity)
+        return self._flat.unflatten(leaves), BufferInfo(ids, ())
+
+    def _wrap_dataset(self, dataset: RandomDataset | DeterministicPass) -> Any:
+        """The dataset as this backend hands it out (a torch IterableDataset, ...)."""
+        return dataset
+
+
+def reject_unused(**options: tuple[Any, Any, str]) -> None:
+    """ArgumentError for every option given a value other than its default where it has no
+    effect: ``name=(value, default, why)``."""
+    for name, (value, default, why) in options.items():
+        if value != default:
+            raise ArgumentError(f"{name}: {why}, got {name}={value!r}")

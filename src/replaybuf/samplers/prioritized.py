@@ -1,0 +1,304 @@
+"""Proportional prioritized sampling (Schaul et al. 2016), optionally episode-aware.
+
+Item i is drawn with probability ``P(i) = (p_i + epsilon) ** alpha / sum_k (p_k + epsilon) ** alpha``
+over the valid starts; its importance weight is ``w_i = (N * P(i)) ** -beta`` divided by the
+largest weight any stored item can have, i.e. ``(P(i) / P_min) ** -beta`` (the min tree
+gives P_min). New items get the largest priority given so far (1.0 at first).
+
+A window of ``num_steps`` items has the priority of its first item; windows that would
+pass the write head (or, with an episode index and no padding, cross an episode's end) are
+never drawn, and probabilities are renormalised over the windows that can be.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError
+from replaybuf.ring import StreamRing
+from replaybuf.samplers.episodes import EpisodeIndex, pad_windows
+from replaybuf.samplers.sumtree import MinTree, SumTree, kernel_array
+
+__all__ = ["PrioritizedSampler", "check_beta"]
+
+_WINDOW_TREES = 4  # window lengths whose episode-aware sum trees are kept (least recently used dropped)
+_REDRAWS = 64  # rounds of redraws (rounding onto a zero slot, a window into the head) before giving up
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_beta(value: Any) -> None:
+    """Raise ArgumentError unless ``value`` is a float in [0, 1] or a zero-argument callable."""
+    if not callable(value) and not (_is_number(value) and 0 <= value <= 1):
+        raise ArgumentError(f"beta: expected a float in [0, 1] or a callable, got {value!r}")
+
+
+class PrioritizedSampler:
+    """Stratified draws from a sum tree of ``(priority + epsilon) ** alpha`` per slot.
+
+    Targets ``(j + U_j) * total / B`` are found in the tree all at once (one kernel call:
+    descent, ids, probabilities, weights); draws that land on an invalid start (a window
+    into the head, or a zero slot by rounding) are drawn again with fresh uniform targets.
+
+    With an ``episodes`` index (not padded), windows of T steps are drawn from a second sum
+    tree per T whose leaf is the slot's mass when a window of T starting there lies inside
+    one episode and before the head, else 0: built once when T is first asked for, then
+    kept up to date by every add (the starts that become decided) and every priority
+    update, so a sample never scans the buffer. Padded (``pad=True``): windows are drawn as
+    without episodes and steps past the episode's end repeat its last real item.
+
+    Raises:
+        ArgumentError: alpha or epsilon not a finite number >= 0, beta outside [0, 1],
+            compiled not None/True/False.
+        ImportError: compiled=True without numba installed.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        alpha: float = 0.6,
+        beta: float | Callable[[], float] = 0.4,
+        epsilon: float = 1e-6,
+        episodes: EpisodeIndex | None = None,
+        pad: bool = False,
+        compiled: bool | None = None,
+    ):
+        for name, value in (("alpha", alpha), ("epsilon", epsilon)):
+            if not (_is_number(value) and np.isfinite(value) and value >= 0):
+                raise ArgumentError(f"{name}: expected a finite float >= 0, got {value!r}")
+        if compiled not in (None, True, False):
+            raise ArgumentError(f"compiled: expected None, True or False, got {compiled!r}")
+        check_beta(beta)
+        self.alpha, self.epsilon = float(alpha), float(epsilon)
+        self.beta_source = beta
+        self.sums = SumTree(capacity, compiled=compiled)
+        self.mins = MinTree(capacity, compiled=compiled)
+        self.kernels = self.sums.kernels
+        self.compiled = compiled
+        self.episodes = episodes
+        self.pad = pad
+        self.max_priority = 1.0
+        self.windows: OrderedDict[int, SumTree] = OrderedDict()  # T -> masses of valid starts
+
+    def beta(self) -> float:
+        return float(self.beta_source() if callable(self.beta_source) else self.beta_source)
+
+    # -- the sampler protocol (replaybuf.samplers) ------------------------------------------------
+    def draw(
+        self, rng: np.random.Generator, ring: StreamRing, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[np.ndarray, np.ndarray, dict]:
+        """``(ids, probabilities, {"weights", "mask"})`` of ``sample_batch_size`` draws (one, 0-d, for None)."""
+        size, steps = sample_batch_size, num_steps or 1
+        low, high = ring.window_starts(steps)
+        batch, head = ring.batch_size, ring.steps * ring.batch_size
+        tree, excluded = self.sums, 0.0
+        if steps > 1:
+            if self.episodes is not None and not self.pad:
+                tree = self._window_tree(ring, steps)
+            else:
+                excluded = self._head_mass(ring, high)
+        n = 1 if size is None else size
+        ids, probabilities, weights = np.empty(n, np.int64), np.empty(n, np.float32), np.empty(n, np.float32)
+        args = (tree.tree, self.mins.tree, tree.offsets, tree.arity, ring.capacity)
+        limits = (excluded, self.beta(), low * batch, high * batch, head)
+        bad = self.kernels.draw(*args, rng.random(n), True, *limits, ids, probabilities, weights)
+        for _ in range(_REDRAWS):
+            if bad <= 0:
+                break
+            redo = np.flatnonzero(ids < 0)
+            again = (
+                np.empty(redo.shape[0], np.int64),
+                np.empty(redo.shape[0], np.float32),
+                np.empty(redo.shape[0], np.float32),
+            )
+            bad = self.kernels.draw(*args, rng.random(redo.shape[0]), False, *limits, *again)
+            ids[redo], probabilities[redo], weights[redo] = again
+        if bad:
+            raise EmptyBufferError(
+                f"num_steps={num_steps}: no stored episode holds {num_steps} steps (or their priority mass is 0); "
+                "add longer episodes, ask for shorter windows, or pass pad_episode_ends=True"
+            )
+        if size is None:
+            ids, probabilities, weights = ids.reshape(()), probabilities.reshape(()), weights.reshape(())
+        ids = ring.window_ids(ids, num_steps)
+        mask = None
+        if self.pad and num_steps is not None:
+            ids, mask = pad_windows(self.episodes, ids)  # type: ignore[arg-type]
+        return ids, probabilities, {"weights": weights, "mask": mask}
+
+    def added(self, ring: StreamRing, arrays: Sequence[np.ndarray]) -> None:
+        """The new step's items get the largest priority so far; window trees follow."""
+        if self.episodes is not None:
+            self.episodes.record(arrays, ring.steps - 1)
+        start = ring.slot(ring.steps - 1)
+        mass = (self.max_priority + self.epsilon) ** self.alpha
+        self.sums.update_range(start, start + ring.batch_size, mass)
+        self.mins.update_range(start, start + ring.batch_size, mass)
+        if self.windows:
+            self._decide_starts(ring)
+
+    def cleared(self) -> None:
+        self.sums.clear()
+        self.mins.clear()
+        self.windows.clear()
+        self.max_priority = 1.0
+        if self.episodes is not None:
+            self.episodes.clear()
+
+    def reopened(self, ring: StreamRing, fields: Sequence[np.ndarray]) -> None:
+        """A reopened memmap folder holds items, not priorities: each gets a new item's mass."""
+        if self.episodes is not None:
+            self.episodes.recover(fields)
+        slots = ring.stream_ids().ravel() % ring.capacity
+        if slots.size:
+            mass = np.full(slots.size, (self.max_priority + self.epsilon) ** self.alpha)
+            self.sums.update(slots, mass)
+            self.mins.update(slots, mass)
+
+    def state(self, ring: StreamRing) -> dict:
+        """Every stored item's tree mass (id order, like ``items``) and the max priority."""
+        ids = ring.stream_ids().T.ravel()
+        state: dict = {"priorities": {"mass": self.sums.values(ids % ring.capacity), "max_priority": self.max_priority}}
+        if self.episodes is not None:
+            state["episodes"] = self.episodes.state_dict()
+        return state
+
+    def check_state(self, ring: StreamRing, state: dict, count: int) -> tuple[np.ndarray, float, Any]:
+        """``(masses, max_priority, episodes)``: masses finite and > 0, one per stored item."""
+        saved = state.get("priorities")
+        mass = saved.get("mass") if isinstance(saved, dict) else None
+        largest = saved.get("max_priority") if isinstance(saved, dict) else None
+        is_mass = isinstance(mass, np.ndarray) and mass.ndim == 1 and mass.dtype.kind == "f"
+        if not (is_mass and isinstance(largest, float)):
+            raise CheckpointError("state['priorities']: expected {'mass': 1-d float array, 'max_priority': float}")
+        if mass.shape != (count,):
+            raise CheckpointError(f"state['priorities']['mass']: expected {count} masses, got shape {mass.shape}")
+        if not (np.isfinite(mass).all() and (mass > 0).all()):
+            raise CheckpointError("state['priorities']['mass']: expected finite masses > 0")
+        if not (np.isfinite(largest) and largest > 0):
+            raise CheckpointError(f"state['priorities']['max_priority']: expected a finite float > 0, got {largest}")
+        episodes = self.episodes.check_state(state.get("episodes")) if self.episodes is not None else None
+        return mass.astype(np.float64), largest, episodes
+
+    def load_state(self, ring: StreamRing, checked: tuple[np.ndarray, float, Any]) -> None:
+        mass, largest, episodes = checked
+        self.cleared()
+        if episodes is not None:
+            self.episodes.load_state_dict(episodes)  # type: ignore[union-attr]
+        slots = ring.stream_ids().T.ravel() % ring.capacity
+        self.sums.update(slots, mass)
+        self.mins.update(slots, mass)
+        self.max_priority = largest
+
+    # -- priorities ---------------------------------------------------------------------------
+    def update_priorities(self, ring: StreamRing, ids: Any, priorities: Any) -> None:
+        """Set the priorities of the items (or windows) with logical ``ids``; see
+        ``PrioritizedReplayBuffer.update_priorities``. The caller holds the buffer's lock."""
+        ids = np.asarray(ids)
+        try:
+            priorities = np.asarray(priorities, dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise ArgumentError(f"priorities: expected numbers, got {priorities!r:.80} ({err})") from None
+        if ids.ndim == priorities.ndim + 1:
+            ids = ids[..., 0]
+        if ids.shape != priorities.shape or ids.dtype.kind not in "iu":
+            raise ArgumentError(
+                f"update_priorities: expected integer ids shaped like priorities {priorities.shape} "
+                f"(or with one more time axis), got ids {ids.shape} {ids.dtype}"
+            )
+        ids, priorities = kernel_array(ids, np.int64), kernel_array(priorities, np.float64)
+        head = ring.steps * ring.batch_size
+        oldest = ring.first_valid_step() * ring.batch_size
+        sums = self.sums
+        code, largest, _ = self.kernels.assign(
+            sums.tree,
+            self.mins.tree,
+            sums.offsets,
+            sums.arity,
+            ring.capacity,
+            ids,
+            priorities,
+            self.alpha,
+            self.epsilon,
+            oldest,
+            head,
+            np.empty(ids.shape[0], np.int64),
+        )
+        if code == 1:
+            bad = ~(np.isfinite(priorities) & (priorities > 0))
+            raise PriorityError(
+                f"priorities: expected finite values > 0, got {priorities[bad][:5].tolist()} "
+                f"at positions {np.flatnonzero(bad)[:5].tolist()}"
+            )
+        if code == 2:
+            never = (ids < 0) | (ids >= head)
+            raise PriorityError(f"ids: expected ids of added items (0 <= id < {head}), got {ids[never][:5].tolist()}")
+        if self.windows:
+            self._assigned(ring, ids)
+        self.max_priority = max(self.max_priority, largest)
+
+    # -- internals ----------------------------------------------------------------------------
+    def _head_mass(self, ring: StreamRing, high: int) -> float:
+        """The mass of the starts whose windows would pass the head: (T - 1) steps of slots."""
+        start, stop = (high * ring.batch_size) % ring.capacity, (ring.steps * ring.batch_size) % ring.capacity
+        leaves = self.sums.levels[0]
+        if start < stop:
+            return float(leaves[start:stop].sum())
+        return float(leaves[start : ring.capacity].sum() + leaves[:stop].sum())
+
+    def _window_tree(self, ring: StreamRing, steps: int) -> SumTree:
+        tree = self.windows.get(steps)
+        if tree is None:  # built once per window length: O(capacity)
+            if len(self.windows) >= _WINDOW_TREES:
+                self.windows.popitem(last=False)
+            tree = self.windows[steps] = SumTree(ring.capacity, compiled=self.compiled)
+            ids = ring.stream_ids().ravel()
+            slots = ids % ring.capacity
+            valid = (ids < (ring.steps - steps + 1) * ring.batch_size) & self.episodes.inside(ids, steps)  # type: ignore[union-attr]
+            tree.levels[0][slots] = np.where(valid, self.sums.levels[0][slots], 0.0)
+            tree.rebuild()
+        self.windows.move_to_end(steps)
+        return tree
+
+    def _decide_starts(self, ring: StreamRing) -> None:
+        """After an add: the new step's slots are no window start yet; the starts whose
+        windows now end at the new step are decided (valid: their mass; else 0)."""
+        step, batch = ring.steps - 1, ring.batch_size
+        new = ring.slot(step)
+        position = self.episodes.position  # type: ignore[union-attr]
+        for steps, tree in self.windows.items():
+            tree.update_range(new, new + batch, 0.0)
+            first = step - steps + 1
+            if first >= 0:
+                start = ring.slot(first)
+                inside = position[new : new + batch] >= steps - 1
+                masses = np.where(inside, self.sums.levels[0][start : start + batch], 0.0)
+                tree.update_range(start, start + batch, masses)
+
+    def _assigned(self, ring: StreamRing, ids: np.ndarray) -> None:
+        """After new priorities of ``ids``: copy the live ones' masses into the window trees."""
+        oldest, batch = ring.first_valid_step() * ring.batch_size, ring.batch_size
+        slots, leaves = np.empty(ids.shape[0], np.int64), self.sums.levels[0]
+        for steps, tree in self.windows.items():
+            high = (ring.steps - steps + 1) * batch
+            self.kernels.assign_starts(
+                tree.tree,
+                tree.offsets,
+                tree.arity,
+                ring.capacity,
+                leaves,
+                self.episodes.position,  # type: ignore[union-attr]
+                ids,
+                steps,
+                batch,
+                oldest,
+                high,
+                slots,
+            )

@@ -1,0 +1,54 @@
+"""Storages: where the bytes of items live. They know slots, never how ids were chosen.
+
+Every storage has the same protocol (the buffer holds the lock around each call):
+
+- ``write(start, arrays, steps=1)``: rows ``arrays[k][i]`` (flat leaves) to slot
+  ``(start + i) % capacity``, completing ``steps`` of the ring's steps;
+  ``commit(steps)`` after the ring counts them (a crash-safe storage records it there).
+- ``read(slots) -> leaves``: fresh arrays shaped ``slots.shape + leaf.shape``.
+- ``fields``: the stored leaves by slot (what a reopened storage's items are read from).
+- ``clear()``: forget what later writes would match against (frames).
+- ``state(start, count, views=False) -> dict``: the storage's checkpoint keys (``items``,
+  and ``frames`` for frame stacks) for ``count`` slots from ``start``; with ``views`` the
+  arrays may be views streamed by ``save`` under the lock. ``check_state(flat, state)``
+  validates them (``CheckpointError``) and returns ``(count, checked)``;
+  ``load_state(start, checked)`` writes them. ``lazy_keys`` names the state keys that
+  ``load`` may hand over as files read straight into the storage.
+
+``RecordStorage`` (one structured record per item, in RAM), ``MemmapStorage`` (the same
+records in a memory-mapped folder) and ``FrameStorage`` (stacked frames stored once).
+"""
+
+from __future__ import annotations
+
+import os
+
+from replaybuf.errors import ArgumentError
+from replaybuf.nest import FlatSpec
+from replaybuf.ring import StreamRing
+from replaybuf.storages.frames import FrameStorage, StackedLeaf, stacked_leaves
+from replaybuf.storages.memmap import MemmapStorage
+from replaybuf.storages.records import RecordStorage
+
+__all__ = ["FrameStorage", "MemmapStorage", "RecordStorage", "StackedLeaf", "open_storage", "stacked_leaves"]
+
+
+def open_storage(kind: str, path: str | os.PathLike | None, flat: FlatSpec, ring: StreamRing) -> RecordStorage:
+    """The record storage of a buffer: in RAM (``"memory"``) or a mapped folder (``"memmap"``,
+    which sets ``ring`` to the steps the folder holds).
+
+    Raises:
+        ArgumentError: an unknown ``kind``, ``"memmap"`` without a path, or a path with
+            ``"memory"``.
+        CheckpointError: ``path`` holds a buffer of another spec or geometry, or is a
+            non-empty folder that is not a memmap buffer.
+    """
+    if kind == "memory":
+        if path is not None:
+            raise ArgumentError(f"path: only used with storage='memmap', got storage='memory' and path={path!r}")
+        return RecordStorage(flat.leaves, ring.capacity)
+    if kind != "memmap":
+        raise ArgumentError(f"storage: expected 'memory' or 'memmap', got {kind!r}")
+    if path is None:
+        raise ArgumentError("path: storage='memmap' needs a folder path for its files")
+    return MemmapStorage.open(path, flat, ring)
