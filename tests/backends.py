@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import replaybuf
+import replaybuf.shared
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,13 @@ def _numpy_frames(data_spec, batch_size, max_length, seed):
     )
 
 
+def _shared(data_spec, batch_size, max_length, seed):
+    # one writer, driven from this process (its add_batch writes through writer 0)
+    return replaybuf.shared.SharedReplayBuffer(
+        data_spec, writers=1, batch_size=batch_size, max_length=max_length, seed=seed
+    )
+
+
 BACKENDS: list[Backend] = [
     Backend("numpy", _numpy_uniform),
     Backend("numpy-py", _numpy_py_uniform, single_stream=True),
@@ -115,4 +123,5 @@ BACKENDS: list[Backend] = [
     Backend("tf", _tf_uniform, _tf_to_numpy),
     Backend("numpy-prioritized", _numpy_prioritized),
     Backend("numpy-frames", _numpy_frames),
+    Backend("shared", _shared),
 ]

@@ -5,6 +5,9 @@ They live in a module of their own so that spawn and forkserver children can imp
 
 from __future__ import annotations
 
+import os
+import time
+
 
 def limiter_inserts(limiter, count: int, done) -> None:
     """Insert ``count`` items one at a time through a shared rate limiter."""
@@ -12,3 +15,57 @@ def limiter_inserts(limiter, count: int, done) -> None:
         limiter.await_insert(1, timeout=20)
         with done.get_lock():
             done.value += 1
+
+
+def write_steps(writer, start: int, count: int, pause: float = 0.0) -> None:
+    """Add steps ``start .. start + count - 1`` through ``writer``; every field derives from the id."""
+    from conformance_data import fields_for_ids
+
+    with writer:
+        for step in range(start, start + count):
+            writer.add_batch(fields_for_ids(writer.ids(step)))
+            if pause:
+                time.sleep(pause)
+
+
+def write_until_closed(writer, start: int) -> str:
+    """Add steps until the buffer is closed; returns how it ended."""
+    import replaybuf.errors
+    from conformance_data import fields_for_ids
+
+    step = start
+    try:
+        while True:
+            writer.add_batch(fields_for_ids(writer.ids(step)))
+            step += 1
+    except replaybuf.errors.BufferClosedError:
+        return "closed"
+
+
+def take_over_and_write(writer, count: int, result) -> None:
+    """Take a writer whose process died, continue from its last whole step."""
+    from conformance_data import fields_for_ids
+
+    with writer:
+        start = writer.steps
+        result.value = start
+        for step in range(start, start + count):
+            writer.add_batch(fields_for_ids(writer.ids(step)))
+
+
+def pause_mid_write(marker: str, at_step: int, writer) -> None:
+    """``_after_write`` hook: once the block reaching ``at_step`` is copied but not committed,
+    say so through ``marker`` and wait to be killed."""
+    if writer._cursor[1] > at_step:  # WRITING
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(60)
+
+
+def own_a_buffer_and_exit(names) -> None:
+    """Create a shared buffer, report its name and return without closing it."""
+    from conformance_data import SPEC
+    from replaybuf.shared import SharedReplayBuffer
+
+    buffer = SharedReplayBuffer(SPEC, writers=2, batch_size=2, max_length=8)
+    names.put(buffer.name)

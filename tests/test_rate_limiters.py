@@ -157,8 +157,10 @@ def test_undo_and_reset():
     limiter.await_sample(2)
     limiter.undo_sample(2)
     assert counts(limiter) == (3, 0, 0)
+    assert limiter.observed_range() == (3.0, 1.0)  # after the insert; after the sample
     limiter.reset()
     assert counts(limiter) == (0, 0, 0) and not limiter.can_sample(1)
+    assert limiter.observed_range() == (float("-inf"), float("inf"))
 
 
 # -- checkpoints -------------------------------------------------------------------------------
@@ -222,6 +224,9 @@ def test_fast_writer_and_slow_learner_stay_inside_the_error_buffer_at_every_gran
         assert diff <= limiter.max_diff, (i, ins, smp)
         if i >= first_sample:
             assert diff >= limiter.min_diff, (i, ins, smp)
+    highest, lowest = limiter.observed_range()
+    assert highest <= limiter.max_diff and lowest >= limiter.min_diff
+    assert highest == max(i * spi - s for i, s, _ in recorded.history)
     # the writer was held back: the achieved ratio is the target within the error buffer
     assert abs(inserts * spi - samples - spi * min_size) <= error_buffer
     assert inserts < 100  # unlimited, it would have inserted thousands meanwhile

@@ -81,6 +81,7 @@ class RateLimiter:
             raise ArgumentError(f"min_diff ({min_diff}) > max_diff ({max_diff}): no state satisfies both")
         self._cond: Any = threading.Condition()
         self._counts: Any = array("q", [0, 0, 0, 0])
+        self._extremes: Any = array("d", [-math.inf, math.inf])
 
     # -- the rules --------------------------------------------------------------------------
     def can_insert(self, n: int) -> bool:
@@ -134,6 +135,11 @@ class RateLimiter:
                 raise BufferClosedError(f"rate limiter: closed; the {what} of {n} items was not made")
             for index, amount in counts:
                 self._counts[index] += amount
+            diff = self._counts[_INSERTS] * self.samples_per_insert - self._counts[_SAMPLES]
+            if what == "insert":
+                self._extremes[0] = max(self._extremes[0], diff)
+            else:
+                self._extremes[1] = min(self._extremes[1], diff)
             self._cond.notify_all()
 
     def undo_sample(self, n: int) -> None:
@@ -154,6 +160,7 @@ class RateLimiter:
         with self._cond:
             for index in (_INSERTS, _SAMPLES, _DELETES):
                 self._counts[index] = 0
+            self._extremes[0], self._extremes[1] = -math.inf, math.inf
             self._cond.notify_all()
 
     def close(self) -> None:
@@ -161,6 +168,15 @@ class RateLimiter:
         with self._cond:
             self._counts[_CLOSED] = 1
             self._cond.notify_all()
+
+    def observed_range(self) -> tuple[float, float]:
+        """``(highest I * spi - S right after an insert, lowest right after a sample)`` so far.
+
+        With the rules kept, the first is at most ``max_diff`` and the second at least
+        ``min_diff`` (``-inf`` / ``inf`` before any insert / sample): a check of a run.
+        """
+        with self._cond:
+            return self._extremes[0], self._extremes[1]
 
     @property
     def closed(self) -> bool:
@@ -214,8 +230,9 @@ class RateLimiter:
         pickles into a child process only as a ``Process`` argument.
         """
         copy = object.__new__(type(self))
-        copy.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("_cond", "_counts")})
+        copy.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("_cond", "_counts", "_extremes")})
         copy._counts = context.RawArray("q", list(self._counts))
+        copy._extremes = context.RawArray("d", list(self._extremes))
         copy._cond = context.Condition(context.Lock())
         return copy
 

@@ -1,0 +1,539 @@
+"""``SharedReplayBuffer``: many actor processes write, one learner samples (docs/many_writers.md)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import uuid
+import weakref
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+
+from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive
+from replaybuf.dataset import DeterministicPass, RandomDataset, plan_deterministic_pass
+from replaybuf.errors import ArgumentError, BufferClosedError, CheckpointError, EmptyBufferError
+from replaybuf.nest import FlatSpec
+from replaybuf.persistence.folder import read_state, write_state
+from replaybuf.persistence.state import check_rng_state, check_spec_state, spec_state
+from replaybuf.rate_limiters import RateLimiter, check_timeout
+from replaybuf.shared.layout import FLOOR, STEPS, WRITING, Layout
+from replaybuf.shared.writer import SharedWriter
+
+__all__ = ["SharedReplayBuffer"]
+
+_INT64 = np.dtype(np.int64)
+_MAX_REDRAWS = 1000
+
+
+class SharedReplayBuffer(ReplayBuffer):
+    """``writers`` segments of ``batch_size`` streams x ``max_length`` steps in shared memory.
+
+    Each actor process adds through its own ``writer(i)`` handle (no lock between writers);
+    this object is the learner's side: ``get_next``, ``as_dataset``, ``gather_all``,
+    ``num_frames``, ``clear``, ``save``/``load``. Its own ``add_batch`` writes through writer
+    0 (so a single process can use it like any buffer).
+
+    Ids: step ``t`` of stream ``s`` of writer ``w`` has id ``t * S + w * batch_size + s``
+    with ``S = writers * batch_size`` streams in all, so ids are unique across writers and a
+    window (``num_steps`` consecutive steps of one stream) never mixes writers. Sampling is
+    uniform over every valid window start of every stream; each writer's streams hold the
+    steps it committed, whatever the others did.
+
+    Args:
+        data_spec: a nest of ArraySpec (or tf/torch/Gymnasium specs) for one item.
+        writers: how many writer handles (segments) there are.
+        batch_size: streams per writer (the leading dimension of a writer's ``add_batch``).
+        max_length: steps kept per stream.
+        seed: seed of the learner's random generator.
+        rate_limiter: a ``MinSize`` / ``SampleToInsertRatio``: writers' flushes wait for it
+            (counting ``k * batch_size`` items per block of ``k`` steps), ``get_next`` waits
+            for it (counting ``sample_batch_size`` items). It is copied into shared memory.
+        rate_limiter_timeout: seconds a blocked add or sample waits before
+            ``RateLimiterTimeout``; None waits until the buffer is closed.
+        flush_every: default staging size of writer handles (steps per committed block).
+        context: the ``multiprocessing`` context (or start method name) that makes the rate
+            limiter's lock; "spawn" by default; its handles also work in fork children.
+
+    The shared memory is released by ``close()`` (or a ``with`` block), or when this
+    object is collected or its process exits.
+    """
+
+    def __init__(
+        self,
+        data_spec: Any,
+        writers: int = 1,
+        batch_size: int = 1,
+        max_length: int = 1000,
+        *,
+        seed: int | None = None,
+        rate_limiter: RateLimiter | None = None,
+        rate_limiter_timeout: float | None = None,
+        flush_every: int = 1,
+        context: Any = "spawn",
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+    ):
+        for name, value in (("writers", writers), ("batch_size", batch_size), ("max_length", max_length)):
+            check_positive(name, value, allow_none=False)
+        check_positive("flush_every", flush_every, allow_none=False)
+        check_positive("dataset_window_shift", dataset_window_shift)
+        if flush_every > max_length:
+            raise ArgumentError(f"flush_every: expected at most max_length ({max_length}), got {flush_every}")
+        if rate_limiter is not None and not isinstance(rate_limiter, RateLimiter):
+            raise ArgumentError(
+                f"rate_limiter: expected a MinSize or SampleToInsertRatio, got {type(rate_limiter).__name__}"
+            )
+        self._timeout = check_timeout(rate_limiter_timeout, "rate_limiter_timeout")
+        if isinstance(context, str):
+            if context not in multiprocessing.get_all_start_methods():
+                raise ArgumentError(
+                    f"context: expected one of {multiprocessing.get_all_start_methods()}, got {context!r}"
+                )
+            context = multiprocessing.get_context(context)
+        self._flat = FlatSpec(data_spec)
+        self._writers, self._batch_size, self._max_length = int(writers), int(batch_size), int(max_length)
+        self._streams = self._writers * self._batch_size
+        self._layout = Layout(self._flat, self._writers, self._batch_size, self._max_length)
+        self._flush_every = int(flush_every)
+        self._drop_remainder, self._window_shift = bool(dataset_drop_remainder), dataset_window_shift
+        self._limiter = None if rate_limiter is None else rate_limiter.shared(context)
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.RLock()
+        self._own_writer: SharedWriter | None = None
+        self.torn_redraws = 0  # elements drawn again because a writer overwrote them mid-read
+        self._shm = shared_memory.SharedMemory(
+            name=f"replaybuf-{os.getpid()}-{uuid.uuid4().hex[:12]}", create=True, size=self._layout.size
+        )
+        self._header, self._cursors, self._records = self._layout.views(self._shm.buf)
+        Layout.initialise(self._header)
+        self._finalizer = weakref.finalize(self, _release, self._shm, self._limiter)
+
+    # -- properties -------------------------------------------------------------------------
+    @property
+    def data_spec(self) -> Any:
+        return self._flat.data_spec
+
+    @property
+    def capacity(self) -> int:
+        return self._streams * self._max_length
+
+    @property
+    def writers(self) -> int:
+        return self._writers
+
+    @property
+    def batch_size(self) -> int:
+        """Streams per writer."""
+        return self._batch_size
+
+    @property
+    def max_length(self) -> int:
+        return self._max_length
+
+    @property
+    def name(self) -> str:
+        """The shared-memory block's name (under /dev/shm on Linux)."""
+        return self._shm.name
+
+    @property
+    def rate_limiter(self) -> RateLimiter | None:
+        """The shared copy of the rate limiter this buffer waits on (its counters are live)."""
+        return self._limiter
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    # -- writers ----------------------------------------------------------------------------
+    def writer(self, index: int, flush_every: int | None = None) -> SharedWriter:
+        """The handle of writer ``index``: pass it to a child process and ``add_batch`` there.
+
+        Raises:
+            ArgumentError: ``index`` not in ``[0, writers)``, or a bad ``flush_every``.
+            BufferClosedError: the buffer was closed.
+        """
+        self._check_open()
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < self._writers:
+            raise ArgumentError(f"index: expected an int in [0, {self._writers}), got {index!r}")
+        flush_every = self._flush_every if flush_every is None else flush_every
+        check_positive("flush_every", flush_every, allow_none=False)
+        if flush_every > self._max_length:
+            raise ArgumentError(f"flush_every: expected at most max_length ({self._max_length}), got {flush_every}")
+        return SharedWriter(
+            self._shm.name,
+            self._flat.data_spec,
+            self._writers,
+            self._batch_size,
+            self._max_length,
+            int(index),
+            int(flush_every),
+            self._limiter,
+            self._timeout,
+        )
+
+    def add_batch(self, items: Any) -> None:
+        """Add one step to writer 0's streams from this process (committed at once).
+
+        Raises:
+            SpecMismatchError: the items do not match the data_spec; nothing is written.
+            ArgumentError: writer 0 is held by another live process.
+            RateLimiterTimeout: the rate limiter held the add back past the timeout.
+            BufferClosedError: the buffer was closed.
+        """
+        self._check_open()
+        with self._lock:
+            if self._own_writer is None:
+                self._own_writer = self.writer(0, flush_every=1)
+            self._own_writer.add_batch(items)
+
+    # -- the learner's intake ---------------------------------------------------------------
+    def _bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per writer, ``[low, high)``: the steps whole now (committed and not being overwritten)."""
+        cursors = self._cursors
+        high = cursors[:, STEPS].copy()
+        writing = np.maximum(cursors[:, WRITING], high)  # read after steps
+        low = np.maximum(np.maximum(writing - self._max_length, cursors[:, FLOOR]), 0)
+        return low, np.maximum(high, low)
+
+    def _torn(self, writer: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """Which of these (writer, oldest step read) a writer may have overwritten during the read."""
+        writing = self._cursors[:, WRITING]
+        return step < writing[writer] - self._max_length
+
+    def _slots(self, writer: np.ndarray, step: np.ndarray, stream: np.ndarray) -> np.ndarray:
+        return (writer * self._max_length + step % self._max_length) * self._batch_size + stream
+
+    def _split(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        step, column = np.divmod(ids, self._streams)
+        writer, stream = np.divmod(column, self._batch_size)
+        return writer, step, stream
+
+    # -- sampling ---------------------------------------------------------------------------
+    def get_next(
+        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+    ) -> tuple[Any, BufferInfo]:
+        """Sample windows uniformly over every writer's streams (shapes as every buffer's).
+
+        Raises:
+            EmptyBufferError: nothing is stored, or no stream holds ``num_steps`` steps.
+            ArgumentError: sample_batch_size or num_steps is not a positive int.
+            RateLimiterTimeout: the rate limiter held the sample back past the timeout.
+            BufferClosedError: the buffer was closed (also while waiting).
+        """
+        check_positive("sample_batch_size", sample_batch_size)
+        check_positive("num_steps", num_steps)
+        self._check_open()
+        count = sample_batch_size or 1
+        if self._limiter is not None:
+            self._limiter.await_sample(count, self._timeout)
+        try:
+            with self._lock:
+                ids, probabilities, leaves = self._draw(count, num_steps or 1)
+        except BaseException:
+            if self._limiter is not None:
+                self._limiter.undo_sample(count)
+            raise
+        if num_steps is None:
+            ids, leaves = ids[:, 0], [leaf[:, 0] for leaf in leaves]
+        if sample_batch_size is None:
+            ids, probabilities, leaves = ids[0], probabilities[0], [leaf[0] for leaf in leaves]
+        if not time_stacked and num_steps is not None:
+            lead = (slice(None),) if sample_batch_size is not None else ()
+            items = tuple(self._flat.unflatten([leaf[(*lead, t)] for leaf in leaves]) for t in range(num_steps))
+        else:
+            items = self._flat.unflatten(leaves)
+        return items, BufferInfo(ids, probabilities)
+
+    def _draw(self, count: int, num_steps: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """``count`` windows: ids ``[count, T]``, probabilities ``[count]``, leaves ``[count, T, ...]``."""
+        ids = np.empty((count, num_steps), np.int64)
+        probabilities = np.empty(count, np.float32)
+        rows = np.empty((count, num_steps), self._layout.dtype)
+        todo = np.arange(count)
+        for _ in range(_MAX_REDRAWS):
+            low, high = self._bounds()
+            starts = np.maximum(high - num_steps + 1 - low, 0) * self._batch_size  # valid starts per writer
+            total = int(starts.sum())
+            if total == 0:
+                self._raise_empty(num_steps, high - low)
+            raw = self._rng.bit_generator.random_raw(todo.size)
+            draws = (raw % np.uint64(total)).view(_INT64)
+            ends = np.cumsum(starts)
+            writer = np.searchsorted(ends, draws, side="right")
+            offset = draws - (ends[writer] - starts[writer])
+            step, stream = np.divmod(offset, self._batch_size)
+            step += low[writer]
+            window = step[:, None] + np.arange(num_steps)
+            got = self._records.take(self._slots(writer[:, None], window, stream[:, None]))
+            torn = self._torn(writer, step)
+            keep = ~torn
+            ids[todo[keep]] = window[keep] * self._streams + (writer * self._batch_size + stream)[keep, None]
+            rows[todo[keep]] = got[keep]
+            probabilities[todo[keep]] = 1.0 / total
+            if not torn.any():
+                break
+            self.torn_redraws += int(torn.sum())
+            todo = todo[torn]
+        else:
+            raise EmptyBufferError(
+                f"every draw was overwritten while read ({_MAX_REDRAWS} tries); writers wrap too fast"
+            )
+        return ids, probabilities, [rows[name] for name in self._layout.dtype.names or ()]
+
+    def _raise_empty(self, num_steps: int, held: np.ndarray) -> None:
+        if not self._cursors[:, STEPS].any():
+            raise EmptyBufferError(
+                f"The {type(self).__name__} is empty. Make sure to add items before sampling the buffer."
+            )
+        raise EmptyBufferError(
+            f"num_steps={num_steps}: each stream holds at most {int(held.max())} steps "
+            f"(max_length={self._max_length}); add more steps or ask for shorter windows"
+        )
+
+    def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
+        writer, step, stream = self._split(ids)
+        with self._lock:
+            rows = self._records.take(self._slots(writer, step, stream))
+        return self._flat.unflatten([rows[name] for name in self._layout.dtype.names or ()]), BufferInfo(ids, ())
+
+    # -- the rest of the common API ---------------------------------------------------------
+    def as_dataset(
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        num_parallel_calls: int | None = None,
+        single_deterministic_pass: bool = False,
+    ) -> Any:
+        """Random mode: endless ``get_next`` calls (``num_parallel_calls`` > 0: in a thread).
+
+        A deterministic pass visits writer 0's streams, then writer 1's, ... (groups of
+        ``sample_batch_size`` streams never mix writers), each stream in time order, cut
+        into windows of ``num_steps``; ids are fixed when the iterator is created.
+
+        Raises:
+            ArgumentError: a non-positive argument; in a deterministic pass,
+                sample_batch_size > batch_size or num_steps > max_length.
+        """
+        check_positive("sample_batch_size", sample_batch_size)
+        check_positive("num_steps", num_steps)
+        check_positive("num_parallel_calls", num_parallel_calls)
+        if single_deterministic_pass:
+            return DeterministicPass(lambda: self._plan(sample_batch_size, num_steps), self._read_ids)
+        return RandomDataset(lambda: self.get_next(sample_batch_size, num_steps), num_parallel_calls)
+
+    def _plan(self, sample_batch_size: int | None, num_steps: int | None) -> list[np.ndarray]:
+        low, high = self._bounds()
+        plan: list[np.ndarray] = []
+        empty = 0
+        for w in range(self._writers):
+            ring = _SegmentRing(self._batch_size, self._max_length, int(low[w]), int(high[w]))
+            try:
+                local = plan_deterministic_pass(
+                    ring, sample_batch_size, num_steps, self._window_shift, self._drop_remainder
+                )
+            except EmptyBufferError:
+                empty += 1
+                continue
+            for ids in local:
+                step, stream = np.divmod(ids, self._batch_size)
+                plan.append(step * self._streams + w * self._batch_size + stream)
+        if empty == self._writers:
+            raise EmptyBufferError(f"The {type(self).__name__} is empty. Make sure to add items before reading it.")
+        return plan
+
+    def gather_all(self) -> Any:
+        """Every writer's newest ``n`` steps, ``[writers * batch_size, n, ...]`` oldest first.
+
+        ``n`` is the fewest whole steps any writer holds (writers run at their own pace).
+        """
+        self._check_open()
+        with self._lock:
+            for _ in range(_MAX_REDRAWS):
+                low, high = self._bounds()
+                n = int((high - low).min())
+                steps = high[:, None] - n + np.arange(n)  # [W, n]
+                ids = (
+                    steps[:, None, :] * self._streams
+                    + (np.arange(self._writers)[:, None] * self._batch_size + np.arange(self._batch_size))[..., None]
+                ).reshape(self._streams, n)
+                items, _ = self._read_ids(ids)
+                if not self._torn(np.arange(self._writers), high - n).any():
+                    return items
+                self.torn_redraws += 1
+        raise EmptyBufferError(f"gather_all: overwritten while read {_MAX_REDRAWS} times; writers wrap too fast")
+
+    def num_frames(self) -> int:
+        low, high = self._bounds()
+        return int((high - low).sum()) * self._batch_size
+
+    def clear(self) -> None:
+        """Forget every item (and the rate limiter's counts); writers must not be adding."""
+        self._check_open()
+        with self._lock:
+            self._cursors[:, [STEPS, WRITING, FLOOR]] = 0
+            if self._limiter is not None:
+                self._limiter.reset()
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """A consistent copy: each segment cut at one committed step, items that a writer
+        overwrote during the copy cut off its old end."""
+        self._check_open()
+        with self._lock:
+            low, high = self._bounds()
+            segments = {}
+            for w in range(self._writers):
+                start, stop = int(low[w]), int(high[w])
+                steps = np.arange(start, stop)
+                rows = self._records.take(self._slots(w, steps[:, None], np.arange(self._batch_size)))
+                first = max(start, int(self._cursors[w, WRITING]) - self._max_length, 0)  # read after the copy
+                rows = rows[first - start :]
+                segments[str(w)] = {
+                    "steps": stop,
+                    "items": {str(i): rows[name] for i, name in enumerate(self._layout.dtype.names or ())},
+                }
+            state = {**self._geometry_state(), "segments": segments, "rng": self._rng.bit_generator.state}
+            if self._limiter is not None:
+                state["rate_limiter"] = self._limiter.state()
+            return state
+
+    def _geometry_state(self) -> dict:
+        return {
+            "class": type(self).__name__,
+            "spec": spec_state(self._flat),
+            "writers": self._writers,
+            "batch_size": self._batch_size,
+            "max_length": self._max_length,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a ``state_dict()``; writers must not be adding meanwhile.
+
+        Raises:
+            CheckpointError: a state of another class, spec or geometry, or malformed; the
+                buffer is left unchanged.
+        """
+        self._check_open()
+        expected = self._geometry_state()
+        if not isinstance(state, dict):
+            raise CheckpointError(f"state: expected a dict, got {type(state).__name__}")
+        check_spec_state(self._flat, state.get("spec"))
+        for key in ("class", "writers", "batch_size", "max_length"):
+            if state.get(key) != expected[key]:
+                raise CheckpointError(f"state[{key!r}]: saved {state.get(key)!r}, this buffer has {expected[key]!r}")
+        segments = state.get("segments")
+        if not isinstance(segments, dict) or sorted(segments) != sorted(map(str, range(self._writers))):
+            raise CheckpointError(f"state['segments']: expected one entry per writer, got {segments!r:.80}")
+        checked = []
+        for w in range(self._writers):
+            segment = segments[str(w)]
+            steps = segment.get("steps") if isinstance(segment, dict) else None
+            items = segment.get("items") if isinstance(segment, dict) else None
+            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0 or not isinstance(items, dict):
+                raise CheckpointError(f"state['segments'][{w!r}]: expected steps (int >= 0) and items")
+            leaves = [items.get(str(i)) for i in range(len(self._flat.leaves))]
+            count = leaves[0].shape[0] if isinstance(leaves[0], np.ndarray) else -1
+            if not 0 <= count <= min(steps, self._max_length):
+                raise CheckpointError(f"state['segments'][{w!r}]: {count} steps do not fit steps={steps}")
+            for leaf, spec, path in zip(leaves, self._flat.leaves, self._flat.paths, strict=True):
+                want = (count, self._batch_size, *spec.shape)
+                if not isinstance(leaf, np.ndarray) or leaf.shape != want or leaf.dtype != spec.dtype:
+                    got = f"{leaf.shape} {leaf.dtype}" if isinstance(leaf, np.ndarray) else type(leaf).__name__
+                    raise CheckpointError(f"state['segments'][{w!r}] {path}: expected {want} {spec.dtype}, got {got}")
+            checked.append((steps, count, leaves))
+        limiter_state = state.get("rate_limiter")
+        if self._limiter is not None:
+            self._limiter.check_state(limiter_state)
+        check_rng_state(self._rng, state.get("rng"))
+        with self._lock:
+            for w, (steps, count, leaves) in enumerate(checked):
+                cursor = self._cursors[w]
+                cursor[[STEPS, WRITING, FLOOR]] = 0
+                step_ids = np.arange(steps - count, steps)
+                slots = self._slots(w, step_ids[:, None], np.arange(self._batch_size))
+                for name, leaf in zip(self._layout.dtype.names or (), leaves, strict=True):
+                    self._records[name][slots] = leaf
+                cursor[FLOOR] = steps - count
+                cursor[WRITING] = cursor[STEPS] = steps
+            self._rng.bit_generator.state = state["rng"]
+            if self._limiter is not None:
+                self._limiter.load_state(limiter_state)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write ``state_dict()`` to the checkpoint folder ``path`` (docs/persistence.md's format)."""
+        write_state(path, self.state_dict())
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Replace this buffer's items, counters and RNG with the checkpoint at ``path``.
+
+        Raises:
+            CheckpointError: no checkpoint there, a corrupt one, or one this buffer cannot
+                take; the buffer is left unchanged.
+        """
+        self.load_state_dict(read_state(path))
+
+    # -- life -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Wake every waiter with ``BufferClosedError`` and release the shared memory.
+
+        Writer processes still mapped keep their mapping until they close or exit; their
+        next flush raises ``BufferClosedError``.
+        """
+        with self._lock:
+            if self._own_writer is not None:
+                self._own_writer.close()
+                self._own_writer = None
+            if self._finalizer.alive:
+                Layout.mark_closed(self._header)
+                self._header = self._cursors = self._records = None
+                self._finalizer()
+
+    def _check_open(self) -> None:
+        if not self._finalizer.alive:
+            raise BufferClosedError(f"the {type(self).__name__} was closed")
+
+    def __enter__(self) -> SharedReplayBuffer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a SharedReplayBuffer stays in the learner's process; pass buffer.writer(i) to an actor process instead"
+        )
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"num_frames={self.num_frames()}"
+        return (
+            f"SharedReplayBuffer(writers={self._writers}, batch_size={self._batch_size}, "
+            f"max_length={self._max_length}, {state})"
+        )
+
+
+class _SegmentRing:
+    """What ``plan_deterministic_pass`` reads of a ring: one writer's whole steps ``[low, steps)``."""
+
+    def __init__(self, batch_size: int, max_length: int, low: int, steps: int):
+        self.batch_size, self.max_length, self.low, self.steps = batch_size, max_length, low, steps
+
+    def first_valid_step(self) -> int:
+        return self.low
+
+
+def _release(shm: shared_memory.SharedMemory, limiter: RateLimiter | None) -> None:
+    """Close the rate limiter and unlink the block (close(), collection or interpreter exit)."""
+    if limiter is not None:
+        limiter.close()
+    try:
+        shm.close()
+    except BufferError:  # a view is still exported somewhere in this process: unlink anyway
+        pass
+    try:
+        shm.unlink()
+    except FileNotFoundError:
+        pass
+
