@@ -13,7 +13,8 @@ CORE_NAMES = {
     "SpecMismatchError", "TensorSpec", "UniformReplayBuffer", "as_data_spec",
     "PrioritizedReplayBuffer", "Trajectory", "StepType", "StepDriver", "EpisodeDriver",
     "CheckpointError", "collect_data_spec", "FrameStackReplayBuffer",
-    "PrioritizedFrameStackReplayBuffer",
+    "PrioritizedFrameStackReplayBuffer", "MinSize", "SampleToInsertRatio", "RateLimiterTimeout",
+    "BufferClosedError", "SharedReplayBuffer",
 }
 
 

@@ -16,13 +16,17 @@ from replaybuf.buffers import (
 from replaybuf.drivers import EpisodeDriver, StepDriver
 from replaybuf.errors import (
     ArgumentError,
+    BufferClosedError,
     CheckpointError,
     EmptyBufferError,
     PriorityError,
+    RateLimiterTimeout,
     ReplayBufferError,
     SpecError,
     SpecMismatchError,
 )
+from replaybuf.rate_limiters import MinSize, SampleToInsertRatio
+from replaybuf.shared import SharedReplayBuffer
 from replaybuf.specs import ArraySpec, BoundedArraySpec, TensorSpec, as_data_spec
 from replaybuf.trajectory import StepType, Trajectory, collect_data_spec
 
@@ -30,18 +34,23 @@ __all__ = [
     "ArgumentError",
     "ArraySpec",
     "BoundedArraySpec",
+    "BufferClosedError",
     "BufferInfo",
     "CheckpointError",
     "EmptyBufferError",
     "EpisodeDriver",
     "FrameStackReplayBuffer",
+    "MinSize",
     "PrioritizedFrameStackReplayBuffer",
     "PrioritizedReplayBuffer",
     "PriorityError",
     "PyUniformReplayBuffer",
+    "RateLimiterTimeout",
     "ReplayBuffer",
     "ReplayBufferError",
     "SampleInfo",
+    "SampleToInsertRatio",
+    "SharedReplayBuffer",
     "SpecError",
     "SpecMismatchError",
     "StepDriver",
