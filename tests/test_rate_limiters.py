@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from conformance_data import SPEC, assert_items_match_ids, step_batch
 from replaybuf import errors
 from replaybuf.rate_limiters import MinSize, RateLimiter, SampleToInsertRatio
 from shared_workers import limiter_inserts
@@ -259,3 +260,135 @@ def test_a_shared_limiter_blocks_a_child_process(method):
         if child.is_alive():
             child.kill()
             child.join()
+
+
+# -- rate_limiter= on the NumPy buffers --------------------------------------------------------
+def _numpy_buffers():
+    from replaybuf import FrameStackReplayBuffer, PrioritizedReplayBuffer, PyUniformReplayBuffer, UniformReplayBuffer
+
+    return {
+        "uniform": lambda **kw: UniformReplayBuffer(SPEC, batch_size=2, max_length=4, seed=0, **kw),
+        "py-uniform": lambda **kw: PyUniformReplayBuffer(SPEC, capacity=8, seed=0, **kw),
+        "prioritized": lambda **kw: PrioritizedReplayBuffer(SPEC, batch_size=2, max_length=4, seed=0, **kw),
+        "frames": lambda **kw: FrameStackReplayBuffer(
+            SPEC, batch_size=2, max_length=4, seed=0, stacked_fields=["observation/camera"], **kw
+        ),
+    }
+
+
+NUMPY_KINDS = ["uniform", "py-uniform", "prioritized", "frames"]
+
+
+def _add(buffer, step):
+    buffer.add_batch(step_batch(step, 2))
+
+
+@pytest.mark.parametrize("kind", NUMPY_KINDS)
+def test_numpy_buffers_rate_limit_adds_and_samples_counting_nothing_on_timeout(kind):
+    make = _numpy_buffers()[kind]
+    with pytest.raises(errors.ArgumentError, match="rate_limiter: expected a MinSize or SampleToInsertRatio, got str"):
+        make(rate_limiter="min")
+    with pytest.raises(errors.ArgumentError, match="rate_limiter_timeout: expected None or a number of seconds"):
+        make(rate_limiter=MinSize(1), rate_limiter_timeout=-2)
+    buffer = make(rate_limiter=SampleToInsertRatio(1.0, 2, 2.0), rate_limiter_timeout=0.02)  # range [0, 4]
+    with pytest.raises(errors.RateLimiterTimeout, match="sample of 3 items"):
+        buffer.get_next(3)  # fewer than min_size_to_sample stored
+    _add(buffer, 0)
+    _add(buffer, 1)  # 4 items: (4 + 2) * 1 - 0 > 4 blocks the next add
+    with pytest.raises(errors.RateLimiterTimeout, match="insert of 2 items"):
+        _add(buffer, 2)
+    assert buffer.num_frames() == 4
+    assert counts(buffer._limiter) == (4, 0, 0)
+    items, info = buffer.get_next(2)
+    assert_items_match_ids(items, info.ids)
+    _add(buffer, 2)  # two samples made room for one more add
+    assert counts(buffer._limiter)[:2] == (6, 2)
+    with pytest.raises(errors.EmptyBufferError):
+        buffer.get_next(2, num_steps=10)  # granted, then the draw failed: uncounted
+    assert counts(buffer._limiter)[:2] == (6, 2)
+    buffer.clear()
+    assert counts(buffer._limiter) == (0, 0, 0)
+
+
+def test_numpy_buffer_counts_evictions_as_deletes():
+    buffer = _numpy_buffers()["uniform"](rate_limiter=MinSize(1))
+    for step in range(6):
+        _add(buffer, step)
+    assert counts(buffer._limiter) == (12, 0, 4)  # max_length 4: steps 0 and 1 evicted
+    single = _numpy_buffers()["py-uniform"](rate_limiter=MinSize(1))
+    single.add_batch(step_batch(0, 11))  # capacity 8: 3 never stay
+    assert counts(single._limiter) == (11, 0, 3)
+
+
+def test_numpy_buffer_close_wakes_a_blocked_sample():
+    buffer = _numpy_buffers()["uniform"](rate_limiter=MinSize(100))
+    woken: list[BaseException] = []
+
+    def sample() -> None:
+        try:
+            buffer.get_next(1)
+        except BaseException as err:  # recorded for the assertion
+            woken.append(err)
+
+    thread = threading.Thread(target=sample)
+    thread.start()
+    time.sleep(0.1)
+    assert not woken
+    buffer.close()
+    thread.join(timeout=5)
+    assert not thread.is_alive() and isinstance(woken[0], errors.BufferClosedError)
+    with pytest.raises(errors.BufferClosedError):
+        _add(buffer, 0)
+    assert buffer.num_frames() == 0
+
+
+def test_numpy_buffer_checkpoints_carry_the_counters(tmp_path):
+    make = _numpy_buffers()["uniform"]
+    buffer = make(rate_limiter=MinSize(1))
+    for step in range(5):
+        _add(buffer, step)
+    buffer.get_next(3)
+    buffer.save(tmp_path / "ckpt")
+    restored = make(rate_limiter=MinSize(1))
+    restored.load(tmp_path / "ckpt")
+    assert counts(restored._limiter) == (10, 3, 2)
+    with pytest.raises(errors.CheckpointError, match="rate limiter state: expected a dict, got NoneType"):
+        make(rate_limiter=MinSize(1)).load_state_dict(make().state_dict())
+    assert "rate_limiter" not in make().state_dict()
+
+
+def test_numpy_buffer_fast_writer_slow_learner_holds_the_ratio():
+    from replaybuf import UniformReplayBuffer
+
+    spi, min_size, error_buffer = 8.0, 16, 32.0
+    buffer = UniformReplayBuffer(
+        SPEC, batch_size=1, max_length=64, seed=0, rate_limiter=SampleToInsertRatio(spi, min_size, error_buffer)
+    )
+    stop = threading.Event()
+
+    def writer() -> None:
+        step = 0
+        while not stop.is_set():
+            try:
+                buffer.add_batch(step_batch(step, 1))
+                step += 1
+            except errors.BufferClosedError:
+                return
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        for _ in range(200):
+            items, info = buffer.get_next(4)
+            assert_items_match_ids(items, info.ids)
+            time.sleep(0.0005)
+    finally:
+        stop.set()
+        buffer.close()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+    limiter = buffer._limiter
+    highest, lowest = limiter.observed_range()
+    assert highest <= limiter.max_diff and lowest >= limiter.min_diff
+    inserts, samples, _ = counts(limiter)
+    assert samples == 800 and abs(inserts * spi - samples - spi * min_size) <= error_buffer

@@ -31,7 +31,7 @@ from typing import Any
 
 from replaybuf.errors import ArgumentError, BufferClosedError, CheckpointError, RateLimiterTimeout
 
-__all__ = ["MinSize", "RateLimiter", "SampleToInsertRatio"]
+__all__ = ["MinSize", "RateLimiter", "SampleToInsertRatio", "check_rate_limiter", "check_timeout"]
 
 _INSERTS, _SAMPLES, _DELETES, _CLOSED = range(4)
 _STATE_KEYS = ("inserts", "samples", "deletes")
@@ -58,6 +58,13 @@ def check_timeout(value: Any, name: str = "timeout") -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
         raise ArgumentError(f"{name}: expected None or a number of seconds >= 0, got {value!r}")
     return float(value)
+
+
+def check_rate_limiter(value: Any) -> RateLimiter | None:
+    """None or a rate limiter (``MinSize``, ``SampleToInsertRatio``); ArgumentError otherwise."""
+    if value is not None and not isinstance(value, RateLimiter):
+        raise ArgumentError(f"rate_limiter: expected a MinSize or SampleToInsertRatio, got {type(value).__name__}")
+    return value
 
 
 class RateLimiter:

@@ -69,6 +69,8 @@ class FrameStackReplayBuffer(StreamBuffer):
         seed: int | None = None,
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
+        rate_limiter: Any = None,
+        rate_limiter_timeout: float | None = None,
         storage: str = "memory",
         path: str | os.PathLike | None = None,
         respect_episodes: bool = False,
@@ -84,6 +86,8 @@ class FrameStackReplayBuffer(StreamBuffer):
             seed=seed,
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,
+            rate_limiter=rate_limiter,
+            rate_limiter_timeout=rate_limiter_timeout,
         )
 
 
@@ -112,6 +116,8 @@ class PrioritizedFrameStackReplayBuffer(StreamBuffer):
         seed: int | None = None,
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
+        rate_limiter: Any = None,
+        rate_limiter_timeout: float | None = None,
         respect_episodes: bool = False,
         pad_episode_ends: bool = False,
         episode_end_field: str | None = None,
@@ -130,4 +136,6 @@ class PrioritizedFrameStackReplayBuffer(StreamBuffer):
             seed=seed,
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,
+            rate_limiter=rate_limiter,
+            rate_limiter_timeout=rate_limiter_timeout,
         )

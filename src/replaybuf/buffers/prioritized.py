@@ -79,6 +79,8 @@ class PrioritizedReplayBuffer(StreamBuffer):
         seed: int | None = None,
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
+        rate_limiter: Any = None,
+        rate_limiter_timeout: float | None = None,
         respect_episodes: bool = False,
         pad_episode_ends: bool = False,
         episode_end_field: str | None = None,
@@ -97,6 +99,8 @@ class PrioritizedReplayBuffer(StreamBuffer):
             seed=seed,
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,
+            rate_limiter=rate_limiter,
+            rate_limiter_timeout=rate_limiter_timeout,
         )
 
     @property

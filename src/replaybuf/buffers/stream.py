@@ -24,6 +24,7 @@ from replaybuf.errors import ArgumentError, CheckpointError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import read_state, write_state
 from replaybuf.persistence.state import check_header, check_rng_state, first_stored_step, require, spec_state
+from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
 from replaybuf.ring import StreamRing, append_rows
 
 __all__ = ["Part", "StreamBuffer", "reject_unused"]
@@ -39,6 +40,11 @@ class StreamBuffer(ReplayBuffer):
         batch_size, max_length: the ring's geometry; capacity is their product.
         storage, sampler: ``part(flat_spec, ring)`` factories of the storage and sampler.
         seed: seed of the sampling random generator.
+        rate_limiter: a ``MinSize`` / ``SampleToInsertRatio`` that adds (``batch_size``
+            items each) and samples (``sample_batch_size`` items) wait for, outside the lock;
+            its counters are part of checkpoints (docs/many_writers.md).
+        rate_limiter_timeout: seconds a blocked add or sample waits before
+            ``RateLimiterTimeout`` (nothing written or counted); None waits until ``close()``.
         dataset_drop_remainder, dataset_window_shift: the deterministic pass's options.
         single_stream: ``add_batch`` appends a batch of any size to one stream (PyUniform);
             the sampler must then keep no per-add state (the uniform one).
@@ -56,8 +62,12 @@ class StreamBuffer(ReplayBuffer):
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
         single_stream: bool = False,
+        rate_limiter: RateLimiter | None = None,
+        rate_limiter_timeout: float | None = None,
     ):
         check_positive("batch_size", batch_size, allow_none=False)
+        self._limiter = check_rate_limiter(rate_limiter)
+        self._limiter_timeout = check_timeout(rate_limiter_timeout, "rate_limiter_timeout")
         check_positive("max_length", max_length, allow_none=False)
         check_positive("dataset_window_shift", dataset_window_shift)
         self._flat = FlatSpec(data_spec)
@@ -98,19 +108,31 @@ class StreamBuffer(ReplayBuffer):
         Raises:
             SpecMismatchError: the structure, a shape or a dtype does not match the
                 data_spec (or the leaves disagree on n); nothing is written.
+            RateLimiterTimeout: the rate limiter held the add back past
+                ``rate_limiter_timeout``; nothing is written or counted.
+            BufferClosedError: ``close()`` was called (also while the add waited).
         """
         ring = self._ring
         if self._single_stream:
             arrays = self._validate(items, None)
+            if self._limiter is not None:
+                self._limiter.await_insert(arrays[0].shape[0] if arrays else 0, self._limiter_timeout)
             with self._lock:
+                before = ring.steps
                 append_rows(ring, self._storage, arrays)
-            return
-        arrays = self._validate(items, ring.batch_size)
-        with self._lock:
-            self._storage.write(ring.slot(ring.steps), arrays)
-            ring.steps += 1
-            self._storage.commit(ring.steps)
-            self._sampler.added(ring, arrays)
+                evicted = max(0, ring.steps - ring.capacity) - max(0, before - ring.capacity)
+        else:
+            arrays = self._validate(items, ring.batch_size)
+            if self._limiter is not None:
+                self._limiter.await_insert(ring.batch_size, self._limiter_timeout)
+            with self._lock:
+                self._storage.write(ring.slot(ring.steps), arrays)
+                ring.steps += 1
+                self._storage.commit(ring.steps)
+                self._sampler.added(ring, arrays)
+                evicted = ring.batch_size if ring.steps > ring.max_length else 0
+        if self._limiter is not None and evicted:
+            self._limiter.delete(evicted)
 
     def get_next(
         self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
@@ -121,13 +143,21 @@ class StreamBuffer(ReplayBuffer):
             EmptyBufferError: nothing is stored, or no stream holds ``num_steps`` items
                 (inside one episode, when the sampler respects episodes).
             ArgumentError: sample_batch_size or num_steps is not a positive int.
+            RateLimiterTimeout, BufferClosedError: with a rate limiter, see ``add_batch``.
         """
         if sample_batch_size is not None and (sample_batch_size.__class__ is not int or sample_batch_size < 1):
             check_positive("sample_batch_size", sample_batch_size)
         if num_steps is not None and (num_steps.__class__ is not int or num_steps < 1):
             check_positive("num_steps", num_steps)
+        if self._limiter is not None:
+            self._limiter.await_sample(sample_batch_size or 1, self._limiter_timeout)
         with self._lock:
-            ids, probabilities, extras = self._sampler.draw(self._rng, self._ring, sample_batch_size, num_steps)
+            try:
+                ids, probabilities, extras = self._sampler.draw(self._rng, self._ring, sample_batch_size, num_steps)
+            except BaseException:
+                if self._limiter is not None:  # nothing was sampled: uncount the grant
+                    self._limiter.undo_sample(sample_batch_size or 1)
+                raise
             leaves = self._storage.read(ids % self._ring.capacity)
         if time_stacked or num_steps is None:
             items = self._flat.unflatten(leaves)
@@ -184,6 +214,14 @@ class StreamBuffer(ReplayBuffer):
             self._storage.commit(0)
             self._storage.clear()
             self._sampler.cleared()
+            if self._limiter is not None:
+                self._limiter.reset()
+
+    def close(self) -> None:
+        """Wake every add or sample waiting on the rate limiter with ``BufferClosedError``;
+        later rate-limited calls raise it too. Without a rate limiter there is nothing to close."""
+        if self._limiter is not None:
+            self._limiter.close()
 
     def num_frames(self) -> int:
         return self._ring.num_valid_steps() * self._ring.batch_size
@@ -213,6 +251,7 @@ class StreamBuffer(ReplayBuffer):
         first = first_stored_step(steps, count, ring.batch_size, ring.max_length, self._storage.crash_safe)
         check_rng_state(self._rng, require(state, "rng", dict))
         sampler_state = self._sampler.check_state(ring, state, count)
+        limiter_state = None if self._limiter is None else self._limiter.check_state(state.get("rate_limiter"))
         with self._lock:
             self.clear()
             try:
@@ -224,6 +263,8 @@ class StreamBuffer(ReplayBuffer):
             self._storage.commit(steps)
             self._rng.bit_generator.state = state["rng"]
             self._sampler.load_state(ring, sampler_state)
+            if self._limiter is not None:
+                self._limiter.load_state(limiter_state)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write ``state_dict()`` to the checkpoint folder ``path`` atomically (a new version).
@@ -263,6 +304,7 @@ class StreamBuffer(ReplayBuffer):
             **self._storage.state(ring.slot(first), (ring.steps - first) * ring.batch_size, views),
             "rng": self._rng.bit_generator.state,
             **self._sampler.state(ring),
+            **({} if self._limiter is None else {"rate_limiter": self._limiter.state()}),
         }
 
     def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:

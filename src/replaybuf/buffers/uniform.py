@@ -73,6 +73,8 @@ class UniformReplayBuffer(StreamBuffer):
             are real (``info`` is then a ``SampleInfo``).
         episode_end_field: the path of a scalar field whose nonzero value ends an episode
             (e.g. ``"done"``); default: the ``step_type`` / ``next_step_type`` fields.
+        rate_limiter, rate_limiter_timeout: a ``MinSize`` / ``SampleToInsertRatio`` that adds
+            and samples wait for, and how long (``StreamBuffer``; docs/many_writers.md).
 
     Raises:
         ArgumentError: a non-positive size; ``pad_episode_ends`` or ``episode_end_field``
@@ -90,6 +92,8 @@ class UniformReplayBuffer(StreamBuffer):
         seed: int | None = None,
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
+        rate_limiter: Any = None,
+        rate_limiter_timeout: float | None = None,
         storage: str = "memory",
         path: str | os.PathLike | None = None,
         respect_episodes: bool = False,
@@ -105,6 +109,8 @@ class UniformReplayBuffer(StreamBuffer):
             seed=seed,
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,
+            rate_limiter=rate_limiter,
+            rate_limiter_timeout=rate_limiter_timeout,
         )
 
 
@@ -124,6 +130,8 @@ class PyUniformReplayBuffer(StreamBuffer):
         seed: int | None = None,
         storage: str = "memory",
         path: str | os.PathLike | None = None,
+        rate_limiter: Any = None,
+        rate_limiter_timeout: float | None = None,
     ):
         check_positive("capacity", capacity, allow_none=False)
         super().__init__(
@@ -134,4 +142,6 @@ class PyUniformReplayBuffer(StreamBuffer):
             sampler=lambda flat, ring: UniformSampler(),
             seed=seed,
             single_stream=True,
+            rate_limiter=rate_limiter,
+            rate_limiter_timeout=rate_limiter_timeout,
         )

@@ -18,7 +18,7 @@ from replaybuf.errors import ArgumentError, BufferClosedError, CheckpointError, 
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import read_state, write_state
 from replaybuf.persistence.state import check_rng_state, check_spec_state, spec_state
-from replaybuf.rate_limiters import RateLimiter, check_timeout
+from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
 from replaybuf.shared.layout import FLOOR, STEPS, WRITING, Layout
 from replaybuf.shared.writer import SharedWriter
 
@@ -82,10 +82,7 @@ class SharedReplayBuffer(ReplayBuffer):
         check_positive("dataset_window_shift", dataset_window_shift)
         if flush_every > max_length:
             raise ArgumentError(f"flush_every: expected at most max_length ({max_length}), got {flush_every}")
-        if rate_limiter is not None and not isinstance(rate_limiter, RateLimiter):
-            raise ArgumentError(
-                f"rate_limiter: expected a MinSize or SampleToInsertRatio, got {type(rate_limiter).__name__}"
-            )
+        check_rate_limiter(rate_limiter)
         self._timeout = check_timeout(rate_limiter_timeout, "rate_limiter_timeout")
         if isinstance(context, str):
             if context not in multiprocessing.get_all_start_methods():
