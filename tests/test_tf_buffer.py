@@ -334,7 +334,7 @@ def test_deterministic_pass_arguments_that_would_drop_everything(drop):
     with pytest.raises(ValueError, match=r"num_steps \(6\) > max_length \(5\)"):
         buffer.as_dataset(num_steps=6, single_deterministic_pass=True)
     if drop:
-        with pytest.raises(ValueError, match="ALL data would be dropped"):
+        with pytest.raises(ValueError, match="ALL data will be dropped"):
             buffer.as_dataset(3, single_deterministic_pass=True)
 
 

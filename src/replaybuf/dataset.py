@@ -18,7 +18,7 @@ import numpy as np
 from replaybuf.errors import ArgumentError, EmptyBufferError
 from replaybuf.ring import StreamRing
 
-__all__ = ["DeterministicPass", "RandomDataset", "plan_deterministic_pass"]
+__all__ = ["DeterministicPass", "RandomDataset", "check_pass_arguments", "plan_deterministic_pass"]
 
 
 class RandomDataset:
@@ -71,6 +71,24 @@ def _prefetched(sample: Callable[[], Any], depth: int) -> Iterator[Any]:
         stop.set()
 
 
+def check_pass_arguments(
+    batch_size: int, max_length: int, sample_batch_size: int | None, num_steps: int | None, drop_remainder: bool
+) -> None:
+    """TF-Agents' errors (as ArgumentError) for a deterministic pass that cannot yield whole
+    elements: more streams per element than the buffer has, or windows longer than a stream."""
+    dropped = " and dataset_drop_remainder is True; ALL data will be dropped" if drop_remainder else ""
+    if sample_batch_size is not None and sample_batch_size > batch_size:
+        raise ArgumentError(
+            f"sample_batch_size ({sample_batch_size}) > batch_size ({batch_size}){dropped}: a "
+            "deterministic pass groups streams, so there are not enough streams; decrease sample_batch_size"
+        )
+    if num_steps is not None and num_steps > max_length:
+        raise ArgumentError(
+            f"num_steps ({num_steps}) > max_length ({max_length}){dropped}: no window fits in a "
+            "stream; decrease num_steps or increase max_length"
+        )
+
+
 def plan_deterministic_pass(
     ring: StreamRing,
     sample_batch_size: int | None,
@@ -85,17 +103,7 @@ def plan_deterministic_pass(
     steps (default: ``num_steps``, so windows do not overlap). A window or group shorter
     than asked for is yielded short, or dropped when ``drop_remainder``.
     """
-    if sample_batch_size is not None and sample_batch_size > ring.batch_size:
-        raise ArgumentError(
-            f"sample_batch_size ({sample_batch_size}) > batch_size ({ring.batch_size}): a "
-            "deterministic pass groups streams, so there are not enough streams; decrease "
-            "sample_batch_size"
-        )
-    if num_steps is not None and num_steps > ring.max_length:
-        raise ArgumentError(
-            f"num_steps ({num_steps}) > max_length ({ring.max_length}): no window fits in a "
-            "stream; decrease num_steps or increase max_length"
-        )
+    check_pass_arguments(ring.batch_size, ring.max_length, sample_batch_size, num_steps, drop_remainder)
     if ring.steps == 0:
         raise EmptyBufferError("The buffer is empty. Make sure to add items before reading the buffer.")
     size = num_steps or 1

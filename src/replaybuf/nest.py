@@ -15,6 +15,7 @@ import numpy as np
 import optree
 
 from replaybuf.errors import SpecMismatchError
+from replaybuf.mismatch import batch_sizes_differ, unbatched, unsafe_cast, wrong_shape
 from replaybuf.specs import ArraySpec, as_data_spec
 
 __all__ = ["FlatSpec", "to_numpy"]
@@ -96,8 +97,7 @@ class FlatSpec:
         if batch_size is None and out:
             sizes = {a.shape[0] for a in out}
             if len(sizes) > 1:
-                detail = ", ".join(f"{p}: {a.shape[0]}" for p, a in zip(self.paths, out, strict=True))
-                raise SpecMismatchError(f"items: every field needs the same batch size, got {detail}")
+                raise batch_sizes_differ(self.paths, [a.shape[0] for a in out])
         return out
 
     def _signature(self, n: int) -> list[tuple]:
@@ -126,34 +126,19 @@ class FlatSpec:
             # Python numbers are weakly typed (1.5 into float32 is fine, 1.5 into int32 is not).
             rule = "safe" if typed else "same_kind"
             if not np.can_cast(array.dtype, spec.dtype, casting=rule):
-                raise SpecMismatchError(
-                    f"{path}: expected dtype {spec.dtype.name}, got {array.dtype.name} "
-                    f"(not a safe cast; convert it explicitly if the loss is intended)"
-                )
+                raise unsafe_cast(path, spec, array.dtype.name)
             cast = array.astype(spec.dtype)
             if not typed and spec.dtype.kind in "iu" and not np.array_equal(cast, array):
                 raise SpecMismatchError(f"{path}: values {value!r} do not fit in {spec.dtype.name}")
             array = cast
-        expected_ndim = len(spec.shape) + 1
         if array.ndim == len(spec.shape) and array.shape == spec.shape:
-            raise SpecMismatchError(
-                f"{path}: expected a batch {outer} + {spec.describe()}, got one unbatched item of "
-                f"shape {array.shape}; add_batch takes a batch: add a leading dimension "
-                f"(x[None] or np.expand_dims(x, 0)) to add a single item"
-            )
+            raise unbatched(path, spec, batch_size, array.shape, "x[None] or np.expand_dims(x, 0)")
         if (
-            array.ndim != expected_ndim
+            array.ndim != len(spec.shape) + 1
             or array.shape[1:] != spec.shape
             or (batch_size is not None and array.shape[0] != batch_size)
         ):
-            want = f"({batch_size}, {', '.join(map(str, spec.shape))})" if batch_size is not None else (
-                f"(n, {', '.join(map(str, spec.shape))})"
-            )
-            want = want.replace(", )", ")")
-            raise SpecMismatchError(
-                f"{path}: expected shape {want} {spec.dtype.name} (a batch of {outer[1:-1]} items of "
-                f"{spec.describe()}), got {array.shape} {array.dtype.name}"
-            )
+            raise wrong_shape(path, spec, batch_size, array.shape, array.dtype.name)
         return array
 
 

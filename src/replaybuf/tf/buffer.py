@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive
+from replaybuf.dataset import check_pass_arguments
 from replaybuf.errors import EmptyBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
@@ -329,7 +330,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         if num_parallel_calls != tf.data.AUTOTUNE:
             check_positive("num_parallel_calls", num_parallel_calls)
         if single_deterministic_pass:
-            datasets.check_pass_arguments(
+            check_pass_arguments(
                 self._batch_size,
                 self._max_length,
                 sample_batch_size,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from replaybuf.errors import SpecMismatchError
+from replaybuf.mismatch import unbatched, unsafe_cast, wrong_shape
 from replaybuf.nest import FlatSpec
 
 __all__ = ["convert_batch"]
@@ -39,25 +39,15 @@ def _graph_leaf(flat: FlatSpec, index: int, value: Any, batch_size: int) -> tf.T
     got = value.dtype
     if got != want:
         if not np.can_cast(got.as_numpy_dtype, spec.dtype, casting="safe"):
-            raise SpecMismatchError(
-                f"{path}: expected dtype {spec.dtype.name}, got {got.name} "
-                f"(not a safe cast; convert it explicitly if the loss is intended)"
-            )
+            raise unsafe_cast(path, spec, got.name)
         value = tf.cast(value, want)
     expected = tf.TensorShape((batch_size,) + spec.shape)
     shape = value.shape
     if shape.rank == len(spec.shape) and shape.is_compatible_with(spec.shape):
-        raise SpecMismatchError(
-            f"{path}: expected a batch [{batch_size}] + {spec.describe()}, got one unbatched "
-            f"item of shape {tuple(shape.as_list())}; add_batch takes a batch: add a leading "
-            f"dimension (tf.expand_dims(x, 0)) to add a single item"
-        )
+        raise unbatched(path, spec, batch_size, shape.as_list(), "tf.expand_dims(x, 0)")
     if not shape.is_compatible_with(expected):
         got_shape = tuple(shape.as_list()) if shape.rank is not None else "unknown rank"
-        raise SpecMismatchError(
-            f"{path}: expected shape {tuple(expected.as_list())} {spec.dtype.name} (a batch of "
-            f"{batch_size} items of {spec.describe()}), got {got_shape} {got.name}"
-        )
+        raise wrong_shape(path, spec, batch_size, got_shape, got.name)
     if not shape.is_fully_defined():
         value = tf.ensure_shape(value, expected, name=f"check_{index}")
     return value

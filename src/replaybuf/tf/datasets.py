@@ -17,9 +17,8 @@ from typing import Any
 import tensorflow as tf
 
 from replaybuf.buffer import BufferInfo
-from replaybuf.errors import ArgumentError
 
-__all__ = ["PassPlan", "check_pass_arguments", "deterministic_pass", "random_dataset"]
+__all__ = ["PassPlan", "deterministic_pass", "random_dataset"]
 
 
 def random_dataset(
@@ -74,28 +73,6 @@ def random_dataset(
     options.experimental_optimization.inject_prefetch = False
     options.experimental_optimization.map_parallelization = False
     return dataset.with_options(options)
-
-
-def check_pass_arguments(
-    batch_size: int,
-    max_length: int,
-    sample_batch_size: int | None,
-    num_steps: int | None,
-    drop_remainder: bool,
-) -> None:
-    """TF-Agents' ValueErrors (as ArgumentError) for a pass that could yield nothing whole."""
-    dropped = " and dataset_drop_remainder is True: ALL data would be dropped" if drop_remainder else ""
-    if sample_batch_size is not None and sample_batch_size > batch_size:
-        raise ArgumentError(
-            f"sample_batch_size ({sample_batch_size}) > batch_size ({batch_size}){dropped}; a "
-            "deterministic pass groups streams, so there are not enough streams: decrease "
-            "sample_batch_size"
-        )
-    if num_steps is not None and num_steps > max_length:
-        raise ArgumentError(
-            f"num_steps ({num_steps}) > max_length ({max_length}){dropped}; no window fits in a "
-            "stream: decrease num_steps or increase max_length"
-        )
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from replaybuf.errors import SpecError, SpecMismatchError
+from replaybuf.mismatch import batch_sizes_differ, unbatched, unsafe_cast, wrong_shape
 from replaybuf.nest import FlatSpec
 from replaybuf.specs import ArraySpec, as_numpy_dtype
 
@@ -69,8 +70,8 @@ class DeviceBatcher:
             arrays = flat.flatten_batch(items, batch_size)
         elif len(tensors) == len(leaves):
             arrays = list(leaves)
-            if batch_size is None:
-                _check_same_size(flat.paths, [t.shape[0] for t in leaves])
+            if batch_size is None and len({t.shape[0] for t in leaves}) > 1:
+                raise batch_sizes_differ(flat.paths, [t.shape[0] for t in leaves])
         else:  # validated tensors stand in as zero-copy arrays for the core's checks
             leaves = [_stand_in(flat.leaves[i], tensors[i]) if i in tensors else x for i, x in enumerate(leaves)]
             arrays = flat.flatten_batch(flat.unflatten(leaves), batch_size)
@@ -89,37 +90,20 @@ class DeviceBatcher:
 
 
 def _check_tensor(path: str, spec: ArraySpec, tensor: torch.Tensor, batch_size: int | None) -> torch.Tensor:
-    outer = "[n]" if batch_size is None else f"[{batch_size}]"
     try:
         got = as_numpy_dtype(tensor.dtype)
     except SpecError:
         raise SpecMismatchError(f"{path}: expected dtype {spec.dtype.name}, got {tensor.dtype}") from None
     if got != spec.dtype and not np.can_cast(got, spec.dtype, casting="safe"):
-        raise SpecMismatchError(
-            f"{path}: expected dtype {spec.dtype.name}, got {tensor.dtype} "
-            "(not a safe cast; convert it explicitly if the loss is intended)"
-        )
+        raise unsafe_cast(path, spec, tensor.dtype)
     shape = tuple(tensor.shape)
     if shape == spec.shape:
-        raise SpecMismatchError(
-            f"{path}: expected a batch {outer} + {spec.describe()}, got one unbatched item of "
-            f"shape {shape}; add a leading dimension (x[None] or x.unsqueeze(0)) to add a single item"
-        )
+        raise unbatched(path, spec, batch_size, shape, "x[None] or x.unsqueeze(0)")
     if len(shape) != len(spec.shape) + 1 or shape[1:] != spec.shape or (
         batch_size is not None and shape[0] != batch_size
     ):
-        want = ("n" if batch_size is None else str(batch_size),) + tuple(map(str, spec.shape))
-        raise SpecMismatchError(
-            f"{path}: expected shape ({', '.join(want)}) {spec.dtype.name} (a batch of "
-            f"{outer[1:-1]} items of {spec.describe()}), got {shape} {tensor.dtype}"
-        )
+        raise wrong_shape(path, spec, batch_size, shape, tensor.dtype)
     return tensor
-
-
-def _check_same_size(paths: list[str], sizes: list[int]) -> None:
-    if len(set(sizes)) > 1:
-        detail = ", ".join(f"{path}: {size}" for path, size in zip(paths, sizes, strict=True))
-        raise SpecMismatchError(f"items: every field needs the same batch size, got {detail}")
 
 
 def _stand_in(spec: ArraySpec, tensor: torch.Tensor) -> np.ndarray:
