@@ -113,6 +113,19 @@ def _shared(data_spec, batch_size, max_length, seed):
     )
 
 
+def _jax_uniform(data_spec, batch_size, max_length, seed):
+    jax_backend = pytest.importorskip("replaybuf.jax")
+    return jax_backend.JaxUniformReplayBuffer(data_spec, batch_size=batch_size, max_length=max_length, seed=seed)
+
+
+def _jax_prioritized(data_spec, batch_size, max_length, seed):
+    # as numpy-prioritized: no priority updates here, so sampling must be exactly uniform
+    jax_backend = pytest.importorskip("replaybuf.jax")
+    return jax_backend.JaxUniformReplayBuffer(
+        data_spec, batch_size=batch_size, max_length=max_length, seed=seed, prioritized=True
+    )
+
+
 BACKENDS: list[Backend] = [
     Backend("numpy", _numpy_uniform),
     Backend("numpy-py", _numpy_py_uniform, single_stream=True),
@@ -124,4 +137,6 @@ BACKENDS: list[Backend] = [
     Backend("numpy-prioritized", _numpy_prioritized),
     Backend("numpy-frames", _numpy_frames),
     Backend("shared", _shared),
+    Backend("jax", _jax_uniform),
+    Backend("jax-prioritized", _jax_prioritized),
 ]

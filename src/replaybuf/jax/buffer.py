@@ -1,0 +1,296 @@
+"""``JaxUniformReplayBuffer``: the common API over the functional core, state in JAX arrays.
+
+Every call validates on the host first (nothing is dispatched for a bad add, and the
+empty-buffer and ``num_steps`` errors come from host counters, without a device sync), then
+runs one jitted core function with the state donated, so an add updates the storage in
+place. Compiled functions are shared by every buffer of the same description. ``.state``
+hands the state pytree (and ``.core`` the description) to a user's own jitted loop.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive, unstack_time
+from replaybuf.dataset import DeterministicPass, RandomDataset, plan_deterministic_pass
+from replaybuf.errors import ArgumentError, EmptyBufferError, PriorityError, SpecMismatchError
+from replaybuf.jax.core import Buffer, BufferState, make_buffer
+from replaybuf.nest import FlatSpec
+from replaybuf.ring import StreamRing
+
+__all__ = ["JaxUniformReplayBuffer"]
+
+
+@partial(jax.jit, static_argnums=0, donate_argnums=1)
+def _add(core: Buffer, state: BufferState, batch: Any) -> BufferState:
+    return core.add(state, batch)
+
+
+@partial(jax.jit, static_argnums=(0, 3, 4))
+def _sample(core: Buffer, state: BufferState, key_data: jax.Array, size: int, num_steps: int | None):
+    return core.sample(state, jax.random.wrap_key_data(key_data, impl="threefry2x32"), size, num_steps)
+
+
+@partial(jax.jit, static_argnums=0)
+def _read(core: Buffer, state: BufferState, ids: jax.Array) -> Any:
+    return core.read(state, ids)
+
+
+@partial(jax.jit, static_argnums=0, donate_argnums=1)
+def _update(core: Buffer, state: BufferState, ids: jax.Array, priorities: jax.Array) -> BufferState:
+    return core.update_priorities(state, ids, priorities)
+
+
+class JaxUniformReplayBuffer(ReplayBuffer):
+    """``batch_size`` streams of ``max_length`` items in JAX arrays (TF-Agents' API).
+
+    Args:
+        data_spec: a nest of ArraySpec (or tf/Gymnasium specs) describing one item.
+        batch_size, max_length: the ring's geometry; capacity is their product.
+        seed: seed of the host generator that keys every sample.
+        device: where the state lives (a ``jax.Device``; default JAX's default device).
+        dataset_drop_remainder, dataset_window_shift: the deterministic pass's options.
+        respect_episodes, episode_end_field, episode_num_steps: episode-exact windows
+            (``make_buffer``): windows crossing an episode end are never drawn.
+        prioritized, alpha, beta, epsilon: prioritized sampling (``update_priorities``;
+            ``info`` is then a ``SampleInfo`` with ``weights``).
+
+    Returned items, ids and probabilities are JAX arrays. With x64 off (JAX's default), 64-bit
+    leaves are stored in 32 bits: integers that do not fit are rejected, floats are rounded.
+    """
+
+    def __init__(
+        self,
+        data_spec: Any,
+        batch_size: int = 1,
+        max_length: int = 1000,
+        *,
+        seed: int | None = None,
+        device: Any = None,
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+        respect_episodes: bool = False,
+        episode_end_field: str | None = None,
+        episode_num_steps: int = 1,
+        prioritized: bool = False,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        epsilon: float = 1e-6,
+    ):
+        check_positive("batch_size", batch_size, allow_none=False)
+        check_positive("max_length", max_length, allow_none=False)
+        check_positive("dataset_window_shift", dataset_window_shift)
+        self._flat = FlatSpec(data_spec)
+        self._core = make_buffer(
+            self._flat.data_spec, batch_size, max_length, respect_episodes=respect_episodes,
+            episode_end_field=episode_end_field, episode_num_steps=episode_num_steps, prioritized=prioritized,
+            alpha=alpha, beta=beta, epsilon=epsilon,
+        )
+        self._ring = StreamRing(int(batch_size), int(max_length), type(self).__name__)
+        stored = zip(self._flat.leaves, self._core.dtypes, strict=True)
+        self._narrowed = [
+            (i, np.iinfo(dtype)) for i, (spec, dtype) in enumerate(stored) if spec.dtype != dtype and dtype.kind in "iu"
+        ]
+        self._device = device
+        self._lock = threading.RLock()
+        self._rng = np.random.default_rng(seed)
+        self._drop_remainder = bool(dataset_drop_remainder)
+        self._window_shift = dataset_window_shift
+        self._state = self._fresh_state()
+
+    # -- geometry and the state ---------------------------------------------------------------
+    @property
+    def data_spec(self) -> Any:
+        return self._flat.data_spec
+
+    @property
+    def capacity(self) -> int:
+        return self._ring.capacity
+
+    @property
+    def batch_size(self) -> int:
+        return self._ring.batch_size
+
+    @property
+    def max_length(self) -> int:
+        return self._ring.max_length
+
+    @property
+    def core(self) -> Buffer:
+        """The functional core's description (``core.add(state, batch)``, ...)."""
+        return self._core
+
+    @property
+    def state(self) -> BufferState:
+        """The state pytree, for a user's jitted loop. Donating it invalidates this buffer's
+        copy: set the returned state back (``buffer.state = new_state``) before using the
+        buffer again."""
+        return self._state
+
+    @state.setter
+    def state(self, state: BufferState) -> None:
+        """Adopt a state produced by the core functions from this buffer's state (one device
+        sync: the host counters are read from ``state.steps``).
+
+        Raises:
+            ArgumentError: a pytree of another structure, shape or dtype than this buffer's.
+        """
+        mine = jax.tree_util.tree_structure(self._state)
+        if jax.tree_util.tree_structure(state) != mine or any(
+            (a.shape, a.dtype) != (b.shape, b.dtype)
+            for a, b in zip(jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(self._state), strict=True)
+        ):
+            raise ArgumentError(
+                "state: expected a BufferState of this buffer's description (same leaves, shapes, dtypes)"
+            )
+        with self._lock:
+            self._state = state
+            self._ring.reset(int(state.steps))
+
+    # -- the common API ----------------------------------------------------------------------
+    def add_batch(self, items: Any) -> None:
+        """Add one step to every stream: each leaf shaped ``[batch_size] + spec.shape``.
+
+        Raises:
+            SpecMismatchError: the structure, a shape or a dtype does not match the data_spec,
+                or an integer does not fit its 32-bit storage (x64 off); nothing is written.
+        """
+        arrays = self._flat.flatten_batch(items, self._ring.batch_size)
+        for index, limits in self._narrowed:
+            leaf = arrays[index]
+            if leaf.size and (leaf.min() < limits.min or leaf.max() > limits.max):
+                raise SpecMismatchError(
+                    f"{self._flat.paths[index]}: values in [{leaf.min()}, {leaf.max()}] do not fit the "
+                    f"{limits.dtype} storage (JAX x64 is off; enable jax_enable_x64 for 64-bit leaves)"
+                )
+        batch = self._core.treedef.unflatten(arrays)
+        with self._lock:
+            self._state = _add(self._core, self._state, batch)
+            self._ring.steps += 1
+
+    def get_next(
+        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+    ) -> tuple[Any, BufferInfo]:
+        """Sample windows (uniformly, by priority, or inside episodes); see ``replaybuf.buffer``.
+
+        Raises:
+            EmptyBufferError: nothing is stored, or no stream holds ``num_steps`` items
+                (host counters, no device sync); with respect_episodes, no window of
+                ``num_steps`` fits inside an episode (known after the draw: one sync).
+            ArgumentError: sample_batch_size or num_steps is not a positive int.
+        """
+        check_positive("sample_batch_size", sample_batch_size)
+        check_positive("num_steps", num_steps)
+        key = np.array(divmod(self._rng.bit_generator.random_raw(), 2**32), np.uint32)
+        with self._lock:
+            self._ring.window_starts(num_steps or 1)  # raises EmptyBufferError
+            items, info = _sample(self._core, self._state, key, sample_batch_size or 1, num_steps)
+        if self._core.episodes is not None and not bool(info.valid[0]):
+            raise EmptyBufferError(
+                f"num_steps={num_steps or 1}: no stored window of that length lies inside one episode; "
+                "add more steps or ask for shorter windows"
+            )
+        ids, probabilities, weights = info.ids, info.probabilities, info.weights
+        if sample_batch_size is None:
+            items = jax.tree_util.tree_map(lambda leaf: leaf[0], items)
+            ids, probabilities = ids[0], probabilities[0]
+            weights = None if weights is None else weights[0]
+        if not time_stacked and num_steps is not None:
+            leaves = self._core.treedef.flatten_up_to(items)
+            items = unstack_time(self._core.treedef.unflatten, leaves, num_steps, batched=sample_batch_size is not None)
+        if weights is not None:
+            return items, SampleInfo(ids, probabilities, weights=weights)
+        return items, BufferInfo(ids, probabilities)
+
+    def as_dataset(
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        num_parallel_calls: int | None = None,
+        single_deterministic_pass: bool = False,
+    ) -> Any:
+        """An iterable of ``(items, BufferInfo)``: random (endless, sees later adds) or one
+        ordered pass (ids planned when the iterator is created), as the NumPy buffers.
+
+        Raises:
+            ArgumentError: a non-positive argument; in a deterministic pass,
+                sample_batch_size > batch_size or num_steps > max_length.
+        """
+        check_positive("sample_batch_size", sample_batch_size)
+        check_positive("num_steps", num_steps)
+        check_positive("num_parallel_calls", num_parallel_calls)
+        if single_deterministic_pass:
+
+            def plan() -> list[np.ndarray]:
+                with self._lock:
+                    return plan_deterministic_pass(
+                        self._ring, sample_batch_size, num_steps, self._window_shift, self._drop_remainder
+                    )
+
+            return DeterministicPass(plan, self._read_ids)
+        return RandomDataset(lambda: self.get_next(sample_batch_size, num_steps), num_parallel_calls)
+
+    def gather_all(self) -> Any:
+        """Every stored item, ``[batch_size, n, ...]`` oldest first (valid items only)."""
+        items, _ = self._read_ids(self._ring_ids())
+        return items
+
+    def clear(self) -> None:
+        with self._lock:
+            self._ring.reset()
+            self._state = self._fresh_state()
+
+    def num_frames(self) -> int:
+        return self._ring.num_valid_steps() * self._ring.batch_size
+
+    def update_priorities(self, ids: Any, priorities: Any) -> None:
+        """Set the priorities of sampled items (``info.ids``, first step of each window).
+
+        Ids already overwritten are ignored (stale). Checked on the host first (one device
+        sync when they are JAX arrays), then applied in one jitted call.
+
+        Raises:
+            ArgumentError: the buffer was built without ``prioritized=True``.
+            PriorityError: ids never added, a count mismatch, or zero, negative, NaN or
+                infinite priorities; nothing changes.
+        """
+        if self._core.priorities is None:
+            raise ArgumentError("update_priorities: this buffer was built without prioritized=True")
+        ids_np = np.asarray(ids).astype(np.int64, copy=False).ravel()
+        values = np.asarray(priorities, dtype=np.float64).ravel()
+        if ids_np.shape != values.shape:
+            raise PriorityError(f"priorities: expected {ids_np.size} values (one per id), got {values.size}")
+        with self._lock:
+            added = self._ring.steps * self._ring.batch_size
+            never = ids_np[(ids_np < 0) | (ids_np >= added)]
+            if never.size:
+                raise PriorityError(f"ids: expected ids of added items (below {added}), got {never[:5].tolist()}")
+            bad = values[~np.isfinite(values) | (values <= 0)]
+            if bad.size:
+                raise PriorityError(f"priorities: expected finite values > 0, got {bad[:5].tolist()}")
+            self._state = _update(self._core, self._state, self._to_ids(ids_np), jnp.asarray(values, jnp.float32))
+
+    # -- internals -----------------------------------------------------------------------------
+    def _fresh_state(self) -> BufferState:
+        state = self._core.init()
+        return jax.device_put(state, self._device) if self._device is not None else state
+
+    def _ring_ids(self) -> np.ndarray:
+        with self._lock:
+            return self._ring.stream_ids()
+
+    def _to_ids(self, ids: np.ndarray) -> jax.Array:
+        return jnp.asarray(ids.astype(jax.dtypes.canonicalize_dtype(np.int64)))
+
+    def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
+        """The items stored under ``ids`` (NumPy int64) and ``BufferInfo(ids, ())``."""
+        device_ids = self._to_ids(ids)
+        with self._lock:
+            items = _read(self._core, self._state, device_ids)
+        return items, BufferInfo(device_ids, ())

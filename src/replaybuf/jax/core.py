@@ -1,0 +1,510 @@
+"""The functional core: a frozen buffer description and pure functions over a state pytree.
+
+``make_buffer(data_spec, batch_size, max_length, ...)`` returns a ``Buffer``: frozen and
+hashable (so it is a static argument of ``jax.jit``), with ``init()``, ``add(state, batch)``,
+``sample(state, key, sample_batch_size, num_steps)``, ``add_and_sample``,
+``update_priorities(state, ids, priorities)`` and ``can_sample(state, num_steps)``. The state
+is a ``BufferState`` NamedTuple; every function works under ``jax.jit``, ``jax.vmap`` (one
+buffer per seed) and inside ``lax.scan``.
+
+Layout and ids (as every replaybuf backend): step ``t`` of stream ``s`` has id
+``t * batch_size + s`` and lives in slot ``id % capacity``; storage is time-major,
+``[max_length, batch_size, *shape]`` per leaf, so one add is one contiguous row per leaf.
+
+Inside jit nothing can raise on values, so bad values have defined results:
+- a sample from a buffer with no valid window returns ``info.valid == False`` (items are
+  whatever the slots hold, probabilities 0);
+- ``update_priorities`` drops ids never added (or negative) and non-finite or non-positive
+  priorities and counts them in ``state.priorities.dropped``; ids already overwritten are
+  ignored (a stale id names nothing), as in the NumPy buffer.
+Errors found while tracing (structure, shapes, dtypes) raise replaybuf's own exceptions.
+
+Donation (docs/jax.md): jit ``add`` / ``add_and_sample`` / a training step with the state
+donated (``donate_argnums``), and write before you read in one step; otherwise XLA copies
+every storage leaf on every add.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from replaybuf.errors import ArgumentError, SpecMismatchError
+from replaybuf.jax.sumtree import Trees, tree_descend, tree_init, tree_update
+from replaybuf.nest import FlatSpec
+
+__all__ = [
+    "Buffer", "BufferState", "EpisodeOptions", "EpisodeState", "PriorityOptions", "PriorityState", "SampleInfo",
+    "make_buffer",
+]
+
+_FIRST, _LAST = 0, 2  # StepType
+
+
+class EpisodeState(NamedTuple):
+    position: jax.Array  # int32 [max_length, batch_size]: each stored step's position in its episode
+    next_position: jax.Array  # int32 [batch_size]: the position the next added step gets
+    valid_starts: jax.Array  # int32 []: stored windows of EpisodeOptions.num_steps inside one episode
+
+
+class PriorityState(NamedTuple):
+    trees: Trees  # sum and min trees of (priority + epsilon) ** alpha per slot
+    max_priority: jax.Array  # float32 []: what new items get
+    dropped: jax.Array  # int32 []: update_priorities entries dropped as invalid
+
+
+class BufferState(NamedTuple):
+    storage: tuple  # one array per spec leaf, [max_length, batch_size, *shape]
+    steps: jax.Array  # steps added to every stream since init (id dtype: int64 under x64, else int32)
+    episodes: EpisodeState | None
+    priorities: PriorityState | None
+
+
+class SampleInfo(NamedTuple):
+    """What a sample returns beside the items.
+
+    ids: ``[B, T]`` (``[B]`` without num_steps). probabilities: ``[B]``, the probability with
+    which each element was drawn. weights: prioritized importance weights
+    ``(P(i) / P_min) ** -beta`` ``[B]`` (None otherwise). valid: bool ``[B]``, False where
+    nothing could be drawn (nothing stored, or no window of num_steps fits).
+    """
+
+    ids: jax.Array
+    probabilities: jax.Array
+    weights: jax.Array | None
+    valid: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeOptions:
+    """Episode-exact windows: ``marker`` is the index of the leaf that marks episode ends
+    (``kind`` ``"done"``: nonzero ends; ``"step_type"``: LAST ends and FIRST starts;
+    ``"next_step_type"``: LAST ends). ``num_steps``: the window length whose count of valid
+    starts is kept on every add (other lengths count with one pass over the buffer per sample).
+    ``candidates``: starts drawn per row and round."""
+
+    marker: int
+    kind: str
+    num_steps: int = 1
+    candidates: int = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class PriorityOptions:
+    """Prioritized sampling: ``P(i) ~ (p_i + epsilon) ** alpha``, weights with ``beta``; a
+    ``branching``-ary sum tree."""
+
+    alpha: float = 0.6
+    beta: float = 0.4
+    epsilon: float = 1e-6
+    branching: int = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Buffer:
+    """A buffer description (hashable); the functions over its state are its methods."""
+
+    treedef: Any
+    paths: tuple
+    shapes: tuple
+    dtypes: tuple  # storage dtypes: the spec's, through JAX's canonical dtypes (x64 off: 32-bit)
+    batch_size: int
+    max_length: int
+    episodes: EpisodeOptions | None = None
+    priorities: PriorityOptions | None = None
+
+    @property
+    def capacity(self) -> int:
+        return self.batch_size * self.max_length
+
+    # -- init and add --------------------------------------------------------------------------
+    def init(self) -> BufferState:
+        """An empty state (storage zero-filled)."""
+        storage = tuple(
+            jnp.zeros((self.max_length, self.batch_size, *shape), dtype)
+            for shape, dtype in zip(self.shapes, self.dtypes, strict=True)
+        )
+        episodes = priorities = None
+        if self.episodes is not None:
+            episodes = EpisodeState(
+                jnp.zeros((self.max_length, self.batch_size), jnp.int32),
+                jnp.zeros((self.batch_size,), jnp.int32),
+                jnp.zeros((), jnp.int32),
+            )
+        if self.priorities is not None:
+            trees = tree_init(self.capacity, self.priorities.branching)
+            priorities = PriorityState(trees, jnp.ones((), jnp.float32), jnp.zeros((), jnp.int32))
+        return BufferState(storage, jnp.zeros((), _id_dtype()), episodes, priorities)
+
+    def add(self, state: BufferState, batch: Any) -> BufferState:
+        """Add one step to every stream: each leaf of ``batch`` shaped ``[batch_size, *shape]``.
+
+        Raises (while tracing, nothing written): SpecMismatchError naming the field when the
+        structure, a shape or a dtype does not match (only casts NumPy calls safe are taken).
+        """
+        leaves = self._check_batch(batch)
+        t = state.steps
+        row = (t % self.max_length).astype(jnp.int32)
+        storage = tuple(
+            lax.dynamic_update_index_in_dim(stored, leaf, row, axis=0)
+            for stored, leaf in zip(state.storage, leaves, strict=True)
+        )
+        episodes = state.episodes if self.episodes is None else self._add_episodes(state, leaves, row)
+        priorities = state.priorities
+        if priorities is not None:
+            options = self.priorities
+            mass = (priorities.max_priority + options.epsilon) ** options.alpha
+            slots = row * self.batch_size + jnp.arange(self.batch_size, dtype=jnp.int32)
+            trees = tree_update(priorities.trees, slots, jnp.full((self.batch_size,), mass), options.branching)
+            priorities = priorities._replace(trees=trees)
+        return BufferState(storage, t + 1, episodes, priorities)
+
+    def _add_episodes(self, state: BufferState, leaves: list, row: jax.Array) -> EpisodeState:
+        options, episodes, t = self.episodes, state.episodes, state.steps
+        marker = leaves[options.marker]
+        if options.kind == "step_type":
+            starts, ends = marker == _FIRST, marker == _LAST
+        elif options.kind == "next_step_type":
+            starts, ends = jnp.zeros(marker.shape, bool), marker == _LAST
+        else:
+            starts, ends = jnp.zeros(marker.shape, bool), marker != 0
+        position = jnp.where(starts, 0, episodes.next_position)
+        span = options.num_steps - 1
+        # The window ending at the dropped end (step t - L + span) leaves the count when the ring
+        # is full; read its position before this add overwrites row t % L (span == 0: that row).
+        dropped_row = ((t - self.max_length + span) % self.max_length).astype(jnp.int32)
+        dropped = lax.dynamic_index_in_dim(episodes.position, dropped_row, axis=0, keepdims=False)
+        leaving = jnp.where(t >= self.max_length, jnp.sum(dropped >= span, dtype=jnp.int32), 0)
+        entering = jnp.sum(position >= span, dtype=jnp.int32)
+        return EpisodeState(
+            lax.dynamic_update_index_in_dim(episodes.position, position, row, axis=0),
+            jnp.where(ends, 0, position + 1),
+            episodes.valid_starts + entering - leaving,
+        )
+
+    def _check_batch(self, batch: Any) -> list:
+        leaves, treedef = jax.tree_util.tree_flatten(batch)
+        if treedef != self.treedef:
+            raise SpecMismatchError(f"items: expected the structure of the data_spec {self.treedef}, got {treedef}")
+        out = []
+        for path, shape, dtype, leaf in zip(self.paths, self.shapes, self.dtypes, leaves, strict=True):
+            # JAX's own convention: with x64 off, a 64-bit input is its 32-bit canonical dtype
+            given = leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
+            leaf_dtype = np.dtype(jax.dtypes.canonicalize_dtype(given))
+            want = (self.batch_size, *shape)
+            if tuple(np.shape(leaf)) != want:
+                raise SpecMismatchError(
+                    f"{path}: expected shape {want} {dtype.name} ([batch_size] + spec shape), "
+                    f"got {tuple(np.shape(leaf))} {leaf_dtype.name}"
+                )
+            if leaf_dtype != dtype and not np.can_cast(leaf_dtype, dtype, casting="safe"):
+                raise SpecMismatchError(f"{path}: expected dtype {dtype.name}, got {leaf_dtype.name} (unsafe cast)")
+            out.append(jnp.asarray(leaf, dtype))
+        return out
+
+    # -- reads ---------------------------------------------------------------------------------
+    def sample(
+        self, state: BufferState, key: jax.Array, sample_batch_size: int, num_steps: int | None = None
+    ) -> tuple[Any, SampleInfo]:
+        """``sample_batch_size`` windows of ``num_steps`` steps (single items when None):
+        items ``[B, T, *shape]`` (``[B, *shape]``) and a ``SampleInfo``. The state is only
+        read (a read never needs to return it, so nothing invites XLA to copy it)."""
+        size, steps_wanted = _check_sizes(sample_batch_size, num_steps, self.max_length)
+        if self.priorities is not None:
+            first, probabilities, weights, valid = self._draw_prioritized(state, key, size, steps_wanted)
+        elif self.episodes is not None:
+            first, probabilities, valid = self._draw_episodes(state, key, size, steps_wanted)
+            weights = None
+        else:
+            first, probabilities, valid = self._draw_uniform(state, key, size, steps_wanted)
+            weights = None
+        ids = first
+        if num_steps is not None:
+            ids = first[:, None] + jnp.arange(steps_wanted, dtype=first.dtype) * self.batch_size
+        return self.read(state, ids), SampleInfo(ids, probabilities, weights, valid)
+
+    def add_and_sample(
+        self, state: BufferState, batch: Any, key: jax.Array, sample_batch_size: int, num_steps: int | None = None
+    ) -> tuple[BufferState, Any, SampleInfo]:
+        """``add`` then ``sample`` from the new state: the write comes before the read, the
+        order in which a donated state is updated in place (a read first made XLA copy it)."""
+        state = self.add(state, batch)
+        items, info = self.sample(state, key, sample_batch_size, num_steps)
+        return state, items, info
+
+    def read(self, state: BufferState, ids: jax.Array) -> Any:
+        """The items stored under ``ids`` (any shape): leaves ``ids.shape + shape``."""
+        rows = ((ids // self.batch_size) % self.max_length).astype(jnp.int32)
+        streams = (ids % self.batch_size).astype(jnp.int32)
+        return self.treedef.unflatten([stored[rows, streams] for stored in state.storage])
+
+    def can_sample(self, state: BufferState, num_steps: int | None = None) -> jax.Array:
+        """bool []: a window of ``num_steps`` (1 when None) can be drawn now."""
+        _, steps_wanted = _check_sizes(1, num_steps, self.max_length)
+        low, high = self._starts(state, steps_wanted)
+        if self.episodes is not None:
+            return self._valid_starts(state, steps_wanted, low) > 0
+        return high > low
+
+    def _starts(self, state: BufferState, num_steps: int) -> tuple[jax.Array, jax.Array]:
+        """``[low, high)``: the steps a window of num_steps may start at (high <= low: none)."""
+        steps = state.steps
+        return jnp.maximum(steps - self.max_length, 0), steps - num_steps + 1
+
+    def _draw_uniform(self, state, key, size, num_steps):
+        low, high = self._starts(state, num_steps)
+        count = jnp.maximum(high - low, 0) * self.batch_size
+        offsets = _uniform_below(key, (size,), count)
+        first = low * self.batch_size + offsets.astype(low.dtype)
+        probability = jnp.where(count > 0, 1.0 / jnp.maximum(count, 1).astype(jnp.float32), 0.0)
+        return first, jnp.broadcast_to(probability, (size,)), jnp.broadcast_to(count > 0, (size,))
+
+    # -- episode-exact windows ----------------------------------------------------------------------
+    def _valid_starts(self, state: BufferState, num_steps: int, low: jax.Array) -> jax.Array:
+        """How many stored windows of ``num_steps`` lie inside one episode and before the head:
+        kept on add for EpisodeOptions.num_steps, else counted in one pass over the positions."""
+        episodes = state.episodes
+        if num_steps == self.episodes.num_steps:
+            return episodes.valid_starts
+        # the step each row holds: the newest step s with s % L == row
+        rows = jnp.arange(self.max_length, dtype=state.steps.dtype)
+        last = state.steps - 1
+        step = last - ((last - rows) % self.max_length)
+        ends = (step >= low + num_steps - 1) & (step >= 0)
+        return jnp.sum(ends[:, None] & (episodes.position >= num_steps - 1), dtype=jnp.int32)
+
+    def _window_fits(self, state: BufferState, starts: jax.Array, num_steps: int) -> jax.Array:
+        """Whether the window of num_steps from each start id stays inside one episode."""
+        position = state.episodes.position
+        step, stream = starts // self.batch_size, (starts % self.batch_size).astype(jnp.int32)
+        head = position[(step % self.max_length).astype(jnp.int32), stream]
+        tail = position[((step + num_steps - 1) % self.max_length).astype(jnp.int32), stream]
+        return tail - head == num_steps - 1
+
+    def _draw_episodes(self, state, key, size, num_steps):
+        low, high = self._starts(state, num_steps)
+        count = jnp.maximum(high - low, 0) * self.batch_size
+        valid_starts = jnp.where(count > 0, self._valid_starts(state, num_steps, low), 0)
+        candidates = self.episodes.candidates
+
+        def draw(round_key):
+            offsets = _uniform_below(round_key, (size, candidates), count)
+            starts = low * self.batch_size + offsets.astype(low.dtype)
+            fits = self._window_fits(state, starts, num_steps)
+            pick = jnp.argmax(fits, axis=-1)
+            return jnp.take_along_axis(starts, pick[:, None], axis=-1)[:, 0], jnp.any(fits, axis=-1)
+
+        first, found = draw(jax.random.fold_in(key, 0))
+
+        # Rows whose candidates all crossed an end draw again (each candidate is uniform over all
+        # starts, so the first valid one is uniform over valid starts); only when one exists.
+        def more(carry):
+            return jnp.any(~carry[1]) & (valid_starts > 0)
+
+        def again(carry):
+            first, found, round_ = carry
+            new_first, new_found = draw(jax.random.fold_in(key, round_))
+            return jnp.where(found, first, new_first), found | new_found, round_ + 1
+
+        first, found, _ = lax.while_loop(more, again, (first, found, jnp.ones((), jnp.int32)))
+        valid = found & (valid_starts > 0)
+        probability = jnp.where(valid_starts > 0, 1.0 / jnp.maximum(valid_starts, 1).astype(jnp.float32), 0.0)
+        return first, jnp.broadcast_to(probability, (size,)), valid
+
+    # -- prioritized ---------------------------------------------------------------------------
+    def _slot_ids(self, state: BufferState, slots: jax.Array) -> jax.Array:
+        """The id now stored in each slot (the newest step whose row it is)."""
+        last = state.steps - 1
+        row = (slots // self.batch_size).astype(last.dtype)
+        step = last - ((last - row) % self.max_length)
+        return step * self.batch_size + (slots % self.batch_size).astype(last.dtype)
+
+    def _draw_prioritized(self, state, key, size, num_steps):
+        options, trees = self.priorities, state.priorities.trees
+        low, high = self._starts(state, num_steps)
+        leaves = trees.sums[-1]
+        # The mass of starts whose window would pass the head (the last num_steps - 1 steps).
+        late_steps = state.steps - 1 - jnp.arange(num_steps - 1, dtype=state.steps.dtype)
+        late = (late_steps[:, None] * self.batch_size + jnp.arange(self.batch_size, dtype=low.dtype)).ravel()
+        late_leaves = leaves[(late % self.capacity).astype(jnp.int32)]
+        late_mass = jnp.sum(jnp.where(late >= low * self.batch_size, late_leaves, 0))
+        total = trees.sums[0][0]
+        mass = jnp.maximum(total - late_mass, 0.0)
+        fine = (high > low) & (mass > 0)
+
+        def accept(slots):
+            ids = self._slot_ids(state, slots)
+            step = ids // self.batch_size
+            return ids, (step >= low) & (step < high) & (leaves[slots] > 0)
+
+        strata = (jnp.arange(size, dtype=jnp.float32) + jax.random.uniform(jax.random.fold_in(key, 0), (size,))) / size
+        first, found = accept(tree_descend(trees.sums, strata * total, options.branching))
+
+        def more(carry):
+            return jnp.any(~carry[1]) & fine
+
+        def again(carry):
+            first, found, round_ = carry
+            targets = jax.random.uniform(jax.random.fold_in(key, round_), (size,)) * total
+            new_first, new_found = accept(tree_descend(trees.sums, targets, options.branching))
+            return jnp.where(found, first, new_first), found | new_found, round_ + 1
+
+        first, found, _ = lax.while_loop(more, again, (first, found, jnp.ones((), jnp.int32)))
+        drawn = leaves[(first % self.capacity).astype(jnp.int32)]
+        probabilities = jnp.where(fine, drawn / jnp.where(mass > 0, mass, 1.0), 0.0)
+        smallest = trees.mins[0][0]
+        weights = jnp.where(fine, (drawn / smallest) ** -options.beta, 0.0)
+        return first, probabilities, weights, found & fine
+
+    def update_priorities(self, state: BufferState, ids: jax.Array, priorities: jax.Array) -> BufferState:
+        """Set the priorities of the stored items ``ids`` (any shape, matching ``priorities``).
+
+        Inside jit: ids never added (or negative) and NaN, infinite, zero or negative
+        priorities are dropped and counted in ``state.priorities.dropped``; overwritten
+        (stale) ids are ignored. Raises ArgumentError (tracing) without prioritized sampling.
+        """
+        if self.priorities is None:
+            raise ArgumentError("update_priorities: this buffer was made without prioritized=True")
+        options, current = self.priorities, state.priorities
+        ids = jnp.ravel(ids).astype(state.steps.dtype)
+        values = jnp.ravel(priorities).astype(jnp.float32)
+        if ids.shape != values.shape:
+            raise SpecMismatchError(f"priorities: expected {ids.shape[0]} values (one per id), got {values.shape[0]}")
+        low = jnp.maximum(state.steps - self.max_length, 0) * self.batch_size
+        bad = (ids < 0) | (ids >= state.steps * self.batch_size) | ~jnp.isfinite(values) | (values <= 0)
+        keep = ~bad & (ids >= low)
+        outside = current.trees.sums[-1].shape[0]  # an out-of-range slot: the update drops it
+        slots = jnp.where(keep, ids % self.capacity, outside)
+        masses = (jnp.where(keep, values, 1.0) + options.epsilon) ** options.alpha
+        trees = tree_update(current.trees, slots, masses, options.branching)
+        largest = jnp.max(jnp.where(keep, values, 0.0), initial=0.0)
+        return state._replace(
+            priorities=PriorityState(
+                trees, jnp.maximum(current.max_priority, largest), current.dropped + jnp.sum(bad, dtype=jnp.int32)
+            )
+        )
+
+
+def _id_dtype() -> Any:
+    return jax.dtypes.canonicalize_dtype(np.int64)
+
+
+def _check_sizes(sample_batch_size: Any, num_steps: Any, max_length: int) -> tuple[int, int]:
+    for name, value in (("sample_batch_size", sample_batch_size), ("num_steps", num_steps)):
+        if value is None and name == "num_steps":
+            continue
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            raise ArgumentError(f"{name}: expected a positive int (static under jit), got {value!r}")
+    steps = 1 if num_steps is None else int(num_steps)
+    if steps > max_length:
+        raise ArgumentError(f"num_steps: expected at most max_length={max_length}, got {steps}")
+    return int(sample_batch_size), steps
+
+
+def _uniform_below(key: jax.Array, shape: tuple, count: jax.Array) -> jax.Array:
+    """Integers in ``[0, count)`` (0 when count is 0): raw 32-bit draws modulo the range (~4x
+    cheaper than ``randint`` on CPU; the modulo bias is below ``count / 2**32``)."""
+    bits = jax.random.bits(key, shape, jnp.uint32)
+    return bits % jnp.maximum(count, 1).astype(jnp.uint32)
+
+
+def make_buffer(
+    data_spec: Any,
+    batch_size: int,
+    max_length: int,
+    *,
+    respect_episodes: bool = False,
+    episode_end_field: str | None = None,
+    episode_num_steps: int = 1,
+    candidates: int = 8,
+    prioritized: bool = False,
+    alpha: float = 0.6,
+    beta: float = 0.4,
+    epsilon: float = 1e-6,
+    branching: int = 8,
+) -> Buffer:
+    """A ``Buffer`` for items of ``data_spec`` in ``batch_size`` streams of ``max_length``.
+
+    ``respect_episodes``: windows never cross an episode's end (ends from
+    ``episode_end_field``, else a ``step_type`` or ``next_step_type`` field); the count of
+    valid starts is kept for windows of ``episode_num_steps``. ``prioritized``: sampling by
+    priority with ``alpha``/``beta``/``epsilon`` on a ``branching``-ary sum tree.
+
+    64-bit leaves are stored in JAX's canonical dtype (32-bit unless ``jax_enable_x64``).
+
+    Raises:
+        ArgumentError: a non-positive size, an episode option without respect_episodes,
+            respect_episodes together with prioritized (not in the JAX backend yet), or an
+            episode marker that names no scalar field.
+    """
+    for name, value in (("batch_size", batch_size), ("max_length", max_length), ("candidates", candidates)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            raise ArgumentError(f"{name}: expected a positive int, got {value!r}")
+    if not isinstance(branching, int) or branching < 2:
+        raise ArgumentError(f"branching: expected an int >= 2, got {branching!r}")
+    flat = FlatSpec(data_spec)
+    specs = flat.leaves
+    leaves, treedef = jax.tree_util.tree_flatten(flat.data_spec)
+    episodes = None
+    if respect_episodes:
+        if prioritized:
+            raise ArgumentError("respect_episodes: not available together with prioritized=True in the JAX backend")
+        if not 1 <= episode_num_steps <= max_length:
+            raise ArgumentError(
+                f"episode_num_steps: expected an int in [1, max_length={max_length}], got {episode_num_steps!r}"
+            )
+        marker, kind = _episode_marker(flat, episode_end_field)
+        episodes = EpisodeOptions(marker, kind, int(episode_num_steps), int(candidates))
+    elif episode_end_field is not None:
+        raise ArgumentError(f"episode_end_field: only used with respect_episodes=True, got {episode_end_field!r}")
+    priorities = None
+    if prioritized:
+        for name, value, lowest in (("alpha", alpha, 0.0), ("epsilon", epsilon, 0.0)):
+            if not isinstance(value, (int, float)) or not np.isfinite(value) or value < lowest:
+                raise ArgumentError(f"{name}: expected a finite number >= 0, got {value!r}")
+        if not isinstance(beta, (int, float)) or not 0 <= beta <= 1:
+            raise ArgumentError(f"beta: expected a float in [0, 1], got {beta!r}")
+        priorities = PriorityOptions(float(alpha), float(beta), float(epsilon), int(branching))
+    if len(leaves) != len(specs):  # one spec flattened twice: optree and jax must agree
+        raise ArgumentError(f"data_spec: {len(specs)} leaves for optree but {len(leaves)} for jax.tree_util")
+    return Buffer(
+        treedef=treedef,
+        paths=tuple(flat.paths),
+        shapes=tuple(tuple(s.shape) for s in specs),
+        dtypes=tuple(np.dtype(jax.dtypes.canonicalize_dtype(s.dtype)) for s in specs),
+        batch_size=int(batch_size),
+        max_length=int(max_length),
+        episodes=episodes,
+        priorities=priorities,
+    )
+
+
+def _episode_marker(flat: FlatSpec, episode_end_field: str | None) -> tuple[int, str]:
+    def index_of(name: str) -> int | None:
+        for i, path in enumerate(flat.paths):
+            named = path == name or path.split(" ")[0] == name or path.split(" ")[0].split("/")[-1] == name
+            if named and flat.leaves[i].shape == ():
+                return i
+        return None
+
+    if episode_end_field is not None:
+        index = index_of(episode_end_field)
+        if index is None:
+            raise ArgumentError(
+                f"episode_end_field: expected the path of a scalar field of the data_spec "
+                f"(one of {flat.paths}), got {episode_end_field!r}"
+            )
+        return index, "done"
+    for kind in ("step_type", "next_step_type"):
+        index = index_of(kind)
+        if index is not None:
+            return index, kind
+    raise ArgumentError(
+        "respect_episodes=True: expected a step_type or next_step_type field in the data_spec, "
+        f"or episode_end_field naming a done field (fields: {flat.paths}), got neither"
+    )

@@ -1,0 +1,78 @@
+"""A K-ary sum tree (and its min twin) as pure JAX functions: one array per level.
+
+Level 0 is the root (one node), the last level holds one leaf per slot (padded with zeros,
+or +inf for the min tree, up to ``K ** depth``). An update writes the leaves, then
+*recomputes* every touched parent from its K children, level by level: no delta is ever
+propagated, so sums cannot drift however many updates a tree sees. A descent reads the K
+children of the current node for every draw at once (a ``[n, K]`` gather per level).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["Trees", "tree_depth", "tree_init", "tree_update", "tree_descend", "tree_leaves"]
+
+
+class Trees(NamedTuple):
+    """``sums[d]`` and ``mins[d]``: level ``d`` of the sum and min trees (``K ** d`` nodes)."""
+
+    sums: tuple
+    mins: tuple
+
+
+def tree_depth(size: int, branching: int) -> int:
+    depth = 1
+    while branching**depth < size:
+        depth += 1
+    return depth
+
+
+def tree_init(size: int, branching: int) -> Trees:
+    depth = tree_depth(size, branching)
+    sums = tuple(jnp.zeros((branching**d,), jnp.float32) for d in range(depth + 1))
+    mins = tuple(jnp.full((branching**d,), jnp.inf, jnp.float32) for d in range(depth + 1))
+    return Trees(sums, mins)
+
+
+def tree_update(trees: Trees, slots: jax.Array, masses: jax.Array, branching: int) -> Trees:
+    """Set the leaves ``slots`` to ``masses`` and recompute their ancestors.
+
+    A slot at or past the leaf level's size is dropped (the caller marks entries to skip that
+    way). Duplicate slots: one of their masses is kept (which one is unspecified).
+    """
+    sums, mins = list(trees.sums), list(trees.mins)
+    index = slots.astype(jnp.int32)
+    sums[-1] = sums[-1].at[index].set(masses, mode="drop")
+    mins[-1] = mins[-1].at[index].set(masses, mode="drop")
+    for level in range(len(sums) - 2, -1, -1):
+        index = index // branching  # an out-of-range slot stays out of range one level up
+        safe = jnp.minimum(index, sums[level].shape[0] - 1)
+        children = safe[:, None] * branching + jnp.arange(branching, dtype=jnp.int32)
+        sums[level] = sums[level].at[index].set(sums[level + 1][children].sum(-1), mode="drop")
+        mins[level] = mins[level].at[index].set(mins[level + 1][children].min(-1), mode="drop")
+    return Trees(tuple(sums), tuple(mins))
+
+
+def tree_descend(sums: tuple, targets: jax.Array, branching: int) -> jax.Array:
+    """The leaf under each target mass in ``[0, root)``: the first leaf whose prefix sum
+    exceeds it. Rounding can never land on a zero-mass child: the choice is clipped to the
+    last child with mass."""
+    node = jnp.zeros(targets.shape, jnp.int32)
+    offsets = jnp.arange(branching, dtype=jnp.int32)
+    for level in range(1, len(sums)):
+        children = sums[level][node[:, None] * branching + offsets]  # [n, K]
+        prefix = jnp.cumsum(children, axis=-1)
+        last_with_mass = branching - 1 - jnp.argmax((children > 0)[:, ::-1], axis=-1).astype(jnp.int32)
+        choice = jnp.minimum(jnp.sum(prefix <= targets[:, None], axis=-1, dtype=jnp.int32), last_with_mass)
+        below = jnp.take_along_axis(prefix - children, choice[:, None], axis=-1)[:, 0]
+        targets = targets - below
+        node = node * branching + choice
+    return node
+
+
+def tree_leaves(trees: Trees, slots: jax.Array) -> jax.Array:
+    return trees.sums[-1][slots]
