@@ -25,7 +25,7 @@ from replaybuf.shared.writer import SharedWriter
 __all__ = ["SharedReplayBuffer"]
 
 _INT64 = np.dtype(np.int64)
-_MAX_REDRAWS = 1000
+_MAX_REDRAWS = 100
 
 
 class SharedReplayBuffer(ReplayBuffer):
@@ -104,9 +104,10 @@ class SharedReplayBuffer(ReplayBuffer):
         self._shm = shared_memory.SharedMemory(
             name=f"replaybuf-{os.getpid()}-{uuid.uuid4().hex[:12]}", create=True, size=self._layout.size
         )
-        self._header, self._cursors, self._records = self._layout.views(self._shm.buf)
-        Layout.initialise(self._header)
         self._finalizer = weakref.finalize(self, _release, self._shm, self._limiter)
+        self._header, self._cursors, self._records = self._layout.views(self._shm.buf)
+        self._names = list(self._layout.dtype.names or ())
+        Layout.initialise(self._header)
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -228,15 +229,15 @@ class SharedReplayBuffer(ReplayBuffer):
             self._limiter.await_sample(count, self._timeout)
         try:
             with self._lock:
-                ids, probabilities, leaves = self._draw(count, num_steps or 1)
+                ids, probabilities, rows = self._draw(count, num_steps)
         except BaseException:
             if self._limiter is not None:
                 self._limiter.undo_sample(count)
             raise
-        if num_steps is None:
-            ids, leaves = ids[:, 0], [leaf[:, 0] for leaf in leaves]
         if sample_batch_size is None:
-            ids, probabilities, leaves = ids[0], probabilities[0], [leaf[0] for leaf in leaves]
+            ids, rows = ids[0], rows[0]
+            probabilities = probabilities.reshape(())
+        leaves = [rows[name] for name in self._names]
         if not time_stacked and num_steps is not None:
             lead = (slice(None),) if sample_batch_size is not None else ()
             items = tuple(self._flat.unflatten([leaf[(*lead, t)] for leaf in leaves]) for t in range(num_steps))
@@ -244,41 +245,63 @@ class SharedReplayBuffer(ReplayBuffer):
             items = self._flat.unflatten(leaves)
         return items, BufferInfo(ids, probabilities)
 
-    def _draw(self, count: int, num_steps: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        """``count`` windows: ids ``[count, T]``, probabilities ``[count]``, leaves ``[count, T, ...]``."""
-        ids = np.empty((count, num_steps), np.int64)
-        probabilities = np.empty(count, np.float32)
-        rows = np.empty((count, num_steps), self._layout.dtype)
-        todo = np.arange(count)
-        for _ in range(_MAX_REDRAWS):
-            low, high = self._bounds()
-            starts = np.maximum(high - num_steps + 1 - low, 0) * self._batch_size  # valid starts per writer
-            total = int(starts.sum())
-            if total == 0:
-                self._raise_empty(num_steps, high - low)
-            raw = self._rng.bit_generator.random_raw(todo.size)
-            draws = (raw % np.uint64(total)).view(_INT64)
-            ends = np.cumsum(starts)
-            writer = np.searchsorted(ends, draws, side="right")
-            offset = draws - (ends[writer] - starts[writer])
-            step, stream = np.divmod(offset, self._batch_size)
-            step += low[writer]
-            window = step[:, None] + np.arange(num_steps)
-            got = self._records.take(self._slots(writer[:, None], window, stream[:, None]))
-            torn = self._torn(writer, step)
-            keep = ~torn
-            ids[todo[keep]] = window[keep] * self._streams + (writer * self._batch_size + stream)[keep, None]
-            rows[todo[keep]] = got[keep]
-            probabilities[todo[keep]] = 1.0 / total
-            if not torn.any():
-                break
-            self.torn_redraws += int(torn.sum())
-            todo = todo[torn]
+    def _draw(self, count: int, num_steps: int | None, tries: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``count`` draws: ids ``[count]`` (or ``[count, T]`` windows), probabilities ``[count]``
+        and the records read. Draws a writer overwrote while they were read are drawn again."""
+        length, batch_size, max_length = num_steps or 1, self._batch_size, self._max_length
+        # Python ints from one read of the cursors (cheaper than NumPy ops on W-element arrays);
+        # any order of these reads is safe because the torn check below rereads WRITING
+        cursors = self._cursors.tolist()
+        lows = [max(0, c[WRITING] - max_length, c[FLOOR]) for c in cursors]
+        starts = [max(0, c[STEPS] - (length - 1) - lo) * batch_size for c, lo in zip(cursors, lows, strict=True)]
+        total = sum(starts)
+        if total == 0:
+            self._raise_empty(length, np.array([max(0, c[STEPS] - lo) for c, lo in zip(cursors, lows, strict=True)]))
+        local = (self._rng.bit_generator.random_raw(count) % np.uint64(total)).view(_INT64)
+        # local = step * batch_size + stream inside writer w's segment: no division on this path
+        # (slot = w * L * B + local % (L * B); step < bound <=> local < bound * B)
+        segment_size = max_length * batch_size
+        if self._writers == 1:
+            local += lows[0] * batch_size
+            column_ids = local
         else:
-            raise EmptyBufferError(
-                f"every draw was overwritten while read ({_MAX_REDRAWS} tries); writers wrap too fast"
-            )
-        return ids, probabilities, [rows[name] for name in self._layout.dtype.names or ()]
+            draws = local
+            firsts = np.cumsum([0, *starts[:-1]])  # where each writer's draws begin
+            writer = firsts.searchsorted(draws, side="right") - 1
+            # per writer: what turns a draw into its local index, its first slot, its first column
+            rows_of = [[lo * batch_size - int(f), w * segment_size, w * batch_size] for w, (lo, f) in enumerate(
+                zip(lows, firsts, strict=True))]
+            table = np.array(rows_of)[writer]
+            local = draws + table[:, 0]
+            # id = step * S + w * B + stream = local + step * (S - B) + w * B
+            column_ids = local + (local // batch_size) * (self._streams - batch_size) + table[:, 2]
+        if num_steps is None:
+            ids = column_ids
+            slots = local % segment_size
+        else:
+            offsets = np.arange(num_steps) * batch_size
+            ids = column_ids[:, None] + offsets * (self._streams // batch_size)
+            slots = (local[:, None] + offsets) % segment_size
+        if self._writers > 1:
+            slots += table[:, 1].reshape((count,) + (1,) * (slots.ndim - 1))
+        rows = self._records.take(slots)
+        probabilities = np.empty(count, np.float32)
+        probabilities.fill(1.0 / total)
+        if self._writers == 1:  # read after the copy
+            bound = (int(self._cursors[0, WRITING]) - max_length) * batch_size
+            if bound <= 0 or local.min() >= bound:
+                return ids, probabilities, rows
+            torn = local < bound
+        else:
+            torn = local < ((self._cursors[:, WRITING] - max_length) * batch_size)[writer]
+            if not torn.any():
+                return ids, probabilities, rows
+        if tries == _MAX_REDRAWS:
+            raise EmptyBufferError(f"draws overwritten while read {_MAX_REDRAWS} times in a row; writers wrap too fast")
+        self.torn_redraws += int(torn.sum())
+        again = np.flatnonzero(torn)
+        ids[again], probabilities[again], rows[again] = self._draw(again.size, num_steps, tries + 1)
+        return ids, probabilities, rows
 
     def _raise_empty(self, num_steps: int, held: np.ndarray) -> None:
         if not self._cursors[:, STEPS].any():
@@ -294,7 +317,7 @@ class SharedReplayBuffer(ReplayBuffer):
         writer, step, stream = self._split(ids)
         with self._lock:
             rows = self._records.take(self._slots(writer, step, stream))
-        return self._flat.unflatten([rows[name] for name in self._layout.dtype.names or ()]), BufferInfo(ids, ())
+        return self._flat.unflatten([rows[name] for name in self._names]), BufferInfo(ids, ())
 
     # -- the rest of the common API ---------------------------------------------------------
     def as_dataset(
@@ -390,7 +413,7 @@ class SharedReplayBuffer(ReplayBuffer):
                 rows = rows[first - start :]
                 segments[str(w)] = {
                     "steps": stop,
-                    "items": {str(i): rows[name] for i, name in enumerate(self._layout.dtype.names or ())},
+                    "items": {str(i): rows[name] for i, name in enumerate(self._names)},
                 }
             state = {**self._geometry_state(), "segments": segments, "rng": self._rng.bit_generator.state}
             if self._limiter is not None:
@@ -451,7 +474,7 @@ class SharedReplayBuffer(ReplayBuffer):
                 cursor[[STEPS, WRITING, FLOOR]] = 0
                 step_ids = np.arange(steps - count, steps)
                 slots = self._slots(w, step_ids[:, None], np.arange(self._batch_size))
-                for name, leaf in zip(self._layout.dtype.names or (), leaves, strict=True):
+                for name, leaf in zip(self._names, leaves, strict=True):
                     self._records[name][slots] = leaf
                 cursor[FLOOR] = steps - count
                 cursor[WRITING] = cursor[STEPS] = steps

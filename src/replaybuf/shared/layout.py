@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from replaybuf.nest import FlatSpec
+from replaybuf.storages.records import record_dtype
 
 __all__ = ["FLOOR", "OWNER", "STEPS", "WRITING", "Layout", "pid_alive"]
 
@@ -35,17 +36,12 @@ _MAGIC = 0x72656275_66736862  # "rebufshb"
 _HEADER_MAGIC, _HEADER_CLOSED = 0, 1
 
 
-def record_dtype(flat: FlatSpec) -> np.dtype:
-    """One aligned record per item: every leaf of the item side by side."""
-    return np.dtype([(f"f{i}", spec.dtype, spec.shape) for i, spec in enumerate(flat.leaves)], align=True)
-
-
 class Layout:
     """Geometry and offsets of a shared block; ``views(buf)`` maps it as NumPy arrays."""
 
     def __init__(self, flat: FlatSpec, writers: int, batch_size: int, max_length: int):
         self.writers, self.batch_size, self.max_length = writers, batch_size, max_length
-        self.dtype = record_dtype(flat)
+        self.dtype = record_dtype(flat.leaves)
         self.records_offset = _LINE * (1 + writers)
         self.segment_records = max_length * batch_size
         self.size = self.records_offset + max(1, writers * self.segment_records * self.dtype.itemsize)

@@ -18,6 +18,7 @@ import numpy as np
 from replaybuf.errors import ArgumentError, BufferClosedError, RateLimiterTimeout
 from replaybuf.nest import FlatSpec
 from replaybuf.shared.layout import FLOOR, OWNER, STEPS, WRITING, Layout, pid_alive
+from replaybuf.storages.records import RecordStorage
 
 __all__ = ["SharedWriter"]
 
@@ -81,8 +82,10 @@ class SharedWriter:
             raise ArgumentError(f"writer {self.index}: held by the live process {owner}; one process per writer")
         self._cursor[OWNER] = os.getpid()
         self._recover()
-        self._stage = np.zeros((self.flush_every, batch_size), self._layout.dtype)
-        self._stage_fields = [self._stage[name] for name in self._layout.dtype.names or ()]
+        # writes go through the house's record storage (packed views for small fields): straight
+        # into the segment when every step commits alone, else into a local block of steps
+        self._storage = RecordStorage(self._flat.leaves, segment, records=self._segment)
+        self._stage = RecordStorage(self._flat.leaves, self.flush_every * batch_size) if self.flush_every > 1 else None
         self._staged = 0
         ends = [i for i, path in enumerate(self._flat.paths) if path.split(" ")[0] == "step_type"]
         self._episode_leaf = ends[0] if ends else None
@@ -127,10 +130,12 @@ class SharedWriter:
         self._attach()
         if self._staged == self.flush_every:  # a flush that timed out before: retry it first
             self.flush()
-        arrays = self._flat.flatten_batch(items, self._geometry[1])
-        row = self._staged
-        for field, array in zip(self._stage_fields, arrays, strict=True):
-            field[row] = array
+        batch_size = self._geometry[1]
+        arrays = self._flat.flatten_batch(items, batch_size)
+        if self._stage is None:
+            self._commit(1, arrays)
+            return
+        self._stage.write(self._staged * batch_size, arrays)
         self._staged += 1
         episode_end = self._episode_leaf is not None and bool(np.any(arrays[self._episode_leaf] == _LAST))
         if self._staged == self.flush_every or episode_end:
@@ -154,7 +159,13 @@ class SharedWriter:
             return
         if Layout.closed(self._header):
             self._staged = 0
-            raise BufferClosedError(f"writer {self.index}: the shared buffer was closed; {count} staged steps dropped")
+        self._commit(count, None)
+        self._staged = 0
+
+    def _commit(self, count: int, arrays: Any) -> None:
+        """Write ``count`` steps (``arrays``, or the staged block when None) with the commit protocol."""
+        if Layout.closed(self._header):
+            raise BufferClosedError(f"writer {self.index}: the shared buffer was closed; {count} steps dropped")
         writers, batch_size, max_length = self._geometry
         cursor = self._cursor
         steps = int(cursor[STEPS])
@@ -162,15 +173,17 @@ class SharedWriter:
             evicted = max(0, steps + count - max_length) - max(0, steps - max_length)
             self._limiter.await_insert(count * batch_size, self._timeout, deletes=evicted * batch_size)
         cursor[WRITING] = steps + count
-        start = steps % max_length
-        first = min(count, max_length - start)
-        self._segment[start * batch_size : (start + first) * batch_size] = self._stage[:first].reshape(-1)
-        if first < count:
-            self._segment[: (count - first) * batch_size] = self._stage[first:count].reshape(-1)
+        start = (steps % max_length) * batch_size
+        if arrays is not None:
+            self._storage.write(start, arrays)
+        else:  # one copy of whole records, in two runs when it wraps
+            block = self._stage.records[: count * batch_size]
+            first = min(block.shape[0], self._segment.shape[0] - start)
+            self._segment[start : start + first] = block[:first]
+            self._segment[: block.shape[0] - first] = block[first:]
         if self._after_write is not None:
             self._after_write(self)
         cursor[STEPS] = steps + count
-        self._staged = 0
 
     def close(self) -> None:
         """Flush what is staged, give the writer up (another process may take it) and unmap."""

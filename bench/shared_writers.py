@@ -1,0 +1,293 @@
+"""Many writer processes, one learner: add rows/s and the learner's batches/s meanwhile.
+
+For each library, writer count W (0 = the learner alone) and rows per add R, W writer
+processes (fork) add R rows per call as fast as they can for ``--seconds`` while the learner
+samples 256 rows per call; the figure of a repetition is rows committed by all writers per
+second and learner batches per second, over the same interval. Median of ``--reps``.
+
+- replaybuf: ``SharedReplayBuffer(writers=W, batch_size=R)`` (one segment per writer), each
+  writer an ``add_batch`` of R rows through its handle; ``staged`` rows add one row per call
+  with ``flush_every=256`` (blocks of 256 committed at once).
+- cpprb: ``MPReplayBuffer`` (one buffer in shared memory, writers serialised by its lock),
+  ``add(**rows)``.
+- torchrl: ``ReplayBuffer(storage=LazyMemmapStorage, shared=True)``, ``extend(TensorDict)``.
+
+Rows are the 45-byte transitions of bench/common.py (obs f32[4], action i64, reward f32,
+done bool, next_obs f32[4]); the ring holds 2**20 rows in every library. Peers run in their
+own virtual environments (bench/venvs.py). Run:
+
+    .venv/bin/python bench/shared_writers.py [--libs replaybuf,cpprb,torchrl] [--reps 3] [--seconds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import numpy as np  # noqa: E402
+
+from common import small_pool  # noqa: E402
+
+CAPACITY = 1 << 20
+SAMPLE = 256
+PREFILL = 1 << 16
+CHECK_EVERY = 64  # adds between two looks at the stop flag (the same for every library)
+NAMES = ("obs", "action", "reward", "done", "next_obs")
+
+
+# -- the libraries -----------------------------------------------------------------------------
+class ReplaybufShared:
+    label = "replaybuf"
+
+    def __init__(self, writers: int, rows: int, staged: bool):
+        from replaybuf import ArraySpec
+        from replaybuf.shared import SharedReplayBuffer
+
+        spec = {
+            "obs": ArraySpec((4,), np.float32),
+            "action": ArraySpec((), np.int64),
+            "reward": ArraySpec((), np.float32),
+            "done": ArraySpec((), np.bool_),
+            "next_obs": ArraySpec((4,), np.float32),
+        }
+        segments = max(writers, 1)
+        streams = 1 if staged else rows
+        self.buffer = SharedReplayBuffer(
+            spec, writers=segments, batch_size=streams, max_length=CAPACITY // (segments * streams),
+            flush_every=256 if staged else 1, context="fork",
+        )
+        pool = small_pool(max(PREFILL, 4096))
+        for w in range(segments):
+            handle = self.buffer.writer(w, flush_every=1)
+            per_writer = PREFILL // segments // streams
+            for step in range(per_writer):
+                lo = (step * streams) % (len(pool["obs"]) - streams)
+                handle.add_batch({k: v[lo : lo + streams] for k, v in pool.items()})
+            handle.close()
+        self.handles = [self.buffer.writer(w) for w in range(writers)]
+        self.batches = [{k: v[i * rows : (i + 1) * rows] for k, v in pool.items()} for i in range(4)]
+        if staged:
+            self.batches = [{k: v[i : i + 1] for k, v in pool.items()} for i in range(4)]
+
+    def adder(self, index: int):
+        handle, batches = self.handles[index], self.batches
+
+        def add(i: int) -> None:
+            handle.add_batch(batches[i & 3])
+
+        return add
+
+    def sample(self) -> None:
+        self.buffer.get_next(SAMPLE)
+
+    def close(self) -> None:
+        self.buffer.close()
+
+
+class CpprbShared:
+    label = "cpprb"
+
+    def __init__(self, writers: int, rows: int, staged: bool):
+        from cpprb import MPReplayBuffer
+
+        env = {
+            "obs": {"shape": (4,), "dtype": np.float32},
+            "act": {"dtype": np.int64},
+            "rew": {"dtype": np.float32},
+            "done": {"dtype": np.bool_},
+            "next_obs": {"shape": (4,), "dtype": np.float32},
+        }
+        self.buffer = MPReplayBuffer(CAPACITY, env, ctx=multiprocessing.get_context("fork"))
+        pool = {("act" if k == "action" else "rew" if k == "reward" else k): v for k, v in small_pool(PREFILL).items()}
+        self.buffer.add(**pool)
+        self.batches = [{k: v[i * rows : (i + 1) * rows] for k, v in pool.items()} for i in range(4)]
+
+    def adder(self, index: int):
+        buffer, batches = self.buffer, self.batches
+
+        def add(i: int) -> None:
+            buffer.add(**batches[i & 3])
+
+        return add
+
+    def sample(self) -> None:
+        self.buffer.sample(SAMPLE)
+
+    def close(self) -> None:
+        pass
+
+
+class TorchrlShared:
+    label = "torchrl"
+
+    def __init__(self, writers: int, rows: int, staged: bool):
+        import tempfile
+
+        import torch
+        from tensordict import TensorDict
+        from torchrl.data import LazyMemmapStorage, ReplayBuffer
+
+        torch.set_num_threads(1)
+        self._dir = tempfile.TemporaryDirectory(prefix="bench-torchrl-")
+        self.buffer = ReplayBuffer(
+            storage=LazyMemmapStorage(CAPACITY, scratch_dir=self._dir.name), batch_size=SAMPLE, shared=True
+        )
+        pool = small_pool(PREFILL)
+
+        def td(lo: int, n: int):
+            return TensorDict({k: torch.from_numpy(np.ascontiguousarray(v[lo : lo + n])) for k, v in pool.items()},
+                              batch_size=[n])
+
+        self.buffer.extend(td(0, PREFILL))
+        self.batches = [td(i * rows, rows) for i in range(4)]
+
+    def adder(self, index: int):
+        buffer, batches = self.buffer, self.batches
+
+        def add(i: int) -> None:
+            buffer.extend(batches[i & 3])
+
+        return add
+
+    def sample(self) -> None:
+        self.buffer.sample()
+
+    def close(self) -> None:
+        self._dir.cleanup()
+
+
+LIBS = {"replaybuf": ReplaybufShared, "cpprb": CpprbShared, "torchrl": TorchrlShared}
+
+
+# -- one measurement ---------------------------------------------------------------------------
+def _write(add, start, stop, counter, rows: int) -> None:
+    start.wait()
+    calls = 0
+    while not stop.is_set():
+        for i in range(CHECK_EVERY):
+            add(i)
+        calls += CHECK_EVERY
+    with counter.get_lock():
+        counter.value += calls * rows
+
+
+def measure(lib: str, writers: int, rows: int, staged: bool, seconds: float) -> dict:
+    context = multiprocessing.get_context("fork")
+    bench = LIBS[lib](writers, rows, staged)
+    start, stop, counter = context.Event(), context.Event(), context.Value("q", 0)
+    procs = [context.Process(target=_write, args=(bench.adder(w), start, stop, counter, rows)) for w in range(writers)]
+    try:
+        for proc in procs:
+            proc.start()
+        time.sleep(0.2)  # let them reach start.wait()
+        for _ in range(20):
+            bench.sample()  # warm
+        start.set()
+        began = time.perf_counter()
+        batches = 0
+        while time.perf_counter() - began < seconds:
+            bench.sample()
+            batches += 1
+        stop.set()
+        elapsed = time.perf_counter() - began
+        for proc in procs:
+            proc.join(30)
+        codes = [proc.exitcode for proc in procs]
+        if codes != [0] * writers:
+            raise RuntimeError(f"{lib}: writer exit codes {codes}")
+        return {"rows_per_s": counter.value / elapsed, "batches_per_s": batches / elapsed}
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        bench.close()
+
+
+def worker(lib: str, configs: list[tuple[int, int, bool]], reps: int, seconds: float) -> None:
+    """Print one JSON line per configuration: medians over ``reps`` repetitions."""
+    for writers, rows, staged in configs:
+        if staged and lib != "replaybuf":
+            continue
+        runs = [measure(lib, writers, rows, staged, seconds) for _ in range(reps)]
+        out = {key: statistics.median(r[key] for r in runs) for key in ("rows_per_s", "batches_per_s")}
+        out.update(lib=lib, writers=writers, rows=rows, staged=staged, runs=runs)
+        print(json.dumps(out), flush=True)
+
+
+# -- the driver --------------------------------------------------------------------------------
+def python_for(lib: str) -> str:
+    if lib == "replaybuf":
+        return sys.executable
+    import venvs
+
+    return str(venvs.ensure(lib))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--libs", default="replaybuf,cpprb,torchrl")
+    parser.add_argument("--writers", default="0,1,2,4")
+    parser.add_argument("--rows", default="1,256")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+    writer_counts = [int(w) for w in args.writers.split(",")]
+    row_counts = [int(r) for r in args.rows.split(",")]
+    configs = [(w, r, False) for r in row_counts for w in writer_counts if w or r == row_counts[0]]
+    configs += [(w, 1, True) for w in writer_counts if w]
+    if args.worker:
+        worker(args.worker, configs, args.reps, args.seconds)
+        return 0
+    results = []
+    for lib in args.libs.split(","):
+        cmd = [python_for(lib), __file__, "--worker", lib, "--writers", args.writers, "--rows", args.rows,
+               "--reps", str(args.reps), "--seconds", str(args.seconds)]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent / "src"), str(HERE)]))
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode:
+            print(f"{lib}: FAILED\n{proc.stderr[-3000:]}", file=sys.stderr)
+            continue
+        results += [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    print(report(results))
+    return 0
+
+
+def report(results: list[dict]) -> str:
+    """A markdown table: rows/s and batches/s per library, with replaybuf's ratios."""
+    by = {(r["lib"], r["writers"], r["rows"], r["staged"]): r for r in results}
+    alone = {lib: by.get((lib, 0, min(r["rows"] for r in results), False)) for lib in LIBS}
+    lines = [
+        "| writers | rows/add | library | add rows/s (all writers) | learner batches/s | vs its no-writer rate |"
+        " replaybuf add / this |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for key in sorted(by, key=lambda k: (k[3], k[2], k[1], list(LIBS).index(k[0]))):
+        lib, writers, rows, staged = key
+        r = by[key]
+        base = alone.get(lib)
+        vs = f"{r['batches_per_s'] / base['batches_per_s']:.2f}x" if base and writers else "1.00x"
+        ours = by.get(("replaybuf", writers, rows, False))
+        ratio = f"{ours['rows_per_s'] / r['rows_per_s']:.2f}x" if ours and writers and lib != "replaybuf" else ""
+        label = f"{rows} (staged 256)" if staged else str(rows)
+        rate = f"{r['rows_per_s'] / 1e6:.2f}M" if r["rows_per_s"] >= 1e5 else f"{r['rows_per_s'] / 1e3:.1f}k"
+        lines.append(f"| {writers} | {label} | {lib} | {rate} | {r['batches_per_s']:,.0f} | {vs} | {ratio} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
