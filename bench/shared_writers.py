@@ -49,17 +49,22 @@ NAMES = ("obs", "action", "reward", "done", "next_obs")
 class ReplaybufShared:
     label = "replaybuf"
 
-    def __init__(self, writers: int, rows: int, staged: bool):
+    @staticmethod
+    def spec() -> dict:
         from replaybuf import ArraySpec
-        from replaybuf.shared import SharedReplayBuffer
 
-        spec = {
+        return {
             "obs": ArraySpec((4,), np.float32),
             "action": ArraySpec((), np.int64),
             "reward": ArraySpec((), np.float32),
             "done": ArraySpec((), np.bool_),
             "next_obs": ArraySpec((4,), np.float32),
         }
+
+    def __init__(self, writers: int, rows: int, staged: bool):
+        from replaybuf.shared import SharedReplayBuffer
+
+        spec = self.spec()
         segments = max(writers, 1)
         streams = 1 if staged else rows
         self.buffer = SharedReplayBuffer(
@@ -225,6 +230,70 @@ def worker(lib: str, configs: list[tuple[int, int, bool]], reps: int, seconds: f
         print(json.dumps(out), flush=True)
 
 
+# -- the rate limiter demo (docs/many_writers.md) ----------------------------------------------
+def _paced_writer(handle, pause: float) -> None:
+    """One item per add, ``pause`` seconds apart, until the buffer is closed."""
+    from replaybuf.errors import BufferClosedError
+
+    pool = small_pool(4096)
+    rows = [{k: v[i : i + 1] for k, v in pool.items()} for i in range(64)]
+    i = 0
+    try:
+        while True:
+            handle.add_batch(rows[i & 63])
+            i += 1
+            time.sleep(pause)
+    except BufferClosedError:
+        handle.close()
+
+
+def rate_limit_demo(seconds: float, spi: float = 8.0, min_size: int = 100, error_buffer: float = 64.0) -> dict:
+    """A writer ~20x faster than the learner needs, held to ``spi`` by ``SampleToInsertRatio``.
+
+    The writer adds one item every 0.25 ms (up to ~4000 items/s); the learner samples 32 items
+    every 30 ms (~1000 samples/s, i.e. ~130 inserts/s at spi=8). Returns the counts with and
+    without the limiter over the same time.
+    """
+    from replaybuf import SampleToInsertRatio
+    from replaybuf.shared import SharedReplayBuffer
+
+    spec = ReplaybufShared.spec()
+    context = multiprocessing.get_context("fork")
+    out = {}
+    for limited in (False, True):
+        limiter = SampleToInsertRatio(spi, min_size, error_buffer) if limited else None
+        with SharedReplayBuffer(spec, max_length=1 << 16, rate_limiter=limiter, context="fork") as buffer:
+            child = context.Process(target=_paced_writer, args=(buffer.writer(0), 0.00025))
+            child.start()
+            while buffer.num_frames() < min_size:
+                time.sleep(0.001)
+            began = time.perf_counter()
+            samples = 0
+            while time.perf_counter() - began < seconds:
+                buffer.get_next(32)
+                samples += 32
+                time.sleep(0.03)
+            elapsed = time.perf_counter() - began
+            state = buffer.rate_limiter.state() if limited else None
+            observed = buffer.rate_limiter.observed_range() if limited else None
+            inserted = buffer.num_frames()
+        child.join(10)
+        if limited:
+            diff = state["inserts"] * spi - state["samples"]
+            low, high = spi * min_size - error_buffer, spi * min_size + error_buffer
+            out["limited"] = {
+                "inserts": state["inserts"], "samples": state["samples"], "seconds": elapsed,
+                "diff": diff, "range": [low, high], "inside": low <= diff <= high,
+                "observed_range": list(observed),
+                "samples_per_insert_after_min_size": state["samples"] / max(1, state["inserts"] - min_size),
+            }
+        else:
+            out["free"] = {"inserts": inserted, "samples": samples, "seconds": elapsed,
+                           "inserts_per_s": inserted / elapsed, "samples_per_s": samples / elapsed}
+    out["writer_speedup"] = out["free"]["inserts_per_s"] / (out["free"]["samples_per_s"] / spi)
+    return out
+
+
 # -- the driver --------------------------------------------------------------------------------
 def python_for(lib: str) -> str:
     if lib == "replaybuf":
@@ -243,7 +312,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--rate-limit-demo", action="store_true", help="run the docs' rate limiter example")
     args = parser.parse_args(argv)
+    if args.rate_limit_demo:
+        print(json.dumps(rate_limit_demo(args.seconds), indent=1))
+        return 0
     writer_counts = [int(w) for w in args.writers.split(",")]
     row_counts = [int(r) for r in args.rows.split(",")]
     configs = [(w, r, False) for r in row_counts for w in writer_counts if w or r == row_counts[0]]
