@@ -126,6 +126,27 @@ def _jax_prioritized(data_spec, batch_size, max_length, seed):
     )
 
 
+def _ray_session():
+    """Ray for the sharded backends: started once (2 CPUs, this host) at first use and shut
+    down when the tests exit; tests/test_ray_*.py start and stop their own sessions."""
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("replaybuf.ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        atexit.register(ray.shutdown)
+    return ray
+
+
+def _ray_sharded(data_spec, batch_size, max_length, seed):
+    # two shard actors when there are streams for both (B=3: shards of 2 and 1 streams)
+    _ray_session()
+    from replaybuf.ray import ShardedReplayBuffer
+
+    return ShardedReplayBuffer(
+        data_spec, shards=min(2, batch_size), batch_size=batch_size, max_length=max_length, seed=seed
+    )
+
+
 BACKENDS: list[Backend] = [
     Backend("numpy", _numpy_uniform),
     Backend("numpy-py", _numpy_py_uniform, single_stream=True),
@@ -137,6 +158,7 @@ BACKENDS: list[Backend] = [
     Backend("numpy-prioritized", _numpy_prioritized),
     Backend("numpy-frames", _numpy_frames),
     Backend("shared", _shared),
+    Backend("ray-sharded", _ray_sharded),
     Backend("jax", _jax_uniform),
     Backend("jax-prioritized", _jax_prioritized),
 ]

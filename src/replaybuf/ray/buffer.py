@@ -1,0 +1,684 @@
+"""``ShardedReplayBuffer``: one logical replay buffer spread over Ray actors (shards).
+
+Geometry and ids. The buffer has ``batch_size`` streams of ``max_length`` items, like a
+``UniformReplayBuffer``; stream ``s`` lives on shard ``s % shards`` as that shard's local
+stream ``s // shards``. Step ``t`` of stream ``s`` has the global id ``t * batch_size + s``,
+exactly the id a single buffer would give it, so ``update_priorities(ids)`` routes each id
+to its shard (``(id % batch_size) % shards``). Writers add to one shard at a time, so
+shards may hold different numbers of steps; ids stay unique and routable.
+
+Sampling. A batch of B is split over the shards by one multinomial draw in proportion to
+each shard's mass (its number of valid window starts for uniform shards, windows inside
+one episode for episode-aware ones, its priority mass for prioritized ones); the shards
+sample their counts in parallel, and the probability returned for each element is the one
+actually used: ``share of its shard x its probability within the shard``. The shares come
+from the masses the shards reported with the previous fan-out (every live shard answers
+every fan-out, with a count of 0 if none of the batch fell to it), refreshed first when
+unknown or after an add or clear through this object. A shard that cannot answer within
+``call_timeout`` (dead, restarting, on a removed node) is left out: its share is redrawn
+from the live shards, so the probabilities are those of the live shards' masses, still
+exact. Prioritized shards: importance weights are ``(P(i) / P_min) ** -beta`` with P_min
+over every live shard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+
+from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive, unstack_time
+from replaybuf.buffers.stream import StreamBuffer
+from replaybuf.buffers.uniform import UniformReplayBuffer
+from replaybuf.dataset import DeterministicPass, plan_deterministic_pass
+from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError, ReplayBufferError
+from replaybuf.nest import FlatSpec
+from replaybuf.rate_limiters import check_rate_limiter, check_timeout
+from replaybuf.ray.dataset import ShardedRandomDataset
+from replaybuf.ray.remote import SHARD_DOWN, Limiter, ShardUnavailableError, get, limiter_config
+from replaybuf.ray.shard import Shard, shard_mass
+from replaybuf.ray.writer import ShardWriter
+from replaybuf.ring import StreamRing
+
+__all__ = ["ShardedReplayBuffer"]
+
+MANIFEST = "manifest.json"
+FORMAT = "replaybuf-sharded-checkpoint"
+
+
+class ShardedReplayBuffer(ReplayBuffer):
+    """``batch_size`` streams of ``max_length`` items spread over ``shards`` Ray actors.
+
+    Needs a running Ray (``ray.init()``, or a cluster to connect to). See the module
+    docstring for ids and sampling, and docs/ray.md for the design and failure model.
+
+    Args:
+        data_spec: a nest of ArraySpec (or tf/Gymnasium specs) describing one item.
+        shards: the number of shard actors.
+        batch_size: streams in all (default: ``shards``, one per shard); shard ``k`` holds
+            streams ``k, k + shards, ...``. ``add_batch`` on this object takes
+            ``[batch_size]`` items; a writer of shard k takes that shard's streams.
+        max_length: items kept per stream.
+        buffer_class: the buffer each shard holds: ``UniformReplayBuffer`` (default),
+            ``PrioritizedReplayBuffer``, or another ``StreamBuffer`` of batch_size streams
+            with a uniform, episode or prioritized sampler.
+        buffer_options: keyword arguments for ``buffer_class`` (``alpha``, ``beta``,
+            ``respect_episodes``, ``storage``...), except the geometry and the seed.
+        seed: seeds the split draws and each shard's generator.
+        rate_limiter: a ``MinSize`` / ``SampleToInsertRatio``: its rules and counts are
+            moved into one limiter actor that every shard's adds and this object's samples
+            wait for (the object passed in is not used afterwards).
+        rate_limiter_timeout: seconds a blocked add or sample waits (None: forever).
+        checkpoint_dir: where each shard checkpoints (``shard-NNN`` folders in the
+            checkpoint folder format); a restarted shard reloads its latest checkpoint.
+        checkpoint_every: adds between a shard's checkpoints (needs checkpoint_dir).
+        call_timeout: seconds a call to a shard may take before the shard counts as down.
+        retry_timeout: seconds adds are resent to a down shard before ShardUnavailableError.
+        max_restarts: Ray restarts of a dead shard actor (-1: without limit).
+        max_in_flight: default pipelining depth of writers.
+        dataset_draw_ahead: fan-outs a random dataset keeps in flight when
+            ``num_parallel_calls`` is not given (each element is then up to
+            ``dataset_draw_ahead - 1`` elements older than a synchronous get_next).
+        actor_options: extra ``ray.remote`` options for the shard actors (resources,
+            ``scheduling_strategy``...); default ``num_cpus=0``.
+
+    Raises:
+        ArgumentError: a bad size or option (the shard's own argument errors included).
+    """
+
+    def __init__(
+        self,
+        data_spec: Any,
+        shards: int = 2,
+        batch_size: int | None = None,
+        max_length: int = 1000,
+        *,
+        buffer_class: type = UniformReplayBuffer,
+        buffer_options: dict | None = None,
+        seed: int | None = None,
+        rate_limiter: Any = None,
+        rate_limiter_timeout: float | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_every: int | None = None,
+        call_timeout: float = 30.0,
+        retry_timeout: float = 120.0,
+        max_restarts: int = -1,
+        max_in_flight: int = 8,
+        dataset_draw_ahead: int = 2,
+        actor_options: dict | None = None,
+    ):
+        check_positive("shards", shards, allow_none=False)
+        batch_size = shards if batch_size is None else batch_size
+        check_positive("batch_size", batch_size, allow_none=False)
+        if batch_size < shards:
+            raise ArgumentError(
+                f"batch_size: expected an int >= shards ({shards}): every shard holds at least one stream, "
+                f"got {batch_size}"
+            )
+        check_positive("max_length", max_length, allow_none=False)
+        check_positive("checkpoint_every", checkpoint_every)
+        check_positive("max_in_flight", max_in_flight, allow_none=False)
+        check_positive("dataset_draw_ahead", dataset_draw_ahead, allow_none=False)
+        self.dataset_draw_ahead = int(dataset_draw_ahead)
+        if checkpoint_every is not None and checkpoint_dir is None:
+            raise ArgumentError(f"checkpoint_every: needs checkpoint_dir, got checkpoint_every={checkpoint_every}")
+        if not (isinstance(buffer_class, type) and issubclass(buffer_class, StreamBuffer)):
+            raise ArgumentError(
+                f"buffer_class: expected a replaybuf NumPy buffer class (UniformReplayBuffer, "
+                f"PrioritizedReplayBuffer, ...), got {buffer_class!r}"
+            )
+        buffer_options = dict(buffer_options or {})
+        for reserved in ("data_spec", "batch_size", "max_length", "seed", "rate_limiter", "rate_limiter_timeout"):
+            if reserved in buffer_options:
+                raise ArgumentError(
+                    f"buffer_options: {reserved!r} is set by ShardedReplayBuffer itself, got "
+                    f"buffer_options[{reserved!r}]={buffer_options[reserved]!r}"
+                )
+        with_options = buffer_class(data_spec, batch_size=1, max_length=1, **buffer_options)  # its errors, here
+        shard_mass(with_options, None)
+        limiter = check_rate_limiter(rate_limiter)
+        self._limiter_timeout = check_timeout(rate_limiter_timeout, "rate_limiter_timeout")
+        self._call_timeout = check_timeout(call_timeout, "call_timeout")
+        self._retry_timeout = check_timeout(retry_timeout, "retry_timeout")
+        if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
+            raise ArgumentError(f"max_restarts: expected an int >= -1, got {max_restarts!r}")
+        if not ray.is_initialized():
+            raise ArgumentError("ShardedReplayBuffer: expected a running Ray (call ray.init() first), got none")
+        self._flat = FlatSpec(data_spec)
+        self._shards, self._batch_size, self._max_length = int(shards), int(batch_size), int(max_length)
+        self._stream_counts = np.array([len(range(k, batch_size, shards)) for k in range(shards)], np.int64)
+        self._buffer_class, self._buffer_options = buffer_class, buffer_options
+        self._max_in_flight = int(max_in_flight)
+        self._episodes = bool(buffer_options.get("respect_episodes", False))
+        self._prioritized = hasattr(buffer_class, "update_priorities")
+        self._rng = np.random.default_rng(seed)
+        shard_seeds = np.random.SeedSequence(seed).generate_state(shards, np.uint32)
+        name = f"replaybuf-{uuid.uuid4().hex[:12]}"
+        namespace = ray.get_runtime_context().namespace
+        self._names = [f"{name}-shard-{k}" for k in range(shards)]
+        self._limiter = None
+        if limiter is not None:
+            self._limiter = (
+                ray.remote(Limiter)
+                .options(num_cpus=0, max_concurrency=256, max_restarts=max_restarts, name=f"{name}-limiter")
+                .remote(limiter_config(limiter), self._names, namespace)
+            )
+        options = {"num_cpus": 0, **(actor_options or {})}
+        actor = ray.remote(Shard)
+        options.update(max_restarts=max_restarts, max_task_retries=0, max_concurrency=32)
+        checkpoint_dir = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
+        self._actors = [
+            actor.options(name=self._names[k], **options).remote(
+                k,
+                buffer_class,
+                data_spec,
+                int(self._stream_counts[k]),
+                self._max_length,
+                int(shard_seeds[k]),
+                buffer_options,
+                checkpoint_dir,
+                checkpoint_every,
+                self._limiter,
+                self._limiter_timeout,
+            )
+            for k in range(shards)
+        ]
+        get([a.ping.remote() for a in self._actors])  # the shards' own argument errors surface here
+        self._writers = [self._writer_for(k) for k in range(shards)]  # this object's add_batch
+        self._writer_count = np.zeros(shards, np.int64)
+        self._masses: dict[int | None, np.ndarray] = {}
+        self._fresh = False
+        self._down: dict[int, Any] = {}  # shard -> the ping that tells when it is back
+
+    # -- geometry -------------------------------------------------------------------------------
+    @property
+    def data_spec(self) -> Any:
+        return self._flat.data_spec
+
+    @property
+    def capacity(self) -> int:
+        return self._batch_size * self._max_length
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def max_length(self) -> int:
+        return self._max_length
+
+    @property
+    def shards(self) -> int:
+        return self._shards
+
+    @property
+    def actors(self) -> list:
+        """The shard actors' handles (shard k at index k)."""
+        return list(self._actors)
+
+    # -- writes ---------------------------------------------------------------------------------
+    def writer(self, shard: int | None = None, *, max_in_flight: int | None = None) -> ShardWriter:
+        """A ``ShardWriter`` for ``shard`` (default: the shard with the fewest writers so far).
+
+        Its ``add_batch`` takes that shard's streams (``writer.batch_size``); it pickles
+        into Ray tasks and actors.
+
+        Raises:
+            ArgumentError: ``shard`` is not a shard index; with ``respect_episodes``, a
+                second writer for one shard (both would write steps into the same streams,
+                breaking each other's episodes: use as many shards as writers).
+        """
+        if shard is None:
+            shard = int(np.argmin(self._writer_count))
+        if isinstance(shard, bool) or not isinstance(shard, (int, np.integer)) or not 0 <= shard < self._shards:
+            raise ArgumentError(f"shard: expected an int in [0, {self._shards}), got {shard!r}")
+        if self._episodes and self._writer_count[shard]:
+            raise ArgumentError(
+                f"shard: with respect_episodes each writer needs its own shard (two writers would interleave "
+                f"steps in the same streams); shard {shard} already has a writer: use shards >= writers"
+            )
+        self._writer_count[shard] += 1
+        return self._writer_for(int(shard), max_in_flight)
+
+    def _writer_for(self, shard: int, max_in_flight: int | None = None) -> ShardWriter:
+        return ShardWriter(
+            self._actors[shard],
+            shard,
+            self.data_spec,
+            int(self._stream_counts[shard]),
+            max_in_flight=max_in_flight or self._max_in_flight,
+            call_timeout=self._call_timeout,
+            retry_timeout=self._retry_timeout,
+        )
+
+    def add_batch(self, items: Any) -> None:
+        """Add one step to every stream (each leaf ``[batch_size] + spec.shape``) and wait for it.
+
+        Raises:
+            SpecMismatchError: the items do not match the data_spec; nothing is written.
+            RateLimiterTimeout: a shard's add was held back past ``rate_limiter_timeout``.
+            ShardUnavailableError: a shard stayed down past ``retry_timeout``.
+        """
+        leaves = self._flat.flatten_batch(items, self._batch_size)
+        for k, writer in enumerate(self._writers):
+            writer.add_batch(self._flat.unflatten([leaf[k :: self._shards] for leaf in leaves]))
+        self._fresh = False
+        errors = []
+        for writer in self._writers:
+            try:
+                writer.flush()
+            except ReplayBufferError as err:
+                errors.append(err)
+        if errors:
+            raise errors[0]
+
+    def update_priorities(self, ids: Any, priorities: Any, *, wait: bool = True) -> None:
+        """Set the priorities of the items (windows) with global ``ids``, each on its shard.
+
+        ``ids`` is ``info.ids`` of a sample (``[B]`` or ``[B, T]``, the first id of a window
+        counts). ``wait=False`` returns once the updates are sent.
+
+        Raises:
+            ArgumentError: not a prioritized buffer; ids not integers shaped like priorities.
+            PriorityError: a priority not finite and > 0 (nothing changed), or an id never
+                added (its shard changes nothing; other shards may have applied theirs).
+        """
+        if not self._prioritized:
+            raise ArgumentError(
+                f"update_priorities: expected shards of a prioritized buffer_class, got {self._buffer_class.__name__}"
+            )
+        ids = np.asarray(ids)
+        try:
+            priorities = np.asarray(priorities, dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise ArgumentError(f"priorities: expected numbers, got {priorities!r:.80} ({err})") from None
+        if ids.ndim == priorities.ndim + 1:
+            ids = ids[..., 0]
+        if ids.shape != priorities.shape or ids.dtype.kind not in "iu":
+            raise ArgumentError(
+                f"update_priorities: expected integer ids shaped like priorities {priorities.shape} "
+                f"(or with one more time axis), got ids {ids.shape} {ids.dtype}"
+            )
+        bad = ~(np.isfinite(priorities) & (priorities > 0))
+        if bad.any():
+            raise PriorityError(
+                f"priorities: expected finite values > 0, got {priorities[bad][:5].tolist()} "
+                f"at positions {np.flatnonzero(bad)[:5].tolist()}"
+            )
+        ids, priorities = ids.ravel().astype(np.int64), priorities.ravel()
+        if (ids < 0).any():
+            raise PriorityError(f"ids: expected ids of added items (>= 0), got {ids[ids < 0][:5].tolist()}")
+        shard, local = self._route(ids)
+        refs = []
+        for k in np.unique(shard):
+            mine = shard == k
+            refs.append(self._actors[k].update_priorities.remote(local[mine], priorities[mine]))
+        if wait:
+            get(refs, timeout=self._call_timeout)
+
+    def clear(self) -> None:
+        """Forget every item on every shard (and the limiter's counts)."""
+        get([a.clear.remote() for a in self._actors], timeout=self._call_timeout)
+        if self._limiter is not None:
+            get(self._limiter.reset.remote())
+        self._masses.clear()
+        self._fresh = False
+
+    # -- ids ------------------------------------------------------------------------------------
+    def _route(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(shard, local id)`` of global ids."""
+        stream, step = ids % self._batch_size, ids // self._batch_size
+        shard = stream % self._shards
+        return shard, step * self._stream_counts[shard] + stream // self._shards
+
+    def _global(self, shard: int, local: np.ndarray) -> np.ndarray:
+        count = int(self._stream_counts[shard])
+        return (local // count) * self._batch_size + (local % count) * self._shards + shard
+
+    # -- sampling -------------------------------------------------------------------------------
+    def get_next(
+        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+    ) -> tuple[Any, BufferInfo]:
+        """Sample across the shards; shapes as ``replaybuf.buffer`` says.
+
+        Returns ``(items, info)``; ``info`` is a ``SampleInfo`` with ``weights`` for
+        prioritized shards (and ``mask`` for padded episode windows).
+
+        Raises:
+            EmptyBufferError: nothing is stored, or no shard holds a window of num_steps.
+            ArgumentError: sample_batch_size or num_steps not a positive int.
+            RateLimiterTimeout: the limiter held the sample back past rate_limiter_timeout.
+            ShardUnavailableError: every shard with items stayed down past call_timeout.
+        """
+        check_positive("sample_batch_size", sample_batch_size)
+        check_positive("num_steps", num_steps)
+        return self._collect(self._submit(sample_batch_size, num_steps), time_stacked)
+
+    def _submit(self, sample_batch_size: int | None, num_steps: int | None) -> dict:
+        """Start one fan-out: the limiter's grant, the split, one call per live shard."""
+        n = sample_batch_size or 1
+        if self._limiter is not None:
+            get(self._limiter.await_sample.remote(n, self._limiter_timeout))
+        self._check_down()
+        masses = self._masses.get(num_steps)
+        if masses is None or not self._fresh:
+            masses = self._refresh(num_steps)
+        live = np.array([k not in self._down for k in range(self._shards)])
+        pending = {"B": sample_batch_size, "T": num_steps, "n": n, "live": live, "masses": masses.copy()}
+        counts = self._split(n, masses, live)
+        pending["counts"] = counts
+        pending["refs"] = {k: self._actors[k].sample.remote(int(counts[k]), num_steps) for k in np.flatnonzero(live)}
+        return pending
+
+    def _split(self, n: int, masses: np.ndarray, live: np.ndarray) -> np.ndarray:
+        weights = np.where(live, masses, 0.0)
+        total = weights.sum()
+        if not total > 0:
+            return np.zeros(self._shards, np.int64)
+        return self._rng.multinomial(n, weights / total)
+
+    def _refresh(self, num_steps: int | None) -> np.ndarray:
+        """Ask every live shard for its mass now (a fan-out of 0 draws)."""
+        live = [k for k in range(self._shards) if k not in self._down]
+        refs = {k: self._actors[k].sample.remote(0, num_steps) for k in live}
+        masses = np.zeros(self._shards)
+        for k, result in self._gather(refs).items():
+            if result is not None:
+                masses[k] = result["mass"]
+        self._masses[num_steps] = masses
+        self._fresh = True
+        return masses
+
+    def _gather(self, refs: dict) -> dict:
+        """``{shard: result or None}``: None for a shard that failed or missed the deadline
+        (it is marked down until it answers a ping)."""
+        if not refs:
+            return {}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self._call_timeout)
+        ready = set(ready)
+        results = {}
+        for k, ref in refs.items():
+            if ref not in ready:
+                self._mark_down(k)
+                results[k] = None
+                continue
+            try:
+                results[k] = get(ref)
+            except SHARD_DOWN:
+                self._mark_down(k)
+                results[k] = None
+        return results
+
+    def _mark_down(self, shard: int) -> None:
+        if shard not in self._down:
+            self._down[shard] = self._actors[shard].ping.remote()
+
+    def _check_down(self) -> None:
+        """Shards marked down rejoin when their ping answered; a failed ping is sent again."""
+        for k, ping in list(self._down.items()):
+            ready, _ = ray.wait([ping], timeout=0)
+            if not ready:
+                continue
+            try:
+                get(ping)
+                del self._down[k]
+                self._fresh = False
+            except SHARD_DOWN:
+                self._down[k] = self._actors[k].ping.remote()
+
+    def _collect(self, pending: dict, time_stacked: bool = True) -> tuple[Any, BufferInfo]:
+        """Finish a fan-out: redraw what failed from the live shards, assemble, exact probabilities."""
+        try:
+            return self._assemble(pending, time_stacked)
+        except BaseException:
+            if self._limiter is not None:
+                self._limiter.undo_sample.remote(pending["n"])
+            raise
+
+    def _assemble(self, pending: dict, time_stacked: bool) -> tuple[Any, BufferInfo]:
+        n, num_steps, masses = pending["n"], pending["T"], pending["masses"]
+        live, counts = pending["live"].copy(), pending["counts"].copy()
+        parts: dict[int, list] = {}
+        answers: dict[int, dict] = {}
+        refs = pending["refs"]
+        errors: list[str] = []
+        for _ in range(self._shards + 1):
+            for k, result in self._gather(refs).items():
+                if result is None or "error" in result:
+                    live[k] = False
+                    masses[k] = 0.0
+                    if result is not None:
+                        errors.append(result["error"])
+                    continue
+                answers[k] = result
+                parts.setdefault(k, [])
+                if counts[k] and "leaves" in result:
+                    parts[k].append(result)
+            missing = n - sum(len(r["ids"]) for rs in parts.values() for r in rs)
+            if missing == 0:
+                break
+            extra = self._split(missing, masses, live)
+            if extra.sum() == 0:
+                self._raise_empty(num_steps, errors)
+            counts = extra
+            refs = {k: self._actors[k].sample.remote(int(extra[k]), num_steps) for k in np.flatnonzero(extra)}
+        for k, result in answers.items():
+            self._masses.setdefault(num_steps, np.zeros(self._shards))[k] = result["mass"]
+        total = masses[live].sum()
+        order = self._rng.permutation(n)
+        leaves_parts, ids_parts, prob_parts, weight_parts, mask_parts, smallest = [], [], [], [], [], []
+        for k in sorted(parts):
+            for result in parts[k]:
+                share = masses[k] / total
+                leaves_parts.append(result["leaves"])
+                ids_parts.append(self._global(k, result["ids"]))
+                prob_parts.append(share * result["probabilities"])
+                weight_parts.append(result["weights"])
+                mask_parts.append(result["mask"])
+        for k in np.flatnonzero(live):
+            if k in answers and answers[k]["mass"] > 0:
+                smallest.append(masses[k] / total * answers[k]["smallest"] / answers[k]["mass"])
+        leaves = [np.concatenate([p[i] for p in leaves_parts])[order] for i in range(len(self._flat.leaves))]
+        ids = np.concatenate(ids_parts)[order]
+        probabilities = np.concatenate(prob_parts)[order].astype(np.float32)
+        extras: dict = {}
+        if self._prioritized:
+            beta = next(iter(answers.values()))["beta"]
+            with np.errstate(divide="ignore"):
+                extras["weights"] = ((probabilities.astype(np.float64) / min(smallest)) ** -beta).astype(np.float32)
+        if mask_parts and mask_parts[0] is not None:
+            extras["mask"] = np.concatenate(mask_parts)[order]
+        if pending["B"] is None:
+            leaves = [leaf[0] for leaf in leaves]
+            ids, probabilities = ids[0], probabilities[0]
+            extras = {key: value[0] for key, value in extras.items()}
+        if time_stacked or num_steps is None:
+            items = self._flat.unflatten(leaves)
+        else:
+            items = unstack_time(self._flat.unflatten, leaves, num_steps, batched=pending["B"] is not None)
+        if extras:
+            return items, SampleInfo(ids, probabilities, **extras)
+        return items, BufferInfo(ids, probabilities)
+
+    def _raise_empty(self, num_steps: int | None, errors: list[str]) -> None:
+        if len(self._down) == self._shards:
+            raise ShardUnavailableError(f"every shard missed the call deadline of {self._call_timeout} s")
+        if self.num_frames() == 0:
+            raise EmptyBufferError(
+                "The ShardedReplayBuffer is empty. Make sure to add items before sampling the buffer."
+            )
+        detail = f" ({errors[0]})" if errors else ""
+        raise EmptyBufferError(
+            f"num_steps={num_steps}: no live shard holds a window of {num_steps} steps{detail}; add more "
+            "steps or ask for shorter windows"
+        )
+
+    # -- datasets, reads ------------------------------------------------------------------------
+    def as_dataset(
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        num_parallel_calls: int | None = None,
+        single_deterministic_pass: bool = False,
+    ) -> Any:
+        """An iterable of ``(items, info)``.
+
+        Random mode is endless and keeps ``num_parallel_calls`` fan-outs in flight (default
+        ``dataset_draw_ahead``): the next batches are being sampled on the shards while one is consumed. The
+        deterministic pass (all shards must hold the same steps: items added through this
+        object) reads every stored item once as ``UniformReplayBuffer``'s does.
+
+        Raises:
+            ArgumentError: a non-positive argument; in a deterministic pass as for
+                UniformReplayBuffer, or shards holding different steps.
+        """
+        check_positive("sample_batch_size", sample_batch_size)
+        check_positive("num_steps", num_steps)
+        check_positive("num_parallel_calls", num_parallel_calls)
+        if single_deterministic_pass:
+            return DeterministicPass(lambda: self._plan(sample_batch_size, num_steps), self._read_ids)
+        return ShardedRandomDataset(self, sample_batch_size, num_steps, num_parallel_calls or self.dataset_draw_ahead)
+
+    def _common_ring(self) -> StreamRing:
+        """A ring standing for every shard: they must hold the same steps."""
+        infos = get([a.info.remote() for a in self._actors], timeout=self._call_timeout)
+        spans = {(info["first"], info["steps"]) for info in infos}
+        if len(spans) > 1:
+            raise ArgumentError(
+                "shards: expected every shard to hold the same steps (items added through add_batch) for "
+                f"gather_all or a deterministic pass, got (first, end) steps {sorted(spans)}; use gather_shards()"
+            )
+        first, steps = spans.pop()
+        ring = StreamRing(self._batch_size, self._max_length, type(self).__name__)
+        ring.reset(steps, first if first > max(0, steps - self._max_length) else 0)
+        return ring
+
+    def _plan(self, sample_batch_size: int | None, num_steps: int | None) -> list[np.ndarray]:
+        return plan_deterministic_pass(self._common_ring(), sample_batch_size, num_steps, None, False)
+
+    def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
+        flat = ids.ravel()
+        shard, local = self._route(flat)
+        refs = {int(k): self._actors[k].read.remote(local[shard == k]) for k in np.unique(shard)}
+        got = dict(zip(refs, get(list(refs.values()), timeout=self._call_timeout), strict=True))
+        leaves = []
+        for i, spec in enumerate(self._flat.leaves):
+            out = np.empty((flat.shape[0], *spec.shape), spec.dtype)
+            for k, parts in got.items():
+                out[shard == k] = parts[i]
+            leaves.append(out.reshape(ids.shape + tuple(spec.shape)))
+        return self._flat.unflatten(leaves), BufferInfo(ids, ())
+
+    def gather_all(self) -> Any:
+        """Every stored item, ``[batch_size, n, ...]`` oldest first (shards must hold the same steps)."""
+        ring = self._common_ring()
+        return self._read_ids(ring.stream_ids())[0]
+
+    def gather_shards(self) -> list:
+        """Each shard's ``gather_all()`` (its own streams, ``[streams of shard k, n_k, ...]``)."""
+        parts = get([a.gather.remote() for a in self._actors], timeout=self._call_timeout)
+        return [self._flat.unflatten(leaves) for _, _, leaves in parts]
+
+    def num_frames(self) -> int:
+        """Items stored on all shards (a shard that misses the deadline counts as holding none)."""
+        results = self._gather({k: a.info.remote() for k, a in enumerate(self._actors)})
+        return int(sum(r["num_frames"] for r in results.values() if r is not None))
+
+    def shard_info(self) -> list[dict | None]:
+        """Each shard's counters (``num_frames``, ``steps``, ``inserts``, ``samples``,
+        ``deletes``, ``restored``, ``pid``); None for a shard that missed the deadline."""
+        results = self._gather({k: a.info.remote() for k, a in enumerate(self._actors)})
+        return [results[k] for k in range(self._shards)]
+
+    def rate_limiter_state(self) -> dict | None:
+        """The cluster limiter's counters and rules (None without a limiter)."""
+        return None if self._limiter is None else get(self._limiter.state.remote())
+
+    def rate_limiter_range(self) -> tuple[float, float] | None:
+        """The limiter's ``observed_range()`` (see ``RateLimiter``); None without a limiter."""
+        return None if self._limiter is None else get(self._limiter.observed_range.remote())
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def checkpoint(self, path: str | os.PathLike) -> None:
+        """Save every shard in parallel under ``path`` (``shard-NNN`` checkpoint folders),
+        then the manifest (geometry, rate limiter counters, the versions written) last.
+
+        Raises:
+            ShardUnavailableError: a shard missed the deadline (no manifest is written).
+        """
+        root = Path(path)
+        root.mkdir(parents=True, exist_ok=True)
+        refs = [a.save.remote(str(root / f"shard-{k:03d}")) for k, a in enumerate(self._actors)]
+        try:
+            versions = get(refs, timeout=self._call_timeout)
+        except SHARD_DOWN as err:
+            raise ShardUnavailableError(f"checkpoint: a shard did not save ({type(err).__name__})") from None
+        manifest = {
+            "format": FORMAT,
+            "shards": self._shards,
+            "batch_size": self._batch_size,
+            "max_length": self._max_length,
+            "buffer_class": self._buffer_class.__name__,
+            "versions": [os.path.relpath(v, root) for v in versions],
+            "rate_limiter": self.rate_limiter_state(),
+        }
+        temp = root / (MANIFEST + ".tmp")
+        with open(temp, "w") as f:
+            json.dump(manifest, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, root / MANIFEST)
+
+    def restore(self, path: str | os.PathLike) -> None:
+        """Load a ``checkpoint(path)`` into every shard (in parallel) and the limiter.
+
+        Raises:
+            CheckpointError: no manifest (an unfinished or foreign checkpoint), another
+                geometry or buffer class, or a shard folder that fails its checks.
+        """
+        root = Path(path)
+        try:
+            manifest = json.loads((root / MANIFEST).read_text())
+        except (OSError, ValueError) as err:
+            raise CheckpointError(f"{root}: expected a sharded checkpoint with {MANIFEST}, got {err}") from None
+        expected = {
+            "format": FORMAT,
+            "shards": self._shards,
+            "batch_size": self._batch_size,
+            "max_length": self._max_length,
+            "buffer_class": self._buffer_class.__name__,
+        }
+        for key, value in expected.items():
+            if manifest.get(key) != value:
+                raise CheckpointError(f"{root}/{MANIFEST}[{key!r}]: expected {value!r}, got {manifest.get(key)!r}")
+        if (manifest.get("rate_limiter") is None) != (self._limiter is None):
+            raise CheckpointError(
+                f"{root}/{MANIFEST}['rate_limiter']: saved {'none' if manifest.get('rate_limiter') is None else 'one'}"
+                f", this buffer has {'none' if self._limiter is None else 'one'}"
+            )
+        get([a.load.remote(str(root / f"shard-{k:03d}")) for k, a in enumerate(self._actors)])
+        if self._limiter is not None:
+            get(self._limiter.load_state.remote(manifest["rate_limiter"]))
+        self._masses.clear()
+        self._fresh = False
+
+    def close(self) -> None:
+        """Wake every call blocked on the rate limiter with ``BufferClosedError``."""
+        if self._limiter is not None:
+            get(self._limiter.close.remote())
+
+    def shutdown(self) -> None:
+        """Kill the shard and limiter actors (the buffer is unusable afterwards)."""
+        for actor in [*self._actors, *([self._limiter] if self._limiter is not None else [])]:
+            ray.kill(actor, no_restart=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardedReplayBuffer(shards={self._shards}, batch_size={self._batch_size}, "
+            f"max_length={self._max_length}, buffer_class={self._buffer_class.__name__})"
+        )

@@ -1,0 +1,269 @@
+"""One shard of a ``ShardedReplayBuffer``: an ordinary replaybuf buffer inside a Ray actor.
+
+``Shard`` is a plain class; ``replaybuf.ray.buffer`` turns it into an actor with
+``ray.remote`` and the restart options. It holds a ``StreamBuffer`` (uniform, prioritized,
+episode-aware: the class and its arguments are the driver's options) and adds what a
+shard needs on top of it:
+
+- idempotent adds: every add carries ``(writer key, sequence number)``; a number at or
+  below the last one applied for that key is a retry and is acknowledged without
+  inserting anything. The last numbers are saved with the shard's checkpoints.
+- masses: ``sample`` returns, beside the draw, the shard's current mass for the window
+  length asked (valid window starts x streams for uniform samplers, windows inside one
+  episode for episode-aware ones, the priority mass of the valid starts for prioritized
+  ones) and its smallest priority mass, so the driver splits the next batch exactly.
+- checkpoints: every ``checkpoint_every`` adds (and on ``save``) the buffer's state plus
+  the shard's own bookkeeping go to its folder in the crash-safe checkpoint format
+  (``replaybuf.persistence.folder``); a restarted actor reloads the latest one.
+- the cluster's rate limiter: an add waits for the limiter actor's grant, then counts its
+  evictions there; the shard keeps its own counts too, so a restarted limiter rebuilds.
+
+Items arrive as NumPy arrays that may live in Ray's object store; ``add_batch`` copies them
+into the buffer's storage, so the shard never keeps a view into the store (ray#8234).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from replaybuf.buffers.stream import StreamBuffer
+from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, ReplayBufferError
+from replaybuf.nest import FlatSpec
+from replaybuf.persistence.folder import POINTER, read_state, write_state
+from replaybuf.ray.remote import get, reconstructed
+from replaybuf.samplers import EpisodeSampler, PrioritizedSampler, UniformSampler
+
+__all__ = ["Shard", "shard_mass"]
+
+_ORDER_WAIT = 300.0  # seconds an add waits for its writer's previous add before failing
+
+
+def shard_mass(buffer: StreamBuffer, num_steps: int | None) -> tuple[float, float]:
+    """``(mass, smallest)`` of ``buffer`` for windows of ``num_steps``; the caller holds its lock.
+
+    ``mass`` is what the buffer's sampler normalises by, so ``P(item) = its mass / mass``
+    (uniform: 1 per valid start and stream); ``smallest`` is the smallest priority mass
+    stored (prioritized only, else 1.0). 0 mass: no window of that length can be drawn.
+    """
+    sampler, ring = buffer._sampler, buffer._ring
+    steps = num_steps or 1
+    low, high = ring.first_valid_step(), ring.steps - steps + 1
+    if high <= low:
+        return 0.0, 1.0
+    starts = float((high - low) * ring.batch_size)
+    if isinstance(sampler, UniformSampler):
+        return starts, 1.0
+    if isinstance(sampler, EpisodeSampler):
+        if sampler.pad or steps == 1:
+            return starts, 1.0
+        return float(sampler.index.count(steps)), 1.0
+    if isinstance(sampler, PrioritizedSampler):
+        smallest = sampler.mins.root()
+        if steps == 1:
+            return sampler.sums.root(), smallest
+        if sampler.episodes is not None and not sampler.pad:
+            return sampler._window_tree(ring, steps).root(), smallest
+        return sampler.sums.root() - sampler._head_mass(ring, high), smallest
+    raise ArgumentError(
+        f"buffer_class: expected a buffer with a uniform, episode or prioritized sampler, "
+        f"got {type(buffer).__name__} with {type(sampler).__name__}"
+    )
+
+
+class Shard:
+    """The state of one shard actor; see the module docstring."""
+
+    def __init__(
+        self,
+        index: int,
+        buffer_class: type,
+        data_spec: Any,
+        batch_size: int,
+        max_length: int,
+        seed: int,
+        options: dict,
+        checkpoint_dir: str | None,
+        checkpoint_every: int | None,
+        limiter: Any = None,
+        limiter_timeout: float | None = None,
+    ):
+        if not (isinstance(buffer_class, type) and issubclass(buffer_class, StreamBuffer)):
+            raise ArgumentError(
+                f"buffer_class: expected a replaybuf NumPy buffer class (UniformReplayBuffer, "
+                f"PrioritizedReplayBuffer, ...), got {buffer_class!r}"
+            )
+        self.index = index
+        self.buffer = buffer_class(data_spec, batch_size=batch_size, max_length=max_length, seed=seed, **options)
+        if getattr(self.buffer, "_single_stream", False):
+            raise ArgumentError(f"buffer_class: expected a buffer of batch_size streams, got {buffer_class.__name__}")
+        shard_mass(self.buffer, None)  # raises for a sampler whose mass is unknown
+        self.flat = FlatSpec(data_spec)
+        self.lock = threading.RLock()  # the shard's bookkeeping; the buffer has its own lock
+        self.cond = threading.Condition(self.lock)
+        self.writers: dict[str, dict] = {}  # writer key -> {"applied": seq, "epoch", "busy"}
+        self.counts = {"inserts": 0, "samples": 0, "deletes": 0}
+        self.limiter, self.limiter_timeout = limiter, limiter_timeout
+        self.folder = None if checkpoint_dir is None else os.path.join(checkpoint_dir, f"shard-{index:03d}")
+        self.checkpoint_every = checkpoint_every
+        self.since_checkpoint = 0
+        self.restored = False
+        self.seen: set[str] = set()  # writers heard from since this actor (re)started
+        self.resync = reconstructed()
+        if self.folder is not None and os.path.exists(os.path.join(self.folder, POINTER)):
+            self.load(self.folder)  # a restarted actor: back to its latest checkpoint
+            self.restored = True
+
+    # -- writes ---------------------------------------------------------------------------------
+    def add(self, leaves: list, key: str, seq: int, epoch: int = 0, start: int = 1) -> bool:
+        """Add one step (flat leaves, ``[batch_size, ...]``) of writer ``key``, in ``seq`` order.
+
+        A writer numbers its adds 1, 2, ...; they are applied in that order whatever order
+        Ray delivers them in, and a ``seq`` already applied is a retry: acknowledged, not
+        inserted (returns False). After a failure the writer resends its unacknowledged adds
+        under a new ``epoch`` starting at ``start``; adds before ``start`` that this shard
+        lost (it restarted from an older checkpoint) are then skipped, not waited for. A
+        restarted shard also takes each writer's first add as where that writer stands.
+        Returns True when inserted.
+        """
+        with self.cond:
+            state = self.writers.setdefault(key, {"applied": 0, "epoch": 0, "busy": False})
+            if self.resync and key not in self.seen:
+                state["applied"] = max(state["applied"], seq - 1)
+            self.seen.add(key)
+            if epoch > state["epoch"]:
+                state["epoch"] = epoch
+                state["applied"] = max(state["applied"], start - 1)
+                self.cond.notify_all()
+            ok = self.cond.wait_for(
+                lambda: state["applied"] >= seq or (state["applied"] == seq - 1 and not state["busy"]), _ORDER_WAIT
+            )
+            if not ok:
+                raise ReplayBufferError(
+                    f"shard {self.index}: add {seq} of writer {key} waited {_ORDER_WAIT} s for add {seq - 1}"
+                )
+            if state["applied"] >= seq:
+                return False
+            state["busy"] = True
+        inserted = False
+        try:
+            n = self.buffer.batch_size
+            items = self.flat.unflatten(leaves)
+            if self.limiter is not None:
+                self.flat.flatten_batch(items, n)  # a bad add fails before it is counted
+                get(self.limiter.await_insert.remote(n, self.limiter_timeout))
+            with self.cond:  # the item and its writer's number change together (checkpoints)
+                evicted = n if self.buffer._ring.steps >= self.buffer.max_length else 0
+                self.buffer.add_batch(items)  # copies into the storage
+                inserted = True
+                self.counts["inserts"] += n
+                self.counts["deletes"] += evicted
+                self.since_checkpoint += 1
+                state["applied"], state["busy"] = seq, False
+                self.cond.notify_all()
+        finally:
+            if not inserted:  # a failed add is not retried: the writer's later adds go on
+                with self.cond:
+                    state["applied"], state["busy"] = seq, False
+                    self.cond.notify_all()
+        if evicted and self.limiter is not None:
+            self.limiter.delete.remote(evicted)
+        if self.checkpoint_every is not None and self.since_checkpoint >= self.checkpoint_every:
+            self.save(self.folder)
+        return True
+
+    def update_priorities(self, local_ids: np.ndarray, priorities: np.ndarray) -> None:
+        self.buffer.update_priorities(local_ids, priorities)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.buffer.clear()
+            self.counts = {"inserts": 0, "samples": 0, "deletes": 0}
+
+    # -- reads ----------------------------------------------------------------------------------
+    def sample(self, count: int, num_steps: int | None) -> dict:
+        """``count`` draws (windows of ``num_steps``) and the shard's mass after them.
+
+        Returns ``{"mass", "smallest", "beta", "leaves", "ids", "probabilities", "weights",
+        "mask"}``; with ``count == 0`` only the first three. An ``EmptyBufferError`` (the
+        shard cannot draw such windows now) comes back as ``{"mass": 0.0, "error": message}``.
+        """
+        buffer = self.buffer
+        beta = float(buffer.beta) if hasattr(buffer, "update_priorities") else 0.0
+        result: dict = {"beta": beta}
+        if count:
+            try:
+                items, info = buffer.get_next(count, num_steps)
+            except EmptyBufferError as err:
+                return {"mass": 0.0, "smallest": 1.0, "beta": beta, "error": str(err)}
+            result["leaves"] = self.flat.flatten(items)
+            result["ids"] = np.asarray(info.ids)
+            result["probabilities"] = np.asarray(info.probabilities, np.float64)
+            result["weights"] = getattr(info, "weights", None)
+            result["mask"] = getattr(info, "mask", None)
+            with self.lock:
+                self.counts["samples"] += count
+        with buffer._lock:
+            result["mass"], result["smallest"] = shard_mass(buffer, num_steps)
+        return result
+
+    def read(self, local_ids: np.ndarray) -> list:
+        """The flat leaves of the items stored under ``local_ids`` (1-d)."""
+        items, _ = self.buffer._read_ids(np.asarray(local_ids, np.int64))
+        return self.flat.flatten(items)
+
+    def gather(self) -> tuple[int, int, list]:
+        """``(first valid step, steps, flat leaves [batch_size, n, ...])``."""
+        with self.buffer._lock:
+            ring = self.buffer._ring
+            return ring.first_valid_step(), ring.steps, self.flat.flatten(self.buffer.gather_all())
+
+    def info(self) -> dict:
+        """Counters the driver and the limiter read: frames, steps, inserts/samples/deletes."""
+        with self.lock:
+            counts = dict(self.counts)
+        ring = self.buffer._ring
+        return {
+            "num_frames": self.buffer.num_frames(),
+            "steps": ring.steps,
+            "first": ring.first_valid_step(),
+            "restored": self.restored,
+            "pid": os.getpid(),
+            **counts,
+        }
+
+    def ping(self) -> int:
+        return self.index
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def save(self, folder: str) -> str:
+        """Write the buffer's state and the shard's bookkeeping to ``folder`` (a new version)."""
+        with self.lock:
+            state = {
+                "buffer": self.buffer.state_dict(),
+                "shard": {
+                    "index": self.index,
+                    "applied": {key: w["applied"] for key, w in self.writers.items()},
+                    **self.counts,
+                },
+            }
+            self.since_checkpoint = 0
+        return str(write_state(folder, state))
+
+    def load(self, folder: str) -> None:
+        """Replace the buffer and bookkeeping with the checkpoint in ``folder``."""
+        state = read_state(folder)
+        meta = state.get("shard") if isinstance(state, dict) else None
+        if not isinstance(meta, dict) or not isinstance(meta.get("applied"), dict):
+            raise CheckpointError(f"{folder}: expected a shard checkpoint (with a 'shard' entry), got another state")
+        with self.lock:
+            self.buffer.load_state_dict(state["buffer"])
+            self.writers = {
+                str(k): {"applied": int(v), "epoch": 0, "busy": False} for k, v in meta["applied"].items()
+            }
+            self.cond.notify_all()
+            self.counts = {key: int(meta.get(key, 0)) for key in ("inserts", "samples", "deletes")}
+            self.since_checkpoint = 0
