@@ -77,9 +77,16 @@ def test_gymnasium_spaces_convert():
         replaybuf.as_data_spec(gym.spaces.Text(5))
 
 
-def test_lists_in_specs_are_rejected_with_the_fix():
-    with pytest.raises(replaybuf.SpecError, match=r"data_spec/1: .*use a tuple"):
-        replaybuf.UniformReplayBuffer((replaybuf.ArraySpec((), np.int32), [replaybuf.ArraySpec((), np.int32)]))
+def test_lists_in_specs_are_structure_kept_in_what_comes_back():
+    """As in TF-Agents: a list in a spec is structure; where the spec has a leaf, a list in
+    the items is array data."""
+    buffer = replaybuf.UniformReplayBuffer((replaybuf.ArraySpec((), np.int32), [replaybuf.ArraySpec((2,), np.int32)]))
+    assert type(buffer.data_spec[1]) is list
+    buffer.add_batch((np.array([1], np.int32), [[[5, 6]]]))
+    items, _ = buffer.get_next(2)
+    assert type(items) is tuple and type(items[1]) is list and items[1][0].shape == (2, 2)
+    with pytest.raises(replaybuf.SpecMismatchError, match="structure"):
+        buffer.add_batch((np.array([1], np.int32), (np.array([[5, 6]], np.int32),)))
 
 
 def test_namedtuple_specs_keep_their_type():

@@ -1,6 +1,6 @@
 """Specs: the shape and dtype of every leaf of an item, and conversions into them.
 
-A data_spec is a nest (tuple, namedtuple or dict) of ``ArraySpec`` leaves. Specs from
+A data_spec is a nest (tuple, namedtuple, list or dict) of ``ArraySpec`` leaves. Specs from
 TensorFlow (``tf.TensorSpec``, ``tf.BoundedTensorSpec``) and Gymnasium spaces are converted
 with :func:`as_data_spec`; dtypes may be NumPy, TensorFlow or PyTorch dtypes or names.
 Nothing here imports a framework: foreign objects are recognised by their attributes.
@@ -16,7 +16,22 @@ import numpy as np
 
 from replaybuf.errors import SpecError
 
-__all__ = ["ArraySpec", "BoundedArraySpec", "TensorSpec", "as_data_spec", "as_numpy_dtype"]
+__all__ = ["ArraySpec", "BoundedArraySpec", "TensorSpec", "as_data_spec", "as_numpy_dtype", "untracked"]
+
+# TensorFlow's tracking wrappers (tf.Module / Keras attributes): a tuple, list or dict inside
+_TRACKING_WRAPPERS = ("_TupleWrapper", "ListWrapper", "_DictWrapper")
+
+
+def untracked(node: Any) -> Any:
+    """The tuple, list or dict that a TensorFlow tracking wrapper wraps; anything else as given.
+
+    A nest stored as a ``tf.Module`` attribute comes back wrapped (``_TupleWrapper``,
+    ``ListWrapper``, ``_DictWrapper``); the wrapper stands for the plain container.
+    """
+    cls = type(node)
+    if cls.__name__ not in _TRACKING_WRAPPERS or not cls.__module__.startswith("tensorflow."):
+        return node
+    return list(node) if cls.__name__ == "ListWrapper" else node.__wrapped__
 
 
 def as_numpy_dtype(dtype: Any) -> np.dtype:
@@ -121,15 +136,14 @@ TensorSpec = ArraySpec
 def as_data_spec(spec: Any, _path: str = "data_spec") -> Any:
     """Convert a nest of specs (ours, ``tf.TensorSpec``, Gymnasium spaces) to ArraySpecs.
 
-    Tuples, namedtuples and dicts are kept as they are; a Gymnasium ``Dict`` space becomes
-    a dict and a ``Tuple`` space a tuple. A Python list is rejected: in items a list is
-    ambiguous with array data, so specs use tuples.
+    Tuples, namedtuples, lists and dicts are kept as they are (a list in a spec is
+    structure, as in TF-Agents: the spec tells structure from array data in items);
+    TensorFlow's tracking wrappers become the containers they wrap. A Gymnasium ``Dict``
+    space becomes a dict and a ``Tuple`` space a tuple.
     """
+    spec = untracked(spec)
     if isinstance(spec, list):
-        raise SpecError(
-            f"{_path}: a Python list is not allowed in a spec (it is ambiguous with array "
-            "data); use a tuple instead"
-        )
+        return [as_data_spec(child, f"{_path}/{i}") for i, child in enumerate(spec)]
     if isinstance(spec, ArraySpec):
         return spec
     if _is_gym_space(spec):
