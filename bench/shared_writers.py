@@ -2,8 +2,11 @@
 
 For each library, writer count W (0 = the learner alone) and rows per add R, W writer
 processes (fork) add R rows per call as fast as they can for ``--seconds`` while the learner
-samples 256 rows per call; the figure of a repetition is rows committed by all writers per
-second and learner batches per second, over the same interval. Median of ``--reps``.
+samples 256 rows per call; the figures of a repetition are rows committed by all writers per
+second and learner batches per second over the same interval, and the learner's rate while
+the writers run divided by its rate over the half interval just before (writers started,
+waiting): a ratio paired within one repetition, so load that changes between
+configurations does not enter it. Medians of ``--reps``.
 
 - replaybuf: ``SharedReplayBuffer(writers=W, batch_size=R)`` (one segment per writer), each
   writer an ``add_batch`` of R rows through its handle; ``staged`` rows add one row per call
@@ -17,6 +20,10 @@ done bool, next_obs f32[4]); the ring holds 2**20 rows in every library. Peers r
 own virtual environments (bench/venvs.py). Run:
 
     .venv/bin/python bench/shared_writers.py [--libs replaybuf,cpprb,torchrl] [--reps 3] [--seconds 1]
+
+``--pace S`` makes each writer sleep S seconds after every add (an actor that also steps its
+environments), which separates what writers cost the learner through the buffer from what
+they cost it by taking CPU.
 """
 
 from __future__ import annotations
@@ -175,9 +182,14 @@ LIBS = {"replaybuf": ReplaybufShared, "cpprb": CpprbShared, "torchrl": TorchrlSh
 
 
 # -- one measurement ---------------------------------------------------------------------------
-def _write(add, start, stop, counter, rows: int) -> None:
+def _write(add, start, stop, counter, rows: int, pace: float) -> None:
     start.wait()
     calls = 0
+    if pace:  # an actor that also steps its environments: one add, then a pause
+        while not stop.is_set():
+            add(calls)
+            calls += 1
+            time.sleep(pace)
     while not stop.is_set():
         for i in range(CHECK_EVERY):
             add(i)
@@ -186,17 +198,30 @@ def _write(add, start, stop, counter, rows: int) -> None:
         counter.value += calls * rows
 
 
-def measure(lib: str, writers: int, rows: int, staged: bool, seconds: float) -> dict:
+def _sample_for(bench, seconds: float) -> float:
+    """Learner batches per second over ``seconds``."""
+    began = time.perf_counter()
+    batches = 0
+    while time.perf_counter() - began < seconds:
+        bench.sample()
+        batches += 1
+    return batches / (time.perf_counter() - began)
+
+
+def measure(lib: str, writers: int, rows: int, staged: bool, seconds: float, pace: float = 0.0) -> dict:
     context = multiprocessing.get_context("fork")
     bench = LIBS[lib](writers, rows, staged)
     start, stop, counter = context.Event(), context.Event(), context.Value("q", 0)
-    procs = [context.Process(target=_write, args=(bench.adder(w), start, stop, counter, rows)) for w in range(writers)]
+    procs = [
+        context.Process(target=_write, args=(bench.adder(w), start, stop, counter, rows, pace)) for w in range(writers)
+    ]
     try:
         for proc in procs:
             proc.start()
         time.sleep(0.2)  # let them reach start.wait()
         for _ in range(20):
             bench.sample()  # warm
+        alone = _sample_for(bench, seconds / 2)  # the writers wait: the learner alone, just before
         start.set()
         began = time.perf_counter()
         batches = 0
@@ -210,7 +235,9 @@ def measure(lib: str, writers: int, rows: int, staged: bool, seconds: float) -> 
         codes = [proc.exitcode for proc in procs]
         if codes != [0] * writers:
             raise RuntimeError(f"{lib}: writer exit codes {codes}")
-        return {"rows_per_s": counter.value / elapsed, "batches_per_s": batches / elapsed}
+        with_writers = batches / elapsed
+        return {"rows_per_s": counter.value / elapsed, "batches_per_s": with_writers,
+                "vs_alone": with_writers / alone}
     finally:
         for proc in procs:
             if proc.is_alive():
@@ -219,13 +246,13 @@ def measure(lib: str, writers: int, rows: int, staged: bool, seconds: float) -> 
         bench.close()
 
 
-def worker(lib: str, configs: list[tuple[int, int, bool]], reps: int, seconds: float) -> None:
+def worker(lib: str, configs: list[tuple[int, int, bool]], reps: int, seconds: float, pace: float) -> None:
     """Print one JSON line per configuration: medians over ``reps`` repetitions."""
     for writers, rows, staged in configs:
         if staged and lib != "replaybuf":
             continue
-        runs = [measure(lib, writers, rows, staged, seconds) for _ in range(reps)]
-        out = {key: statistics.median(r[key] for r in runs) for key in ("rows_per_s", "batches_per_s")}
+        runs = [measure(lib, writers, rows, staged, seconds, pace) for _ in range(reps)]
+        out = {key: statistics.median(r[key] for r in runs) for key in ("rows_per_s", "batches_per_s", "vs_alone")}
         out.update(lib=lib, writers=writers, rows=rows, staged=staged, runs=runs)
         print(json.dumps(out), flush=True)
 
@@ -311,6 +338,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--pace", type=float, default=0.0,
+                        help="seconds each writer sleeps after an add (0: as fast as it can)")
+    parser.add_argument("--no-staged", action="store_true", help="skip replaybuf's staged rows")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--rate-limit-demo", action="store_true", help="run the docs' rate limiter example")
     args = parser.parse_args(argv)
@@ -320,14 +350,17 @@ def main(argv: list[str]) -> int:
     writer_counts = [int(w) for w in args.writers.split(",")]
     row_counts = [int(r) for r in args.rows.split(",")]
     configs = [(w, r, False) for r in row_counts for w in writer_counts if w or r == row_counts[0]]
-    configs += [(w, 1, True) for w in writer_counts if w]
+    if not args.no_staged:
+        configs += [(w, 1, True) for w in writer_counts if w]
     if args.worker:
-        worker(args.worker, configs, args.reps, args.seconds)
+        worker(args.worker, configs, args.reps, args.seconds, args.pace)
         return 0
     results = []
     for lib in args.libs.split(","):
         cmd = [python_for(lib), __file__, "--worker", lib, "--writers", args.writers, "--rows", args.rows,
-               "--reps", str(args.reps), "--seconds", str(args.seconds)]
+               "--reps", str(args.reps), "--seconds", str(args.seconds), "--pace", str(args.pace)]
+        if args.no_staged:
+            cmd.append("--no-staged")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent / "src"), str(HERE)]))
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode:
@@ -341,19 +374,20 @@ def main(argv: list[str]) -> int:
 
 
 def report(results: list[dict]) -> str:
-    """A markdown table: rows/s and batches/s per library, with replaybuf's ratios."""
+    """A markdown table: rows/s and batches/s per library, with replaybuf's ratios.
+
+    "learner vs alone" is the median over repetitions of (batches/s while the writers run) /
+    (batches/s in the half interval just before, the writers started but waiting)."""
     by = {(r["lib"], r["writers"], r["rows"], r["staged"]): r for r in results}
-    alone = {lib: by.get((lib, 0, min(r["rows"] for r in results), False)) for lib in LIBS}
     lines = [
-        "| writers | rows/add | library | add rows/s (all writers) | learner batches/s | vs its no-writer rate |"
+        "| writers | rows/add | library | add rows/s (all writers) | learner batches/s | learner vs alone (same rep) |"
         " replaybuf add / this |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for key in sorted(by, key=lambda k: (k[3], k[2], k[1], list(LIBS).index(k[0]))):
         lib, writers, rows, staged = key
         r = by[key]
-        base = alone.get(lib)
-        vs = f"{r['batches_per_s'] / base['batches_per_s']:.2f}x" if base and writers else "1.00x"
+        vs = f"{r['vs_alone']:.2f}x"
         ours = by.get(("replaybuf", writers, rows, False))
         ratio = f"{ours['rows_per_s'] / r['rows_per_s']:.2f}x" if ours and writers and lib != "replaybuf" else ""
         label = f"{rows} (staged 256)" if staged else str(rows)
