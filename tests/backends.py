@@ -106,6 +106,13 @@ def _numpy_frames(data_spec, batch_size, max_length, seed):
     )
 
 
+def _numpy_frames_compressed(data_spec, batch_size, max_length, seed):
+    # as numpy-frames, each frame kept zstd-compressed (the compress extra)
+    return replaybuf.FrameStackReplayBuffer(
+        data_spec, batch_size, max_length, seed=seed, stacked_fields=["observation/camera"], compression="zstd"
+    )
+
+
 def _shared(data_spec, batch_size, max_length, seed):
     # one writer, driven from this process (its add_batch writes through writer 0)
     return replaybuf.shared.SharedReplayBuffer(
@@ -157,6 +164,7 @@ BACKENDS: list[Backend] = [
     Backend("tf", _tf_uniform, _tf_to_numpy),
     Backend("numpy-prioritized", _numpy_prioritized),
     Backend("numpy-frames", _numpy_frames),
+    Backend("numpy-frames-zstd", _numpy_frames_compressed),
     Backend("shared", _shared),
     Backend("ray-sharded", _ray_sharded),
     Backend("jax", _jax_uniform),

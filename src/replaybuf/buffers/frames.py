@@ -4,13 +4,15 @@
 prioritized presets over a ``FrameStorage``: same API, same samples (ids, probabilities,
 windows, episodes), and every read returns exactly the stacks that were added, while an
 84x84x4 observation plus its next observation costs one new 84x84 frame per transition
-instead of eight.
+instead of eight. With ``compression="lz4"`` or ``"zstd"`` each such frame is also kept
+compressed (about 0.2-1.3 KB instead of 7.1 KB on Atari frames) and decoded when sampled.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from math import prod
 from typing import Any
 
 from replaybuf.buffers.prioritized import PrioritizedReplayBuffer, prioritized_sampler
@@ -19,24 +21,35 @@ from replaybuf.buffers.uniform import uniform_sampler
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.storages import FrameStorage, stacked_leaves
+from replaybuf.storages.codecs import make_codec
 
 __all__ = ["FrameStackReplayBuffer", "PrioritizedFrameStackReplayBuffer"]
 
 
 def frame_storage(
-    stacked_fields: Sequence[str] | None, stack_axis: int, storage: str, path: str | os.PathLike | None
+    stacked_fields: Sequence[str] | None,
+    stack_axis: int,
+    storage: str,
+    path: str | os.PathLike | None,
+    compression: str | None = None,
+    compression_level: int | None = None,
 ) -> Callable[[FlatSpec, StreamRing], FrameStorage]:
     """The storage part of the frame-stack presets.
 
     Raises:
-        ArgumentError: as ``stacked_leaves``; a storage other than ``"memory"``, or a path.
+        ArgumentError: as ``stacked_leaves``; a storage other than ``"memory"``, or a path;
+            as ``replaybuf.storages.codecs.make_codec`` for ``compression`` and its level.
     """
     why = "frame stacks are not memory-mapped yet; use storage='memory'"
     reject_unused(storage=(storage, "memory", why), path=(path, None, why))
+    make_codec(compression, compression_level, 1)  # the argument errors, before the spec's
 
     def build(flat: FlatSpec, ring: StreamRing) -> FrameStorage:
         stacked = stacked_leaves(flat, stacked_fields, stack_axis)
-        return FrameStorage(flat.leaves, stacked, ring.batch_size, ring.max_length)
+        first = stacked[0]
+        frame_bytes = prod(first.frame_shape) * flat.leaves[first.index].dtype.itemsize
+        codec = make_codec(compression, compression_level, frame_bytes)
+        return FrameStorage(flat.leaves, stacked, ring.batch_size, ring.max_length, codec=codec)
 
     return build
 
@@ -52,10 +65,15 @@ class FrameStackReplayBuffer(StreamBuffer):
             and ``next_observation``, those present). Their frames must share shape and dtype.
         stack_axis: the axis of the stack inside each such field: 0 for Gymnasium's
             FrameStackObservation (``[k, *frame]``), -1 for ``[84, 84, 4]``.
+        compression: keep each stored frame compressed: ``"lz4"`` (fastest to sample) or
+            ``"zstd"`` (smallest); None (default) keeps raw frames. Needs the ``compress`` extra.
+        compression_level: the codec's level (lz4: 1-12 selects LZ4-HC; zstd: -7 to 22,
+            default 1); None for the codec's default.
 
     Raises:
-        ArgumentError: as ``stacked_leaves``; a storage other than ``"memory"``; the
-            UniformReplayBuffer's argument errors.
+        ArgumentError: as ``stacked_leaves``; a storage other than ``"memory"``; an unknown
+            ``compression``, a level outside the codec's range or without a codec, or a
+            codec whose package is missing; the UniformReplayBuffer's argument errors.
     """
 
     def __init__(
@@ -66,6 +84,8 @@ class FrameStackReplayBuffer(StreamBuffer):
         *,
         stacked_fields: Sequence[str] | None = None,
         stack_axis: int = 0,
+        compression: str | None = None,
+        compression_level: int | None = None,
         seed: int | None = None,
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
@@ -81,7 +101,7 @@ class FrameStackReplayBuffer(StreamBuffer):
             data_spec,
             batch_size,
             max_length,
-            storage=frame_storage(stacked_fields, stack_axis, storage, path),
+            storage=frame_storage(stacked_fields, stack_axis, storage, path, compression, compression_level),
             sampler=uniform_sampler(respect_episodes, pad_episode_ends, episode_end_field),
             seed=seed,
             dataset_drop_remainder=dataset_drop_remainder,
@@ -94,8 +114,8 @@ class FrameStackReplayBuffer(StreamBuffer):
 class PrioritizedFrameStackReplayBuffer(StreamBuffer):
     """``PrioritizedReplayBuffer`` whose stacked-frame fields store each distinct frame once.
 
-    Takes PrioritizedReplayBuffer's arguments plus ``stacked_fields`` and ``stack_axis``
-    (see FrameStackReplayBuffer).
+    Takes PrioritizedReplayBuffer's arguments plus ``stacked_fields``, ``stack_axis``,
+    ``compression`` and ``compression_level`` (see FrameStackReplayBuffer).
     """
 
     alpha = PrioritizedReplayBuffer.alpha
@@ -110,6 +130,8 @@ class PrioritizedFrameStackReplayBuffer(StreamBuffer):
         *,
         stacked_fields: Sequence[str] | None = None,
         stack_axis: int = 0,
+        compression: str | None = None,
+        compression_level: int | None = None,
         alpha: float = 0.6,
         beta: float | Callable[[], float] = 0.4,
         epsilon: float = 1e-6,
@@ -129,7 +151,7 @@ class PrioritizedFrameStackReplayBuffer(StreamBuffer):
             data_spec,
             batch_size,
             max_length,
-            storage=frame_storage(stacked_fields, stack_axis, storage, path),
+            storage=frame_storage(stacked_fields, stack_axis, storage, path, compression, compression_level),
             sampler=prioritized_sampler(
                 alpha, beta, epsilon, compiled, respect_episodes, pad_episode_ends, episode_end_field
             ),

@@ -26,8 +26,14 @@ numba installed (``replaybuf[fast]``) the interleave on read, its inverse on add
 next observation (the observation shifted by one frame, plus one) run as compiled loops
 (``replaybuf.storages._frame_kernels``); without it, NumPy strided copies give the same bytes.
 
+With a ``codec`` (``compression=`` of the presets, ``replaybuf.storages.codecs``) the pool
+holds each frame as one compressed blob (a ``bytes`` object per pool row) instead of raw
+bytes: a frame is compressed once when appended, and a read decodes each distinct frame
+its items use once into a scratch pool, then builds the stacks from it as above.
+
 Checkpoints (``state`` / ``check_state`` / ``load_state``) hold the small leaves, the live
-frames once, and the pointers rebased onto them (docs/images.md).
+frames once (raw, or the blobs as they are with the codec's name), and the pointers
+rebased onto them (docs/images.md). Either form loads into a storage of either kind.
 """
 
 from __future__ import annotations
@@ -43,8 +49,9 @@ import numpy as np
 from replaybuf.errors import ArgumentError, CheckpointError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import ArrayRun, StoredArray
-from replaybuf.persistence.state import check_items, read_run, ring_views
+from replaybuf.persistence.state import check_items, plain_equal, read_run, ring_views
 from replaybuf.specs import ArraySpec
+from replaybuf.storages.codecs import CODECS, Codec, decode_frames, decode_threads, make_codec
 from replaybuf.storages.records import RecordStorage
 
 __all__ = ["FrameStorage", "StackedLeaf", "stacked_leaves"]
@@ -133,7 +140,8 @@ class FrameStorage:
     """The storage of a frame-stack buffer (the storage protocol of ``replaybuf.storages``).
 
     ``leaves`` are the flat spec's leaves; ``stacked`` names the stacked ones (at most one
-    pool: every stacked leaf must share a frame shape and dtype).
+    pool: every stacked leaf must share a frame shape and dtype). ``codec``: keep the pool's
+    frames compressed with it (None: raw).
     """
 
     lazy_keys = ()  # load() reads every file of a frame-stack checkpoint before loading it
@@ -146,8 +154,11 @@ class FrameStorage:
         batch_size: int,
         max_length: int,
         compiled: bool | None = None,
+        codec: Codec | None = None,
     ):
         self.leaves = list(leaves)
+        self.codec = codec
+        self.decode_threads = decode_threads()
         self.stacked = list(stacked)
         self.batch_size, self.max_length = batch_size, max_length
         self.capacity = batch_size * max_length
@@ -166,7 +177,10 @@ class FrameStorage:
         longest = max(s.length for s in self.stacked)
         # Steady state: one new frame per item; a quarter more for episode starts; then grow.
         self.pool_size = self.capacity + self.capacity // 4 + batch_size * (longest + 1) * len(self.stacked)
-        self.frames = np.zeros((self.pool_size + 1, *first.frame_shape), self.frame_dtype)
+        self.frame_shape = first.frame_shape
+        # Raw: the frame ring (row pool_size is the zero frame). Compressed: one blob per row.
+        self.frames = np.zeros((1 if codec else self.pool_size + 1, *first.frame_shape), self.frame_dtype)
+        self.blobs: list[bytes | None] = [None] * self.pool_size if codec else []
         self.kernels = compiled_kernels() if compiled is not False else None
         itemsize = self.frame_dtype.itemsize
         # Each stack as [pre, k, post] bytes: the frame bytes before and after the stack axis.
@@ -305,7 +319,11 @@ class FrameStorage:
         end = self.counter + len(new_frames)
         if end - self.pool_size > self._oldest_floor(start):
             self._grow(end - self._oldest_floor(start))
-        if end - self.counter == 1:
+        if self.codec is not None:
+            compress, blobs, size = self.codec.compress, self.blobs, self.pool_size
+            for counter, frame in enumerate(new_frames, self.counter):
+                blobs[counter % size] = compress(frame)
+        elif end - self.counter == 1:
             self.frames[self.counter % self.pool_size] = new_frames[0]
         else:
             self.frames[np.arange(self.counter, end) % self.pool_size] = new_frames
@@ -321,8 +339,14 @@ class FrameStorage:
 
     def _grow(self, needed: int) -> None:
         size = max(2 * self.pool_size, needed + self.batch_size)
-        frames = np.zeros((size + 1, *self.frames.shape[1:]), self.frame_dtype)
         live = np.arange(max(0, self.counter - self.pool_size), self.counter)
+        if self.codec is not None:
+            blobs: list[bytes | None] = [None] * size
+            for counter in live.tolist():
+                blobs[counter % size] = self.blobs[counter % self.pool_size]
+            self.blobs, self.pool_size = blobs, size
+            return
+        frames = np.zeros((size + 1, *self.frames.shape[1:]), self.frame_dtype)
         frames[live % size] = self.frames[live % self.pool_size]
         self.frames, self.pool_size = frames, size
 
@@ -331,8 +355,10 @@ class FrameStorage:
         """``{"items", "frames"}`` of the ``count`` items from slot ``start`` (id order): the
         small leaves by flat index, and the frames they use once each with pointers into them.
 
-        ``frames`` holds ``pool`` (``[m, *frame]``: the frames from the oldest one still used
-        to the newest), ``pointers`` (per stacked leaf, ``[count, k]`` rows of ``pool``, -1
+        ``frames`` holds ``codec`` (None, or the codec's name), the frames from the oldest one
+        still used to the newest: raw as ``pool`` (``[m, *frame]``), or compressed as
+        ``blobs`` (uint8, the m blobs end to end) and ``sizes`` (``[m]`` int64), then
+        ``pointers`` (per stacked leaf, ``[count, k]`` rows of ``pool``, -1
         for the zero frame), ``floors`` (``[count]``, each item's oldest frame) and ``axes``.
         With ``views`` (for ``save``, under the buffer's lock) the pool is an ``ArrayRun`` of
         views of the frame ring instead of a copy.
@@ -345,14 +371,19 @@ class FrameStorage:
             str(leaf.index): np.where(run >= 0, run - base, ZERO)
             for leaf, run in zip(self.stacked, pointer_runs, strict=True)
         }
-        if views:
-            pool: np.ndarray | ArrayRun = ArrayRun(
+        frames: dict = {"codec": None if self.codec is None else self.codec.name}
+        if self.codec is not None:  # the blobs as they are: joined (one copy), never recompressed
+            size = self.pool_size
+            blobs = [self.blobs[counter % size] for counter in range(base, self.counter)]
+            frames["blobs"] = np.frombuffer(bytearray().join(blobs), np.uint8)  # type: ignore[arg-type]
+            frames["sizes"] = np.fromiter(map(len, blobs), np.int64, len(blobs))  # type: ignore[arg-type]
+        elif views:
+            frames["pool"] = ArrayRun(
                 ring_views(self.frames[: self.pool_size], base % self.pool_size, self.counter - base)
             )
         else:
-            pool = self.frames[np.arange(base, self.counter) % self.pool_size]
-        frames = {
-            "pool": pool,
+            frames["pool"] = self.frames[np.arange(base, self.counter) % self.pool_size]
+        frames |= {
             "pointers": pointers,
             "floors": floors - base,
             "axes": [leaf.axis for leaf in self.stacked],
@@ -369,26 +400,74 @@ class FrameStorage:
         small = check_items(flat, dict(state, items=items), self._small, (np.ndarray,))
         if small and small[0].shape[0] != count:
             raise CheckpointError(f"state['items']: {small[0].shape[0]} items, but state['frames'] holds {count}")
-        return count, (small, state["frames"])
+        return count, (small, state["frames"], self._checked_pool(state["frames"]))
+
+    def _check_pool(self, frames: dict) -> int:
+        """The frame count of a ``state()``'s raw ``pool`` or compressed ``blobs`` and ``sizes``."""
+        codec = frames.get("codec")
+        shape = self.frames.shape[1:]
+        if codec is None:
+            pool = frames.get("pool")
+            if not isinstance(pool, np.ndarray) or pool.shape[1:] != shape or pool.dtype != self.frame_dtype:
+                raise CheckpointError(f"state['frames']['pool']: expected frames [m, *{shape}] {self.frame_dtype}")
+            return pool.shape[0]
+        if not isinstance(codec, str) or codec not in CODECS:
+            raise CheckpointError(f"state['frames']['codec']: expected None or one of {CODECS}, got {codec!r}")
+        blobs, sizes = frames.get("blobs"), frames.get("sizes")
+        if not isinstance(blobs, np.ndarray) or blobs.ndim != 1 or blobs.dtype != np.uint8:
+            raise CheckpointError("state['frames']['blobs']: expected a 1-d uint8 array (the compressed frames)")
+        if not isinstance(sizes, np.ndarray) or sizes.ndim != 1 or sizes.dtype != np.int64:
+            raise CheckpointError("state['frames']['sizes']: expected a 1-d int64 array (one size per frame)")
+        if sizes.size and (sizes.min() < 1 or int(sizes.sum()) != blobs.size):
+            raise CheckpointError(
+                f"state['frames']['sizes']: expected positive sizes adding up to the {blobs.size} bytes of blobs"
+            )
+        if not sizes.size and blobs.size:
+            raise CheckpointError(f"state['frames']['sizes']: no frames, but blobs holds {blobs.size} bytes")
+        return sizes.shape[0]
+
+    def _checked_pool(self, frames: dict) -> np.ndarray | list[bytes]:
+        """The checked frames of a ``state()`` in this storage's form: raw ``[m, *frame]``, or
+        one blob per frame of this codec (the saved ones as they are when the codec is the
+        same, each verified to decode to one frame). CheckpointError when a blob does not."""
+        saved = frames.get("codec")
+        if saved is None and self.codec is None:
+            return frames["pool"]
+        frame_bytes = prod(self.frame_shape) * self.frame_dtype.itemsize
+        if saved is None:  # raw frames into a compressed pool
+            raw = np.ascontiguousarray(frames["pool"]).reshape(-1, frame_bytes)
+            return [self.codec.compress(frame) for frame in raw]  # type: ignore[union-attr]
+        try:
+            codec = make_codec(saved, None, frame_bytes)
+        except ArgumentError as err:
+            raise CheckpointError(f"state['frames']['codec']: cannot decode {saved!r} frames: {err}") from None
+        data = frames["blobs"].tobytes()
+        ends = np.cumsum(frames["sizes"]).tolist()
+        blobs = [data[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+        decoded = [codec.checked(blob, f"state['frames']['blobs'][{i}]") for i, blob in enumerate(blobs)]  # type: ignore[union-attr]
+        if self.codec is not None and self.codec.name == saved:
+            return blobs
+        if self.codec is not None:
+            return [self.codec.compress(frame) for frame in decoded]
+        pool = np.frombuffer(bytearray().join(decoded), np.uint8)
+        return pool.view(self.frame_dtype).reshape(len(blobs), *self.frame_shape)
 
     def _check_frames(self, frames: object) -> int:
         """The item count of a ``state()``'s ``frames``; CheckpointError when it does not fit."""
         if not isinstance(frames, dict):
             raise CheckpointError(f"state['frames']: expected a dict, got {type(frames).__name__}")
-        pool, pointers, floors = frames.get("pool"), frames.get("pointers"), frames.get("floors")
-        shape = self.frames.shape[1:]
-        if not isinstance(pool, np.ndarray) or pool.shape[1:] != shape or pool.dtype != self.frame_dtype:
-            raise CheckpointError(f"state['frames']['pool']: expected frames [m, *{shape}] {self.frame_dtype}")
-        if frames.get("axes") != [leaf.axis for leaf in self.stacked]:
+        pointers, floors = frames.get("pointers"), frames.get("floors")
+        m = self._check_pool(frames)
+        if not plain_equal(frames.get("axes"), [leaf.axis for leaf in self.stacked]):
             raise CheckpointError(
-                f"state['frames']['axes']: saved stack axes {frames.get('axes')!r}, this buffer has "
+                f"state['frames']['axes']: saved stack axes {frames.get('axes')!r:.80}, this buffer has "
                 f"{[leaf.axis for leaf in self.stacked]}"
             )
         if not isinstance(floors, np.ndarray) or floors.ndim != 1 or floors.dtype != np.int64:
             raise CheckpointError("state['frames']['floors']: expected a 1-d int64 array")
-        count, m = floors.shape[0], pool.shape[0]
+        count = floors.shape[0]
         keys = sorted(str(leaf.index) for leaf in self.stacked)
-        if not isinstance(pointers, dict) or sorted(pointers) != keys:
+        if not isinstance(pointers, dict) or set(pointers) != set(keys):
             raise CheckpointError(f"state['frames']['pointers']: expected arrays for leaves {keys}")
         oldest = np.full(count, m, np.int64)
         for leaf in self.stacked:
@@ -407,21 +486,29 @@ class FrameStorage:
     def load_state(self, start: int, checked: tuple[list, dict]) -> None:
         """Hold the checked small leaves and ``frames`` of a ``state()`` from slot ``start``;
         later adds match against the newest step (``commit`` then gives the step count)."""
-        small, frames = checked
+        small, frames, pool = checked
         self.clear()
-        pool = frames["pool"]
-        m = pool.shape[0]
+        m = len(pool)
         if m > self.pool_size:
-            self.frames = np.zeros((m + self.batch_size + 1, *self.frames.shape[1:]), self.frame_dtype)
+            if self.codec is None:
+                self.frames = np.zeros((m + self.batch_size + 1, *self.frames.shape[1:]), self.frame_dtype)
+            else:
+                self.blobs = [None] * (m + self.batch_size)
             self.pool_size = m + self.batch_size
-        self.frames[:m] = pool
+        if self.codec is None:
+            self.frames[:m] = pool
+        else:
+            self.blobs[:m] = pool
         self.counter = m
         pointers = [frames["pointers"][str(leaf.index)] for leaf in self.stacked]
         count = frames["floors"].shape[0]
         if count:
             self.records.write(start, [*small, *pointers, frames["floors"]])
             newest = [p[count - self.batch_size :] for p in pointers]
-            self._previous = [(_words(self.frames.take(self._rows(p), axis=0)), p) for p in newest]
+            held, size, rows = self._pool_for(newest)
+            self._previous = [
+                (_words(held.take(self._rows(r, size), axis=0)), p) for r, p in zip(rows, newest, strict=True)
+            ]
             if len(self.stacked) > 1:  # the newest step's last stacked leaf, as added
                 slots = np.arange(start + count - self.batch_size, start + count) % self.capacity
                 last = self.read(slots)[self.stacked[-1].index]
@@ -438,18 +525,45 @@ class FrameStorage:
             np.ascontiguousarray(rows[name]).reshape(-1, leaf.length)
             for leaf, name in zip(self.stacked, self._pointer_names, strict=True)
         ]
-        stacks = self._gather_compiled(pointers) if self.kernels is not None else self._gather_numpy(pointers)
+        frames, size, pointers = self._pool_for(pointers)
+        if self.kernels is not None:
+            stacks = self._gather_compiled(pointers, frames, size)
+        else:
+            stacks = self._gather_numpy(pointers, frames, size)
         for leaf, stack in zip(self.stacked, stacks, strict=True):
             out[leaf.index] = stack.reshape(slots.shape + self.leaves[leaf.index].shape)
         return out
 
-    def _rows(self, pointers: np.ndarray) -> np.ndarray:
-        return np.where(pointers < 0, self.pool_size, pointers % self.pool_size)
+    def _pool_for(self, pointers: list[np.ndarray]) -> tuple[np.ndarray, int, list[np.ndarray]]:
+        """``(frames, size, pointers)``: a frame pool holding every frame ``pointers`` name
+        (row ``size`` the zero frame) and the pointers into it. Raw: the frame ring itself.
+        Compressed: each distinct frame decoded once into a fresh pool, pointers renumbered."""
+        if self.codec is None:
+            return self.frames, self.pool_size, pointers
+        every = pointers[0].reshape(-1) if len(pointers) == 1 else np.concatenate([p.reshape(-1) for p in pointers])
+        counters = np.unique(every[every >= 0])
+        n = counters.size
+        size = max(n, 1)
+        frame_bytes = self.codec.frame_bytes
+        held = np.empty((size + 1, frame_bytes), np.uint8)
+        held[n:] = 0
+        blobs, pool_size = self.blobs, self.pool_size
+        decode_frames(self.codec, [blobs[row] for row in (counters % pool_size).tolist()], held, self.decode_threads)
+        renumbered = [np.where(p >= 0, np.searchsorted(counters, p), ZERO) for p in pointers]
+        return held.view(self.frame_dtype).reshape(size + 1, *self.frame_shape), size, renumbered
 
-    def _gather_numpy(self, pointers: list[np.ndarray]) -> list[np.ndarray]:
+    @staticmethod
+    def _rows(pointers: np.ndarray, size: int) -> np.ndarray:
+        return np.where(pointers < 0, size, pointers % size)
+
+    def _gather_numpy(
+        self, pointers: list[np.ndarray], pool: np.ndarray | None = None, size: int | None = None
+    ) -> list[np.ndarray]:
+        """The stacks of ``pointers`` from ``pool`` (default: the frame ring) of ``size`` rows."""
+        pool, size = (self.frames, self.pool_size) if pool is None or size is None else (pool, size)
         out = []
         for leaf, layout, leaf_pointers in zip(self.stacked, self._layout, pointers, strict=True):
-            frames = self.frames.take(self._rows(leaf_pointers), axis=0)  # [n, k, *frame]
+            frames = pool.take(self._rows(leaf_pointers, size), axis=0)  # [n, k, *frame]
             if layout[0] > 1:  # interleave: one strided copy per stack position beats one transpose
                 stacked = np.empty((frames.shape[0], *self.leaves[leaf.index].shape), self.frame_dtype)
                 view = np.moveaxis(stacked, 1 + leaf.axis, 1)
@@ -459,11 +573,17 @@ class FrameStorage:
             out.append(frames)
         return out
 
-    def _gather_compiled(self, pointers: list[np.ndarray]) -> list[np.ndarray]:
-        kernels, size = self.kernels, self.pool_size
+    def _gather_compiled(
+        self, pointers: list[np.ndarray], pool: np.ndarray | None = None, size: int | None = None
+    ) -> list[np.ndarray]:
+        """The stacks of ``pointers`` from ``pool`` (default: the frame ring) of ``size`` rows."""
+        pool, size = (self.frames, self.pool_size) if pool is None or size is None else (pool, size)
+        kernels = self.kernels
         n = pointers[0].shape[0]
         out = [np.empty((n, *self.leaves[leaf.index].shape), self.frame_dtype) for leaf in self.stacked]
-        raw = self.frames.reshape(size + 1, -1).view(np.uint8)
+        if n == 0:  # nothing to read (an empty buffer's gather_all)
+            return out
+        raw = pool.reshape(size + 1, -1).view(np.uint8)
         words = [
             o.reshape(n, -1).view(np.uint8).view(np.uint32) if ok else None
             for o, ok in zip(out, self._packs4, strict=True)
@@ -475,8 +595,8 @@ class FrameStorage:
             if len(self._pair) == 2 and i in self._pair:
                 continue
             if pre == 1:  # contiguous frames: a row memcpy (mode="clip": "raise" buffers out)
-                rows = self._rows(pointers[i])
-                np.take(self.frames, rows, axis=0, out=out[i].reshape(n, leaf.length, *leaf.frame_shape), mode="clip")
+                rows = self._rows(pointers[i], size)
+                np.take(pool, rows, axis=0, out=out[i].reshape(n, leaf.length, *leaf.frame_shape), mode="clip")
             elif words[i] is not None:
                 kernels.interleave4(raw, size, pointers[i], words[i])  # type: ignore[union-attr]
             else:

@@ -1,0 +1,255 @@
+"""Compressed frame storage: ``compression="lz4" | "zstd"`` on the frame-stack buffers.
+
+Every read must equal the uncompressed frame buffer's (and so the plain buffer's) for the
+same seed and calls; checkpoints keep the blobs as they are and load across kinds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import replaybuf
+from replaybuf import FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer
+from replaybuf.errors import ArgumentError, CheckpointError
+from replaybuf.storages import codecs
+from replaybuf.storages.codecs import make_codec
+from test_frames import assert_same, episodes, filled_pair, spec, use_path
+
+CODECS = [("lz4", None), ("lz4", 9), ("zstd", None), ("zstd", -3), ("zstd", 19)]
+
+
+@pytest.mark.parametrize("compression, level", CODECS)
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("batch, axis", [(1, 0), (2, -1), (2, 1)])
+def test_samples_equal_the_uncompressed_frame_buffer(compression, level, compiled, batch, axis):
+    data_spec = spec(4, axis)
+    raw = FrameStackReplayBuffer(data_spec, batch, 13, seed=3, stack_axis=axis)
+    packed = use_path(
+        FrameStackReplayBuffer(
+            data_spec, batch, 13, seed=3, stack_axis=axis, compression=compression, compression_level=level
+        ),
+        compiled,
+    )
+    assert packed._storage.codec.name == compression and packed._storage.codec.level == level
+    for item in episodes(np.random.default_rng(5), batch, 45, 4, axis, True, levels=4):  # 3.5 wraps
+        raw.add_batch(item)
+        packed.add_batch(item)
+        assert packed._storage.counter == raw._storage.counter  # the same frames kept, once each
+        assert_same(raw.get_next(7), packed.get_next(7))
+    assert_same(raw.get_next(5, 3), packed.get_next(5, 3))
+    assert_same(raw.get_next(), packed.get_next())
+    for key, value in raw.gather_all().items():
+        np.testing.assert_array_equal(value, packed.gather_all()[key])
+    held = [blob for blob in packed._storage.blobs if blob is not None]
+    assert held and all(isinstance(blob, bytes) for blob in held)
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_frames_are_held_compressed_and_decoded_exactly(compression):
+    """Atari-like frames (flat background, a few sprites) shrink several-fold; each blob
+    decodes to exactly the frame it came from."""
+    data_spec = {
+        "observation": replaybuf.ArraySpec((4, 84, 84), np.uint8),
+        "next_observation": replaybuf.ArraySpec((4, 84, 84), np.uint8),
+    }
+    buffer = FrameStackReplayBuffer(data_spec, 1, 50, seed=0, compression=compression)
+    rng = np.random.default_rng(0)
+    frames = []
+    for t in range(12):
+        frame = np.full((84, 84), 90, np.uint8)
+        frame[10:20, 5 + t : 12 + t] = 200  # a sprite that moves
+        frame[70:72] = rng.integers(0, 256, 84, dtype=np.uint8)  # a noisy score row
+        frames.append(frame)
+    for t in range(8):
+        stacks = np.stack(frames[t : t + 4])[None], np.stack(frames[t + 1 : t + 5])[None]
+        buffer.add_batch({"observation": stacks[0], "next_observation": stacks[1]})
+    storage = buffer._storage
+    assert storage.counter == 12 and all(len(storage.blobs[c]) < 84 * 84 // 4 for c in range(12))
+    pointers = storage.records.records[storage._pointer_names[0]][:8]  # the observations' frames
+    for t in range(8):
+        for j in range(4):
+            blob = storage.blobs[pointers[t, j] % storage.pool_size]
+            decoded = np.frombuffer(storage.codec.decompress(blob), np.uint8)
+            np.testing.assert_array_equal(decoded, frames[t + j].ravel())
+    items = buffer.gather_all()
+    for t in range(8):
+        np.testing.assert_array_equal(items["observation"][0, t], np.stack(frames[t : t + 4]))
+        np.testing.assert_array_equal(items["next_observation"][0, t], np.stack(frames[t + 1 : t + 5]))
+
+
+def test_threaded_decoding_equals_one_thread(monkeypatch):
+    """Batches of many distinct frames are decoded by several threads into the same bytes."""
+    monkeypatch.setattr(codecs, "PARALLEL_FRAMES", 8)
+    data_spec = spec(4, -1)
+    one = FrameStackReplayBuffer(data_spec, 2, 30, seed=1, stack_axis=-1, compression="zstd")
+    many = FrameStackReplayBuffer(data_spec, 2, 30, seed=1, stack_axis=-1, compression="zstd")
+    one._storage.decode_threads, many._storage.decode_threads = 1, 3
+    for item in episodes(np.random.default_rng(2), 2, 40, 4, -1, True, levels=200):
+        one.add_batch(item)
+        many.add_batch(item)
+    calls = []
+    run = codecs._decode_run
+    monkeypatch.setattr(codecs, "_decode_run", lambda *args: calls.append(args[3:]) or run(*args))
+    for _ in range(3):
+        assert_same(one.get_next(40, 2), many.get_next(40, 2))
+    assert len(calls) == 3 * 4  # one run for the single thread, three for the threaded buffer
+    assert len({start for start, _ in calls}) > 1
+
+
+def test_prioritized_samples_and_updates_equal_the_uncompressed_buffer():
+    data_spec = spec(4, 0)
+    raw = PrioritizedFrameStackReplayBuffer(data_spec, 2, 11, seed=8)
+    packed = PrioritizedFrameStackReplayBuffer(data_spec, 2, 11, seed=8, compression="lz4")
+    for item in episodes(np.random.default_rng(9), 2, 30, 4, 0, True, levels=6):
+        raw.add_batch(item)
+        packed.add_batch(item)
+        a, b = raw.get_next(6), packed.get_next(6)
+        assert_same(a, b)
+        np.testing.assert_array_equal(a[1].weights, b[1].weights)
+        priorities = np.random.default_rng(int(a[1].ids.sum())).random(6) + 0.1
+        raw.update_priorities(a[1].ids, priorities)
+        packed.update_priorities(b[1].ids, priorities)
+
+
+def test_a_dataset_with_parallel_calls_decodes_ahead_the_same_batches():
+    data_spec = spec(4, -1)
+    raw = FrameStackReplayBuffer(data_spec, 2, 20, seed=4, stack_axis=-1)
+    packed = FrameStackReplayBuffer(data_spec, 2, 20, seed=4, stack_axis=-1, compression="lz4")
+    for item in episodes(np.random.default_rng(6), 2, 25, 4, -1, True, levels=9):
+        raw.add_batch(item)
+        packed.add_batch(item)
+    ahead = iter(packed.as_dataset(8, 2, num_parallel_calls=3))
+    plain = iter(raw.as_dataset(8, 2))
+    for _ in range(5):
+        assert_same(next(plain), next(ahead))
+    ahead.close()
+
+
+@pytest.mark.parametrize("source, target", [("lz4", "lz4"), ("zstd", None), (None, "zstd"), ("lz4", "zstd")])
+@pytest.mark.parametrize("through_files", [False, True])
+def test_checkpoints_load_across_compressed_and_uncompressed_buffers(source, target, through_files, tmp_path):
+    original, later = filled_pair(FrameStackReplayBuffer, compression=source)
+    restored = FrameStackReplayBuffer(original.data_spec, 2, 9, seed=99, stack_axis=-1, compression=target)
+    state = original.state_dict()
+    assert state["frames"]["codec"] == source
+    if source is not None:
+        assert "pool" not in state["frames"]
+        blobs = [original._storage.blobs[c % original._storage.pool_size] for c in range(
+            original._storage.counter - len(state["frames"]["sizes"]), original._storage.counter)]
+        assert state["frames"]["blobs"].tobytes() == b"".join(blobs)  # saved as they are
+        np.testing.assert_array_equal(state["frames"]["sizes"], [len(b) for b in blobs])
+    if through_files:
+        original.save(tmp_path / "ckpt")
+        restored.load(tmp_path / "ckpt")
+    else:
+        restored.load_state_dict(state)
+    if source == target:  # the same codec: the blobs are taken as they are, not recompressed
+        size = restored._storage.pool_size
+        assert b"".join(restored._storage.blobs[c % size] for c in range(restored._storage.counter)) == b"".join(
+            blob for blob in (original._storage.blobs[c % original._storage.pool_size] for c in range(
+                original._storage.counter - restored._storage.counter, original._storage.counter))
+        )
+    for _ in range(3):
+        assert_same(original.get_next(6, 2), restored.get_next(6, 2))
+    for item in later:
+        original.add_batch(item)
+        restored.add_batch(item)
+        assert_same(original.get_next(5), restored.get_next(5))
+    back = FrameStackReplayBuffer(original.data_spec, 2, 9, seed=5, stack_axis=-1, compression=source)
+    back.load_state_dict(restored.state_dict())  # and back into the original's kind
+    for key, value in original.gather_all().items():
+        np.testing.assert_array_equal(value, back.gather_all()[key])
+
+
+def test_corrupt_compressed_checkpoints_are_refused_and_change_nothing(tmp_path):
+    buffer, _ = filled_pair(FrameStackReplayBuffer, compression="lz4")
+    good = buffer.state_dict()
+    frames = good["frames"]
+    before = buffer.gather_all()
+    blobs, sizes = frames["blobs"], frames["sizes"]
+    flipped = blobs.copy()
+    flipped[: sizes[0]] = 255  # the first blob is no LZ4 block of one frame any more
+    cases = [
+        (dict(frames, codec="snappy"), "codec"),
+        (dict(frames, codec=7), "codec"),
+        ({k: v for k, v in frames.items() if k != "blobs"}, "blobs"),
+        (dict(frames, blobs=blobs.astype(np.int16)), "blobs"),
+        (dict(frames, sizes=sizes.astype(np.int32)), "sizes"),
+        (dict(frames, sizes=sizes[:-1]), "sizes"),
+        (dict(frames, sizes=np.concatenate([[0], sizes[:-1], sizes[-1:]])), "sizes"),
+        (dict(frames, blobs=flipped), r"blobs'\]\[0\]"),
+        (dict(frames, codec="zstd"), r"blobs'\]\[0\]: not a zstd frame"),
+        (dict(frames, codec=None), "pool"),
+    ]
+    for target in (buffer, FrameStackReplayBuffer(buffer.data_spec, 2, 9, seed=1, stack_axis=-1)):
+        snapshot = target.gather_all()
+        for bad, match in cases:
+            with pytest.raises(CheckpointError, match=match):
+                target.load_state_dict(dict(good, frames=bad))
+            for key, value in target.gather_all().items():
+                np.testing.assert_array_equal(value, snapshot[key])
+    for key, value in buffer.gather_all().items():
+        np.testing.assert_array_equal(value, before[key])
+
+
+def test_errors_name_the_argument_and_build_nothing():
+    data_spec = spec(4, 0)
+    cases = [
+        ({"compression": "gzip"}, r"compression: expected one of \('lz4', 'zstd'\) or None, got 'gzip'"),
+        ({"compression": True}, "compression: expected one of"),
+        ({"compression_level": 3}, "compression_level: only used with a compression codec"),
+        ({"compression": "lz4", "compression_level": 13}, "compression_level: expected None or an int from 1 to 12"),
+        ({"compression": "zstd", "compression_level": 23}, "from -7 to 22 for 'zstd', got 23"),
+        ({"compression": "zstd", "compression_level": 2.0}, "got 2.0"),
+    ]
+    for cls in (FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer):
+        for kwargs, match in cases:
+            with pytest.raises(ArgumentError, match=match):
+                cls(data_spec, 1, 5, **kwargs)
+
+
+def test_a_missing_codec_package_is_an_argument_error(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def without_lz4(name, *args, **kwargs):
+        if name.startswith("lz4"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_lz4)
+    with pytest.raises(ArgumentError, match=r"'lz4' needs the lz4 package \(pip install 'replaybuf\[compress\]'\)"):
+        FrameStackReplayBuffer(spec(4, 0), 1, 5, compression="lz4")
+    with pytest.raises(ArgumentError, match="zstandard"):
+        monkeypatch.setattr(builtins, "__import__", lambda n, *a, **k: (_ for _ in ()).throw(ImportError(n))
+                            if n.startswith("zstandard") else real(n, *a, **k))
+        make_codec("zstd", None, 4)
+
+
+def test_real_atari_frames_read_back_exactly():
+    """Frames of a real game (ALE Breakout through Gymnasium, bundled ROM), stacked as
+    FrameStackObservation does, read back from both codecs as added."""
+    ale_py = pytest.importorskip("ale_py")
+    gym = pytest.importorskip("gymnasium")
+    gym.register_envs(ale_py)
+    env = gym.make("ALE/Breakout-v5", obs_type="grayscale", frameskip=4, repeat_action_probability=0.0)
+    env = gym.wrappers.FrameStackObservation(env, 4)
+    data_spec = {"observation": env.observation_space, "next_observation": env.observation_space}
+    buffers = [FrameStackReplayBuffer(data_spec, 1, 64, seed=2, compression=c) for c in (None, "lz4", "zstd")]
+    obs, _ = env.reset(seed=0)
+    env.action_space.seed(0)
+    for _ in range(80):
+        nxt, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        for buffer in buffers:
+            buffer.add_batch({"observation": obs[None], "next_observation": nxt[None]})
+        obs = env.reset()[0] if terminated or truncated else nxt
+    env.close()
+    samples = [buffer.get_next(32) for buffer in buffers]  # each buffer's first draw: the same ids
+    for buffer, sample in zip(buffers[1:], samples[1:], strict=True):
+        assert_same(samples[0], sample)
+        for key, value in buffers[0].gather_all().items():
+            np.testing.assert_array_equal(value, buffer.gather_all()[key])
+    blobs = [b for b in buffers[2]._storage.blobs if b is not None]
+    assert sum(map(len, blobs)) * 4 < len(blobs) * 210 * 160  # real frames compress > 4x
