@@ -69,3 +69,23 @@ def own_a_buffer_and_exit(names) -> None:
 
     buffer = SharedReplayBuffer(SPEC, writers=2, batch_size=2, max_length=8)
     names.put(buffer.name)
+
+
+def shm_blocks() -> set[str]:
+    """The shared buffers' blocks in /dev/shm that this process made or whose maker is gone.
+
+    (Blocks of another live process, e.g. a test session running beside this one, are left
+    out: they are not this session's to judge.)
+    """
+    if not os.path.isdir("/dev/shm"):
+        return set()
+    from replaybuf.shared.layout import pid_alive
+
+    mine = set()
+    for name in os.listdir("/dev/shm"):
+        parts = name.split("-")
+        if name.startswith("replaybuf-") and len(parts) == 3 and parts[1].isdigit():
+            pid = int(parts[1])
+            if pid == os.getpid() or not pid_alive(pid):
+                mine.add(name)
+    return mine

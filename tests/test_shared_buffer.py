@@ -20,19 +20,17 @@ from replaybuf.errors import (
 )
 from replaybuf.rate_limiters import MinSize, SampleToInsertRatio
 from replaybuf.shared import SharedReplayBuffer
+from shared_workers import shm_blocks
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def shm_names() -> set[str]:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("replaybuf-")} if os.path.isdir("/dev/shm") else set()
-
 
 @pytest.fixture(autouse=True)
 def no_leaked_segments():
-    before = shm_names()
+    before = shm_blocks()
     yield
-    assert shm_names() - before == set(), "a shared-memory block was left behind"
+    assert shm_blocks() - before == set(), "a shared-memory block was left behind"
 
 
 @pytest.fixture
@@ -67,10 +65,10 @@ def write(writer, steps) -> None:
     ],
 )
 def test_bad_arguments_are_rejected_and_create_nothing(kwargs, match):
-    before = shm_names()
+    before = shm_blocks()
     with pytest.raises(ArgumentError, match=match):
         SharedReplayBuffer(SPEC, **kwargs)
-    assert shm_names() == before
+    assert shm_blocks() == before
 
 
 def test_writer_index_and_flush_every_are_checked(buffers):
@@ -302,3 +300,25 @@ def test_a_state_of_another_geometry_or_a_malformed_one_loads_nothing(buffers):
     with pytest.raises(CheckpointError, match="rate limiter state: expected a dict"):
         buffers(SPEC, writers=2, batch_size=2, max_length=6, rate_limiter=MinSize(1)).load_state_dict(state)
     assert buffer.num_frames() == 6 and other.num_frames() == 0
+
+
+class AlwaysRacingRecords:
+    """Every read copy is followed by a whole ring of new steps: every draw is torn."""
+
+    def __init__(self, records, writer, max_length):
+        self.records, self.writer, self.max_length, self.next = records, writer, max_length, writer.steps
+
+    def take(self, slots):
+        rows = self.records.take(slots)
+        write(self.writer, range(self.next, self.next + self.max_length))
+        self.next += self.max_length
+        return rows
+
+
+def test_draws_overwritten_every_time_give_up_with_a_clear_error(buffers):
+    buffer = buffers(SPEC, batch_size=1, max_length=4, seed=8)
+    writer = buffer.writer(0)
+    write(writer, range(4))
+    buffer._records = AlwaysRacingRecords(buffer._records, writer, 4)
+    with pytest.raises(EmptyBufferError, match="overwritten while read 100 times in a row; writers wrap too fast"):
+        buffer.get_next(2)

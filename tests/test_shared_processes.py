@@ -18,6 +18,7 @@ from replaybuf.shared import SharedReplayBuffer
 from shared_workers import (
     own_a_buffer_and_exit,
     pause_mid_write,
+    shm_blocks,
     take_over_and_write,
     write_steps,
     write_until_closed,
@@ -27,17 +28,12 @@ pytestmark = pytest.mark.timeout(120)
 METHODS = [m for m in ("spawn", "forkserver", "fork") if m in multiprocessing.get_all_start_methods()]
 
 
-def shm_names() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith("replaybuf-")} if os.path.isdir(
-        "/dev/shm"
-    ) else set()
-
 
 @pytest.fixture(autouse=True)
 def no_leaked_segments():
-    before = shm_names()
+    before = shm_blocks()
     yield
-    assert shm_names() - before == set(), "a shared-memory block was left behind"
+    assert shm_blocks() - before == set(), "a shared-memory block was left behind"
 
 
 class Children:
