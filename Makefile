@@ -15,8 +15,22 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-test: $(STAMP)
+# The TF-Agents venv: TensorFlow 2.15.1 + tf-agents 0.19.0 and what it pins, frozen in
+# tests/tf_agents_suite/requirements.txt (no torch; ~600 MB to download once).
+TFA := .venv-tf-agents
+TFA_REQUIREMENTS := tests/tf_agents_suite/requirements.txt
+
+$(TFA)/.installed: pyproject.toml $(TFA_REQUIREMENTS)
+	test -x $(TFA)/bin/python || $(PYTHON) -m venv $(TFA)
+	$(TFA)/bin/python -m pip install -q -r $(TFA_REQUIREMENTS)
+	$(TFA)/bin/python -m pip install -q --no-deps -e .
+	touch $@
+
+# make test also runs TF-Agents 0.19.0's own test files and example scripts
+# (tests/tf_agents_suite) with replaybuf's classes swapped in, in .venv-tf-agents.
+test: $(STAMP) $(TFA)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider
+	$(TFA)/bin/python -m pytest -q -c tests/tf_agents_suite/pytest.ini tests/tf_agents_suite
 
 # make lint: ruff (configured in pyproject.toml) over the code, tests, benchmarks and examples.
 lint: $(STAMP)
@@ -46,4 +60,4 @@ bench-quick: $(STAMP)
 	$(PY) bench/run.py --quick
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info
+	rm -rf $(VENV) $(TFA) build src/*.egg-info

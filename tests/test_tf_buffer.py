@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import threading
 
 import numpy as np
@@ -167,13 +168,19 @@ def test_element_shapes_are_static():
 
 @pytest.mark.parametrize("draw_ahead", [1, 3, 8])
 @pytest.mark.parametrize("sample_batch_size, num_steps", [(8, 2), (None, None)])
-def test_random_dataset_sees_adds_and_clears_within_draw_ahead_elements(draw_ahead, sample_batch_size, num_steps):
-    """An element is a whole snapshot as of its draw; a draw makes ``draw_ahead`` elements,
-    so the ``draw_ahead - 1`` handed out after the first may predate an add or a clear (and
-    do: the bound is tight), and every later one sees it. 1 keeps every element fresh."""
+@pytest.mark.parametrize("plain", [False, True])
+def test_random_dataset_is_exact_every_element_sees_every_earlier_add_and_clear(
+    draw_ahead, sample_batch_size, num_steps, plain
+):
+    """After any number of reads without adds (which let the eager iterator draw ahead),
+    the first element after an add or a clear reflects it. ``plain``: through
+    ``with_options`` (TF-Agents' probability test), i.e. tf.data's own iteration."""
     buffer = make(batch_size=2, max_length=4, dataset_draw_ahead=draw_ahead)
     fill(buffer, 2)  # steps 0, 1
-    iterator = iter(buffer.as_dataset(sample_batch_size, num_steps))
+    dataset = buffer.as_dataset(sample_batch_size, num_steps)
+    if plain:
+        dataset = dataset.with_options(tf.data.Options())
+    iterator = iter(dataset)
 
     def take(count):
         ids = []
@@ -183,16 +190,84 @@ def test_random_dataset_sees_adds_and_clears_within_draw_ahead_elements(draw_ahe
             ids.append(info.ids.numpy())
         return ids
 
-    take(1)
+    assert all(ids.max() < 2 * 2 for ids in take(13))  # reads enough to draw groups ahead
     fill(buffer, 10, start=2)  # every item drawn before is overwritten: steps 8..11 stored
-    assert all(ids.max() < 2 * 2 for ids in take(draw_ahead - 1))  # drawn with the first
-    assert all(ids.min() >= 8 * 2 for ids in take(2 * draw_ahead))  # 3 draws so far
-    take(1)
+    assert all(ids.min() >= 8 * 2 for ids in take(13))
     buffer.clear()
     fill(buffer, 2)  # the counter restarted: only steps 0, 1 (ids 0..3) are stored
-    stale = take(draw_ahead - 1)
-    assert all(ids.min() >= 8 * 2 for ids in stale)
-    assert all(ids.max() < 2 * 2 for ids in take(2 * draw_ahead))
+    assert all(ids.max() < 2 * 2 for ids in take(5))
+    for step in range(2, 12):  # the DQN loop: one add between reads
+        fill(buffer, 1, start=step)
+        (ids,) = take(1)
+        assert ids.min() >= max(step - 3, 0) * 2
+
+
+def test_random_dataset_draws_ahead_only_while_nothing_is_added():
+    """Eager iteration draws groups (2, 4, 8) while reads come without adds; with an add
+    between every two reads it draws one element at a time, so nothing is drawn in vain."""
+    buffer = make(batch_size=2, max_length=50)
+    fill(buffer, 50)
+    iterator = iter(buffer.as_dataset(4, 2))
+    for _ in range(20):
+        next(iterator)
+    assert sorted(iterator._group_iterators) == [2, 4, 8]
+
+    iterator = iter(buffer.as_dataset(4, 2))
+    for step in range(50, 70):
+        fill(buffer, 1, start=step)
+        next(iterator)
+    assert iterator._group_iterators == {}
+
+    iterator = iter(buffer.as_dataset(4, 2))  # four reads per add
+    for step in range(70, 76):
+        fill(buffer, 1, start=step)
+        for _ in range(4):
+            next(iterator)
+        # from the second stretch on it knows a stretch is four reads: nothing left undrawn
+        assert step == 70 or iterator._pending == []
+    assert sorted(iterator._group_iterators) == [2, 4]  # reads 2-3 and 4 of the first stretch
+
+
+def test_random_dataset_is_exact_after_adds_and_clears_traced_in_graphs():
+    """Adds and clears inside tf.function (a driver) bump no Python counter: the eager
+    iterator then reads the step and clear counters before handing out an early draw."""
+    buffer = make(batch_size=2, max_length=4)
+
+    @tf.function
+    def add(step):
+        ids = step * 2 + tf.range(2, dtype=tf.int64)
+        batch = tf.nest.map_structure(tf.constant, step_batch(0, 2))
+        batch["id"] = ids
+        batch["observation"]["position"] = tf.stack(
+            [tf.cast(ids, tf.float32), tf.cast(ids, tf.float32) + 0.5, -tf.cast(ids, tf.float32)], -1
+        )
+        batch["observation"]["camera"] = tf.cast(
+            (ids[:, None, None] + tf.reshape(tf.range(4, dtype=tf.int64), (2, 2))) % 251, tf.uint8
+        )
+        batch["flag"] = ids % 2 == 0
+        buffer.add_batch(batch)
+
+    @tf.function
+    def clear():
+        buffer.clear()
+
+    for step in range(2):
+        add(tf.constant(step, tf.int64))
+    iterator = iter(buffer.as_dataset(8))
+    for _ in range(13):
+        items, info = next(iterator)
+        assert info.ids.numpy().max() < 4
+    for step in range(2, 12):
+        add(tf.constant(step, tf.int64))
+    items, info = next(iterator)
+    assert_items_match_ids(numpy_nest(items), info.ids.numpy())
+    assert info.ids.numpy().min() >= 16
+    for _ in range(13):
+        next(iterator)
+    clear()
+    for step in range(2):
+        add(tf.constant(step, tf.int64))
+    assert next(iterator)[1].ids.numpy().max() < 4
 
 
 def test_random_dataset_with_parallel_calls_and_autotune():
@@ -254,12 +329,69 @@ def test_sampling_an_empty_buffer_in_a_graph_raises_tf_invalid_argument():
 
 
 def test_sampling_eagerly_raises_empty_buffer_error_which_is_a_value_error():
+    """Also tf.errors.InvalidArgumentError: what TF-Agents raises eagerly (its testGetNextEmpty)."""
     buffer = make(max_length=4)
     with pytest.raises(ValueError, match=EMPTY):
         buffer.get_next()
+    with pytest.raises(tf.errors.InvalidArgumentError, match=EMPTY) as caught:
+        buffer.get_next(3)
+    assert isinstance(caught.value, replaybuf.EmptyBufferError) and caught.value.message.endswith(EMPTY)
     fill(buffer, 2)
     with pytest.raises(replaybuf.EmptyBufferError, match="num_steps=3"):
         buffer.get_next(2, 3)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="num_steps=3"):
+        buffer.get_next(2, 3)
+
+
+def test_tf_agents_members_reached_by_its_tests_and_user_code():
+    """``_get_next``, ``_capacity`` (an int64 tensor), ``_clear(clear_all_variables=True)``,
+    ``_get_last_id`` (steps added - 1), ``num_frames()``/``_num_frames()`` as tensors."""
+    buffer = make(batch_size=2, max_length=3)
+    assert buffer._capacity.dtype == tf.int64 and int(buffer._capacity) == 6 and buffer.capacity == 6
+    assert int(buffer._get_last_id()) == -1
+    fill(buffer, 4)
+    assert int(buffer._get_last_id()) == 3
+    assert tf.is_tensor(buffer.num_frames()) and int(buffer._num_frames()) == 6
+    items, info = buffer._get_next(3, num_steps=2, time_stacked=True)
+    assert info.ids.shape == (3, 2)
+    assert_items_match_ids(numpy_nest(items), info.ids.numpy())
+    assert_items_match_ids(numpy_nest(buffer._gather_all()), np.arange(1, 4)[None, :] * 2 + np.arange(2)[:, None])
+    leaf = buffer._store.leaves[0]
+    assert np.any(leaf.numpy() != 0)
+    assert int(buffer._clear(clear_all_variables=True)) == 0
+    assert int(buffer._get_last_id()) == -1 and int(buffer.num_frames()) == 0
+    assert not np.any(leaf.numpy())  # storage zeroed too
+    assert all("Table" in v.name for v in buffer._store.leaves)  # TF-Agents' data-table name
+
+
+@pytest.mark.parametrize("dataset", [False, True])
+def test_global_seed_makes_two_runs_draw_identical_ids(dataset):
+    """``tf.random.set_seed(s)`` before building the buffer fixes its draws, as it fixes
+    TF-Agents' (whose draws are tf.random ops); another seed draws others."""
+
+    def run(seed):
+        tf.random.set_seed(seed)
+        buffer = TFUniformReplayBuffer(SPEC, 2, 50)
+        fill(buffer, 50)
+        if dataset:
+            iterator = iter(buffer.as_dataset(4, 2))
+            return np.stack([next(iterator)[1].ids.numpy() for _ in range(12)])
+        return np.stack([buffer.get_next(4, 2)[1].ids.numpy() for _ in range(12)])
+
+    try:
+        first, second, other = run(7), run(7), run(8)
+    finally:
+        tf.random.set_seed(None)
+    np.testing.assert_array_equal(first, second)
+    assert not np.array_equal(first, other)
+
+
+def test_without_any_seed_two_buffers_draw_differently():
+    tf.random.set_seed(None)  # no global seed (earlier tests may have set one)
+    a, b = TFUniformReplayBuffer(SPEC, 2, 50), TFUniformReplayBuffer(SPEC, 2, 50)
+    fill(a, 50)
+    fill(b, 50)
+    assert not np.array_equal(a.get_next(64)[1].ids.numpy(), b.get_next(64)[1].ids.numpy())
 
 
 def test_graph_add_with_a_wrong_static_shape_names_the_field_and_writes_nothing():
@@ -354,9 +486,62 @@ def test_constructor_arguments_are_checked(kwargs, match):
         TFUniformReplayBuffer(SPEC, **arguments)
 
 
-def test_list_in_data_spec_is_a_spec_error():
-    with pytest.raises(replaybuf.SpecError, match="list"):
-        TFUniformReplayBuffer([tf.TensorSpec([1], tf.float32)], batch_size=1)
+def test_list_specs_are_structure_and_come_back_as_lists():
+    """TF-Agents' own test spec: lists of specs. Items use lists where the spec does, and a
+    list where the spec has a leaf is array data."""
+    spec = [
+        tf.TensorSpec([3], tf.float32, "action"),
+        [tf.TensorSpec([5], tf.float32, "lidar"), tf.TensorSpec([2], tf.int32, "pair")],
+    ]
+    buffer = TFUniformReplayBuffer(spec, batch_size=2, max_length=3, seed=1)
+    assert type(buffer.data_spec) is list and type(buffer.data_spec[1]) is list
+    buffer.add_batch([np.ones((2, 3), np.float32), [np.full((2, 5), 2.0, np.float32), [[1, 2], [3, 4]]]])
+    items, info = buffer.get_next(4, num_steps=1)
+    assert type(items) is list and type(items[1]) is list
+    assert items[1][1].shape == (4, 1, 2) and items[1][1].dtype == tf.int32
+    gathered = buffer.gather_all()
+    assert type(gathered) is list and type(gathered[1]) is list
+    np.testing.assert_array_equal(gathered[1][1].numpy(), [[[1, 2]], [[3, 4]]])
+    element, _ = next(iter(buffer.as_dataset(2)))  # tf.data cannot hold lists: tuples there
+    assert type(element) is tuple and type(element[1]) is tuple and element[1][1].shape == (2, 2)
+    with pytest.raises(replaybuf.SpecMismatchError, match="structure"):
+        buffer.add_batch((np.ones((2, 3), np.float32), (np.ones((2, 5), np.float32), np.ones((2, 2), np.int32))))
+
+
+def test_specs_and_items_through_tf_module_tracking_wrappers():
+    """A spec kept as a tf.Module attribute comes back wrapped (_TupleWrapper, ListWrapper,
+    _DictWrapper): as PPO's collect_data_spec does. Spec and items must read as the plain
+    containers, and what comes back has the plain structure."""
+    Step = collections.namedtuple("Step", ["observation", "extra"])
+    holder = tf.Module()
+    holder.spec = Step(
+        {"position": tf.TensorSpec([3], tf.float32)},
+        [tf.TensorSpec([], tf.int64), (tf.TensorSpec([2], tf.float32), tf.TensorSpec([], tf.bool))],
+    )
+    holder.items = Step(
+        {"position": np.ones((2, 3), np.float32)},
+        [np.array([7, 8]), (np.zeros((2, 2), np.float32), np.array([True, False]))],
+    )
+    wrapped_spec, wrapped_items = holder.spec, holder.items
+    assert type(wrapped_spec).__name__ == "_TupleWrapper"
+    assert type(wrapped_items.observation).__name__ == "_DictWrapper"
+    assert type(wrapped_items.extra).__name__ == "ListWrapper"
+    buffer = TFUniformReplayBuffer(wrapped_spec, batch_size=2, max_length=3, seed=1)
+    assert type(buffer.data_spec) is Step and type(buffer.data_spec.observation) is dict
+    assert type(buffer.data_spec.extra) is list and type(buffer.data_spec.extra[1]) is tuple
+    buffer.add_batch(wrapped_items)
+
+    @tf.function
+    def add_in_graph():
+        buffer.add_batch(wrapped_items)
+
+    add_in_graph()
+    items, _ = buffer.get_next(3)
+    assert type(items) is Step and type(items.observation) is dict and type(items.extra) is list
+    np.testing.assert_array_equal(np.sort(np.unique(items.extra[0].numpy())), np.unique(items.extra[0].numpy()))
+    assert set(np.unique(items.extra[0].numpy())) <= {7, 8}
+    with pytest.raises(replaybuf.SpecMismatchError, match="structure"):
+        buffer.add_batch(Step({"position": np.ones((2, 3), np.float32)}, [np.array([7, 8])]))
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import optree
 
 from replaybuf.errors import SpecMismatchError
 from replaybuf.mismatch import batch_sizes_differ, unbatched, unsafe_cast, wrong_shape
-from replaybuf.specs import ArraySpec, as_data_spec
+from replaybuf.specs import ArraySpec, as_data_spec, untracked_nest
 
 __all__ = ["FlatSpec", "to_numpy"]
 
@@ -66,6 +66,9 @@ class FlatSpec:
         try:
             return self.treespec.flatten_up_to(items)
         except (ValueError, TypeError) as err:
+            plain = untracked_nest(items)
+            if plain is not items:  # TensorFlow's tracking wrappers stand for their containers
+                return self.flatten(plain)
             expected = optree.tree_map(lambda s: s.describe(), self.data_spec)
             raise SpecMismatchError(
                 f"items: expected the structure of the data_spec {expected}, "

@@ -16,7 +16,15 @@ import numpy as np
 
 from replaybuf.errors import SpecError
 
-__all__ = ["ArraySpec", "BoundedArraySpec", "TensorSpec", "as_data_spec", "as_numpy_dtype", "untracked"]
+__all__ = [
+    "ArraySpec",
+    "BoundedArraySpec",
+    "TensorSpec",
+    "as_data_spec",
+    "as_numpy_dtype",
+    "untracked",
+    "untracked_nest",
+]
 
 # TensorFlow's tracking wrappers (tf.Module / Keras attributes): a tuple, list or dict inside
 _TRACKING_WRAPPERS = ("_TupleWrapper", "ListWrapper", "_DictWrapper")
@@ -32,6 +40,25 @@ def untracked(node: Any) -> Any:
     if cls.__name__ not in _TRACKING_WRAPPERS or not cls.__module__.startswith("tensorflow."):
         return node
     return list(node) if cls.__name__ == "ListWrapper" else node.__wrapped__
+
+
+def untracked_nest(items: Any) -> Any:
+    """``items`` with every TensorFlow tracking wrapper replaced by the container it wraps
+    (``items`` itself when there is none)."""
+    node = untracked(items)
+    if isinstance(node, (tuple, list)):
+        children = [untracked_nest(child) for child in node]
+        if node is items and all(new is old for new, old in zip(children, node, strict=True)):
+            return items
+        if isinstance(node, list):
+            return children
+        return type(node)(*children) if hasattr(node, "_fields") else tuple(children)
+    if isinstance(node, dict):
+        values = {key: untracked_nest(value) for key, value in node.items()}
+        if node is items and all(values[key] is value for key, value in node.items()):
+            return items
+        return type(node)(values)
+    return node
 
 
 def as_numpy_dtype(dtype: Any) -> np.dtype:

@@ -32,19 +32,43 @@ from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.tf import datasets
 from replaybuf.tf.convert import convert_batch
-from replaybuf.tf.iteration import fast_iteration
+from replaybuf.tf.iteration import exact_iteration, fast_iteration
 from replaybuf.tf.slots import SlotStore, read_variable
 
-__all__ = ["TFUniformReplayBuffer"]
+__all__ = ["TFEmptyBufferError", "TFUniformReplayBuffer"]
 
 EMPTY_MESSAGE = "TFUniformReplayBuffer is empty. Make sure to add items before sampling the buffer."
 
 
+class TFEmptyBufferError(EmptyBufferError, tf.errors.InvalidArgumentError):
+    """An eager sample found nothing to draw: replaybuf's ``EmptyBufferError`` (a
+    ValueError) that is also ``tf.errors.InvalidArgumentError``, what TF-Agents raises."""
+
+    def __init__(self, message: str) -> None:
+        EmptyBufferError.__init__(self, message)
+        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+
+
 class _Compiled:
-    """Per-buffer cache of eager entry points, kept out of the checkpoint's object graph."""
+    """Per-buffer cache of eager entry points and write bookkeeping, kept out of the
+    checkpoint's object graph (plain attributes: no tracking on the add path)."""
 
     def __init__(self) -> None:
         self.functions: dict[Any, Any] = {}
+        self.writes = 0  # eager adds and clears so far
+        self.graph_adds = False  # an add was traced into a graph: read the step counter
+        self.graph_clears = False  # a clear was traced into a graph: read the clear counter
+
+
+def _generator(seed: int | None) -> tf.random.Generator:
+    """The sampling generator: from ``seed``; else, as TensorFlow's random ops do, from the
+    global seed (``tf.random.set_seed``) and an operation seed it derives; else random."""
+    if seed is not None:
+        return tf.random.Generator.from_seed(seed)
+    global_seed, op_seed = tf.compat.v1.get_seed(None)
+    if global_seed is None:
+        return tf.random.Generator.from_non_deterministic_state()
+    return tf.random.Generator.from_seed(int(global_seed) * 2**31 + int(op_seed))
 
 
 class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
@@ -70,17 +94,20 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         stateful_dataset: accepted for TF-Agents compatibility and reported by the
             property of that name; datasets here always read the live variables.
         seed: seed of the sampling generator (a ``tf.random.Generator``, checkpointed
-            with the buffer); None draws a nondeterministic seed.
-        dataset_draw_ahead: in a random-mode dataset, how many elements one draw makes
-            (one call, one gather per leaf, handed out one by one). Each element is a
-            whole snapshot as of its draw, at most ``dataset_draw_ahead - 1`` elements
-            old: 1 draws every element when it is asked for, so it sees every earlier add.
-            The default, 8, iterates about 2x faster than 1 (docs/tensorflow.md).
+            with the buffer). None follows TensorFlow's seeding: after
+            ``tf.random.set_seed(s)`` buffers built in the same order draw the same ids;
+            without a global seed the draws are nondeterministic.
+        dataset_draw_ahead: the most elements one draw of a random-mode dataset makes
+            (one call, one gather per leaf). Iterated eagerly, a dataset draws ahead as
+            far as the reads since the last add suggest and drops what it drew ahead
+            when an add or clear happens, so every element still reflects every add made
+            before its ``next()``. With ``num_parallel_calls``, each call draws this many.
 
     Raises:
         ArgumentError: batch_size, max_length, dataset_window_shift or dataset_draw_ahead
             is not a positive int.
-        SpecError: data_spec is not a nest of specs (a list in it, an unknown dimension).
+        SpecError: data_spec is not a nest of specs (an unknown dimension, a leaf that is
+            no spec).
     """
 
     def __init__(
@@ -103,9 +130,11 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         check_positive("dataset_draw_ahead", dataset_draw_ahead, allow_none=False)
         super().__init__(name=scope)
         self._flat = FlatSpec(data_spec)
+        self._element_unflatten = datasets.element_unflatten(self._flat.data_spec)
         self._batch_size = int(batch_size)
         self._max_length = int(max_length)
-        self._capacity = self._batch_size * self._max_length
+        # TF-Agents' member: the capacity as an int64 tensor
+        self._capacity = tf.constant(self._batch_size * self._max_length, tf.int64)
         self._device = device
         self._drop_remainder = bool(dataset_drop_remainder)
         self._window_shift = dataset_window_shift
@@ -113,11 +142,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         self._draw_ahead = int(dataset_draw_ahead)
         with tf.device(device), self.name_scope:
             self._store = SlotStore(self._flat.leaves, self._batch_size, self._max_length, "store")
-            self._rng = (
-                tf.random.Generator.from_non_deterministic_state()
-                if seed is None
-                else tf.random.Generator.from_seed(seed)
-            )
+            self._rng = _generator(seed)
         self._compiled = _Compiled()
 
     # -- properties ---------------------------------------------------------------------------
@@ -127,7 +152,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
 
     @property
     def capacity(self) -> int:
-        return self._capacity
+        return self._batch_size * self._max_length
 
     @property
     def batch_size(self) -> int:
@@ -147,7 +172,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
 
     @property
     def dataset_draw_ahead(self) -> int:
-        """Elements drawn at once by a random-mode dataset (see the constructor)."""
+        """The most elements one draw of a random-mode dataset makes (see the constructor)."""
         return self._draw_ahead
 
     # -- writing ----------------------------------------------------------------------------
@@ -165,6 +190,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         """
         leaves = convert_batch(self._flat, items, self._batch_size)
         if tf.inside_function():
+            self._compiled.graph_adds = True
             return self._write(leaves)
         write = self._compiled.functions.get("add")
         if write is None:
@@ -172,7 +198,12 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             write = tf.function(self._write).get_concrete_function(signature)
             self._compiled.functions["add"] = write
         write(leaves)
+        self._compiled.writes += 1
         return None
+
+    def _add_batch(self, items: Any) -> Any:
+        """TF-Agents' name of ``add_batch``."""
+        return self.add_batch(items)
 
     def _write(self, leaves: list[Any]) -> tf.Tensor:
         with tf.device(self._device), tf.name_scope("add_batch"):
@@ -191,8 +222,9 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         Shapes as in ``replaybuf.buffer``; ids int64, probabilities float32, both tensors.
 
         Raises:
-            EmptyBufferError: (eagerly) nothing is stored, or no stream holds ``num_steps``
-                items. Inside a graph the same conditions raise
+            TFEmptyBufferError: (eagerly) nothing is stored, or no stream holds ``num_steps``
+                items: an ``EmptyBufferError`` that is also a ``tf.errors.InvalidArgumentError``
+                (TF-Agents' error). Inside a graph the same conditions raise
                 ``tf.errors.InvalidArgumentError`` when the graph runs.
             ArgumentError: sample_batch_size or num_steps is not a positive int.
         """
@@ -209,6 +241,15 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         else:
             items = self._flat.unflatten(leaves)
         return items, BufferInfo(ids, probabilities)
+
+    def _get_next(
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        time_stacked: bool = True,
+    ) -> tuple[Any, BufferInfo]:
+        """TF-Agents' name of ``get_next``."""
+        return self.get_next(sample_batch_size, num_steps, time_stacked)
 
     def _attempt(
         self, sample_batch_size: int | None, num_steps: int | None, group: int | None = None
@@ -287,12 +328,16 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
     def gather_all(self) -> Any:
         """Every stored item, ``[batch_size, n] + D``, oldest first (valid items only)."""
         if tf.inside_function():
-            leaves = self._gather_all()
+            leaves = self._gather_leaves()
         else:
             leaves = self._eager("gather_all")
         return self._flat.unflatten(leaves)
 
-    def _gather_all(self) -> list[tf.Tensor]:
+    def _gather_all(self) -> Any:
+        """TF-Agents' name of ``gather_all``."""
+        return self.gather_all()
+
+    def _gather_leaves(self) -> list[tf.Tensor]:
         with tf.device(self._device), tf.name_scope("gather_all"):
             return self._store.gather_all()
 
@@ -306,18 +351,22 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
     ) -> tf.data.Dataset:
         """A ``tf.data.Dataset`` of ``(items, BufferInfo(ids, probabilities))``.
 
-        Random mode (default) is endless. Without ``num_parallel_calls`` elements are
-        drawn when asked for, ``dataset_draw_ahead`` at a time, so an element sees every
-        add made before the element ``dataset_draw_ahead - 1`` places earlier (every
-        earlier add with ``dataset_draw_ahead=1``); with it (an int or
-        ``tf.data.AUTOTUNE``) that many draws are made ahead, in parallel (as in
-        TF-Agents, an element drawn ahead does not see adds made after its draw).
+        Random mode (default) is endless and exact: without ``num_parallel_calls`` every
+        element reflects every add (and clear) made before its ``next()``. Iterated
+        eagerly it draws up to ``dataset_draw_ahead`` elements at once while reads come
+        without adds between them, and drops what it drew ahead as soon as an add or a
+        clear happens; in a graph, or through a further transformation, each element is
+        drawn when asked for. With ``num_parallel_calls`` (an int or
+        ``tf.data.AUTOTUNE``) that many draws of ``dataset_draw_ahead`` elements are made
+        ahead, in parallel (as in TF-Agents, an element drawn ahead does not see adds made
+        after its draw; nor does one held by a ``.prefetch(n)`` you add).
         With ``single_deterministic_pass=True`` every stored item is yielded once, stream
         by stream (``sample_batch_size`` streams at a time) in
         time order, cut into windows of ``num_steps`` (see ``dataset_window_shift`` and
         ``dataset_drop_remainder``); the ids are fixed when an iterator reads its first
         element, and ``probabilities`` is ``()``. Element shapes are static where the
-        arguments fix them. Sampling an empty buffer raises
+        arguments fix them; lists of the data_spec come as tuples (tf.data reads a list
+        as one tensor). Sampling an empty buffer raises
         ``tf.errors.InvalidArgumentError`` from the iterator.
 
         Raises:
@@ -349,17 +398,48 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
                 plan,
                 functools.partial(read_variable, self._store.steps),
                 self._read_ids,
-                self._flat.unflatten,
+                self._element_unflatten,
                 EMPTY_MESSAGE,
             )
-        else:
-            dataset = datasets.random_dataset(
-                lambda group: self._attempt(sample_batch_size, num_steps, group),
-                self._flat.unflatten,
-                num_parallel_calls,
-                self._draw_ahead,
+            return fast_iteration(dataset)
+
+        def attempt(group: int | None) -> tuple:
+            return self._attempt(sample_batch_size, num_steps, group)
+
+        if num_parallel_calls is not None:
+            return fast_iteration(
+                datasets.random_dataset(attempt, self._element_unflatten, num_parallel_calls, self._draw_ahead)
             )
-        return fast_iteration(dataset)
+        return exact_iteration(
+            datasets.random_dataset(attempt, self._element_unflatten, None),
+            functools.partial(datasets.group_dataset, attempt, self._element_unflatten),
+            self._write_version,
+            self._draw_ahead,
+        )
+
+    def _as_dataset(
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        num_parallel_calls: int | None = None,
+        single_deterministic_pass: bool = False,
+    ) -> tf.data.Dataset:
+        """TF-Agents' name of ``as_dataset``."""
+        return self.as_dataset(sample_batch_size, num_steps, num_parallel_calls, single_deterministic_pass)
+
+    def _write_version(self) -> Any:
+        """Changes whenever an add or a clear has happened (what exact iteration checks).
+
+        Eager adds and clears count in Python (free); once an add or a clear has been traced
+        into a graph, the step and clear counters are read too (one op each).
+        """
+        compiled = self._compiled
+        if not (compiled.graph_adds or compiled.graph_clears):
+            return compiled.writes
+        store = self._store
+        steps = int(read_variable(store.steps)) if compiled.graph_adds else None
+        clears = int(read_variable(store.clears)) if compiled.graph_clears else None
+        return compiled.writes, steps, clears
 
     # -- housekeeping ---------------------------------------------------------------------------
     @tf.autograph.experimental.do_not_convert
@@ -369,9 +449,19 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         if tf.inside_function():
             return self._clear(clear_all_variables)
         self._eager("clear", bool(clear_all_variables))
+        self._compiled.writes += 1
         return None
 
-    def _clear(self, clear_all_variables: bool) -> tf.Tensor:
+    def _clear(self, clear_all_variables: bool = False) -> tf.Tensor:
+        """TF-Agents' member: ``clear`` that returns its op's result (0) eagerly too."""
+        if tf.inside_function():
+            self._compiled.graph_clears = True
+            return self._clear_ops(clear_all_variables)
+        result = self._clear_ops(clear_all_variables)
+        self._compiled.writes += 1
+        return result
+
+    def _clear_ops(self, clear_all_variables: bool) -> tf.Tensor:
         with tf.device(self._device), tf.name_scope("clear"):
             with tf.control_dependencies(self._store.clear(clear_all_variables)):
                 return tf.constant(0, tf.int64)
@@ -379,18 +469,26 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
     @tf.autograph.experimental.do_not_convert
     def num_frames(self) -> tf.Tensor:
         """How many items are stored now: an int64 scalar tensor (as in TF-Agents)."""
-        return tf.minimum(functools.partial(read_variable, self._store.steps)(), self._max_length) * self._batch_size
+        return tf.minimum(read_variable(self._store.steps), self._max_length) * self._batch_size
+
+    def _num_frames(self) -> tf.Tensor:
+        """TF-Agents' name of ``num_frames``."""
+        return self.num_frames()
+
+    def _get_last_id(self) -> tf.Tensor:
+        """TF-Agents' member: the last step added (its id counts steps), -1 when empty."""
+        return read_variable(self._store.steps) - 1
 
     # -- eager entry points -----------------------------------------------------------------------
     def _eager(self, what: str, *args: Any) -> Any:
         """Run ``what`` through a graph compiled once per argument set.
 
-        Translates the graph's emptiness checks into EmptyBufferError.
+        Translates the graph's emptiness checks into TFEmptyBufferError.
         """
         key = (what,) + args
         function = self._compiled.functions.get(key)
         if function is None:
-            body = {"sample": self._sample, "gather_all": self._gather_all, "clear": self._clear}[what]
+            body = {"sample": self._sample, "gather_all": self._gather_leaves, "clear": self._clear_ops}[what]
             function = tf.function(lambda: body(*args), autograph=False).get_concrete_function()
             self._compiled.functions[key] = function
         try:
@@ -400,5 +498,8 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
                 raise
             ring = StreamRing(self._batch_size, self._max_length, type(self).__name__)
             ring.steps = int(self._store.steps.numpy())
-            ring.window_starts(args[1] or 1)
-            raise EmptyBufferError(err.message.split("\n")[0]) from None
+            try:
+                ring.window_starts(args[1] or 1)  # the ring's words for what is missing
+            except EmptyBufferError as empty:
+                raise TFEmptyBufferError(str(empty)) from None
+            raise TFEmptyBufferError(err.message.split("\n")[0]) from None

@@ -10,19 +10,42 @@ counter when an iterator reads its first element (TF-Agents' moment), as tensors
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import optree
 import tensorflow as tf
 
 from replaybuf.buffer import BufferInfo
 
-__all__ = ["PassPlan", "deterministic_pass", "random_dataset"]
+__all__ = ["PassPlan", "deterministic_pass", "element_unflatten", "group_dataset", "random_dataset"]
+
+
+Attempt = Callable[[int | None], tuple[list, tf.Tensor, tf.Tensor, tf.Tensor]]
+
+
+def element_unflatten(data_spec: Any) -> Callable[[list], Any]:
+    """Rebuilds a dataset element's items from their leaves: the data_spec's structure with
+    every list a tuple (tf.data reads a list as one tensor, so its elements cannot hold one)."""
+
+    def tuples(node: Any) -> Any:
+        if isinstance(node, list):
+            return tuple(tuples(child) for child in node)
+        if isinstance(node, tuple):
+            children = [tuples(child) for child in node]
+            return type(node)(*children) if hasattr(node, "_fields") else tuple(children)
+        if isinstance(node, dict):
+            return type(node)((key, tuples(value)) for key, value in node.items())
+        return node
+
+    treespec = optree.tree_structure(tuples(data_spec))
+    return functools.partial(optree.tree_unflatten, treespec)
 
 
 def random_dataset(
-    attempt: Callable[[int | None], tuple[list, tf.Tensor, tf.Tensor, tf.Tensor]],
+    attempt: Attempt,
     unflatten: Callable,
     num_parallel_calls: int | None,
     draw_ahead: int = 1,
@@ -46,13 +69,43 @@ def random_dataset(
         leaves, ids, probabilities, intact = attempt(group)
         return (unflatten(leaves), BufferInfo(ids, probabilities)), intact
 
+    dataset = _intact_draws(drawn, num_parallel_calls)
+    if group is not None:
+        dataset = dataset.unbatch()
+    return dataset if num_parallel_calls is not None else _when_asked(dataset)
+
+
+def group_dataset(attempt: Attempt, unflatten: Callable, size: int) -> tf.data.Dataset:
+    """Endless groups of ``size`` uniform samples drawn in one call (one draw of ``size``
+    batches, one gather per leaf): each element is a tuple of ``size`` elements of
+    ``random_dataset``, drawn when the group is asked for.
+
+    The eager iteration of an exact dataset (``replaybuf.tf.iteration``) hands them out one
+    by one while no add has happened since the draw.
+    """
+
+    def drawn(_: tf.Tensor) -> tuple[tuple, tf.Tensor]:
+        leaves, ids, probabilities, intact = attempt(size)
+        per_leaf = [tf.unstack(leaf, num=size) for leaf in leaves]
+        ids, probabilities = tf.unstack(ids, num=size), tf.unstack(probabilities, num=size)
+        group = tuple(
+            (unflatten([leaf[k] for leaf in per_leaf]), BufferInfo(ids[k], probabilities[k])) for k in range(size)
+        )
+        return group, intact
+
+    return _when_asked(_intact_draws(drawn, None))
+
+
+def _intact_draws(drawn: Callable, num_parallel_calls: int | None) -> tf.data.Dataset:
+    """``drawn``'s elements whose read was intact (a torn draw is dropped whole)."""
+
     def is_intact(_: Any, intact: tf.Tensor) -> tf.Tensor:
         return intact
 
     def element(item: Any, _: tf.Tensor) -> Any:
         return item
 
-    dataset = (
+    return (
         tf.data.Dataset.from_tensors(tf.constant(0, tf.int64))
         .repeat()
         .map(
@@ -63,12 +116,11 @@ def random_dataset(
         .filter(is_intact)
         .map(element)
     )
-    if group is not None:
-        dataset = dataset.unbatch()
-    if num_parallel_calls is not None:
-        return dataset
-    # Draw when asked, never ahead: tf.data would otherwise inject a prefetch (or turn a map
-    # into a parallel one) and serve elements drawn before the latest adds.
+
+
+def _when_asked(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """Draw when asked, never ahead: tf.data would otherwise inject a prefetch (or turn a map
+    into a parallel one) and serve elements drawn before the latest adds."""
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False
     options.experimental_optimization.map_parallelization = False

@@ -13,10 +13,19 @@ variant tensor), so options, further transformations, ``tf.function`` and checkp
 an iterator behave as on the input. Only eager ``iter()`` changes, and only where every
 component is a dense tensor and optree reads the element structure as tf.nest does;
 otherwise, or on a TensorFlow without these internals, datasets are returned unwrapped.
+
+``exact_iteration`` adds draw-ahead to an exact random dataset (every element reflects every
+add made before its ``next()``): its eager iterator takes groups of elements drawn at once
+from a second dataset and hands them out while the buffer's write version is unchanged,
+dropping the rest when it changes. How many it draws follows the reads: after ``r`` reads
+without an add it draws up to ``r`` (a power of two, at most ``max_group``), and never more
+than the reads left before the next add if the last add came after that many. Iterated any
+other way (in a graph, after a transformation) the dataset is the exact one itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import optree
@@ -30,7 +39,7 @@ try:  # TensorFlow internals, present from 2.15 through the newest release teste
 except ImportError:  # a TensorFlow that moved them: plain iteration
     UnaryUnchangedStructureDataset = None
 
-__all__ = ["fast_iteration"]
+__all__ = ["exact_iteration", "fast_iteration"]
 
 # what _FastIterator reads of OwnedIterator's state; an iterator lacking any iterates as usual
 _ITERATOR_STATE = ("_iterator_resource", "_flat_output_types", "_flat_output_shapes")
@@ -42,6 +51,21 @@ def fast_iteration(dataset: tf.data.Dataset) -> tf.data.Dataset:
     if packer is None:
         return dataset
     return FastIterationDataset(dataset, packer)
+
+
+def exact_iteration(
+    dataset: tf.data.Dataset,
+    groups: Callable[[int], tf.data.Dataset],
+    version: Callable[[], Any],
+    max_group: int,
+) -> tf.data.Dataset:
+    """``dataset`` (exact: each element drawn when asked for) whose eager iterator draws up to
+    ``max_group`` elements at once from ``groups(k)`` (each element a tuple of ``k`` of
+    ``dataset``'s) while ``version()`` stays the same; else ``fast_iteration(dataset)``."""
+    packer = None if UnaryUnchangedStructureDataset is None else _packer(dataset.element_spec)
+    if packer is None or max_group == 1:
+        return fast_iteration(dataset)
+    return ExactIterationDataset(dataset, packer, groups, version, max_group)
 
 
 def _packer(element_spec: Any) -> tuple[list[int], optree.PyTreeSpec] | None:
@@ -96,3 +120,67 @@ if UnaryUnchangedStructureDataset is not None:
                 self._iterator_resource, output_types=self._flat_output_types, output_shapes=self._shapes
             )
             return self._treespec.unflatten([flat[i] for i in self._order])
+
+    class ExactIterationDataset(FastIterationDataset):
+        """An exact random dataset whose eager iterators draw ahead while nothing is added."""
+
+        def __init__(
+            self,
+            dataset: tf.data.Dataset,
+            packer: tuple[list[int], optree.PyTreeSpec],
+            groups: Callable[[int], tf.data.Dataset],
+            version: Callable[[], Any],
+            max_group: int,
+        ) -> None:
+            super().__init__(dataset, packer)
+            self.groups, self.version, self.max_group = groups, version, max_group
+
+        def __iter__(self) -> OwnedIterator:
+            if context.executing_eagerly():
+                return _ExactIterator(self)
+            return super().__iter__()
+
+    class _ExactIterator(_FastIterator):
+        """Hands out elements drawn ahead in groups while the write version is unchanged."""
+
+        def __init__(self, dataset: ExactIterationDataset) -> None:
+            super().__init__(dataset)
+            self._groups, self._version, self._max_group = dataset.groups, dataset.version, dataset.max_group
+            self._group_iterators: dict[int, Any] = {}
+            self._pending: list[Any] = []  # drawn at version self._seen, next one last
+            self._seen: Any = None
+            self._run = 0  # reads since the version last changed, this one included
+            self._last_run: int | None = None  # reads between the last two changes
+
+        def _next_internal(self) -> Any:
+            if not self._fast or not context.executing_eagerly():
+                return super()._next_internal()
+            version = self._version()
+            if version != self._seen:
+                if self._run:
+                    self._last_run = self._run
+                self._seen, self._run = version, 0
+                self._pending.clear()
+            self._run += 1
+            if self._pending:
+                return self._pending.pop()
+            size = self._group_size()
+            if size == 1:
+                return super()._next_internal()
+            iterator = self._group_iterators.get(size)
+            if iterator is None:
+                iterator = self._group_iterators[size] = iter(fast_iteration(self._groups(size)))
+            group = next(iterator)
+            self._pending = list(group[:0:-1])
+            return group[0]
+
+        def _group_size(self) -> int:
+            """A power of two: at most the reads so far without an add, ``max_group``, and the
+            reads left if the last stretch between adds was as long."""
+            limit = min(self._run, self._max_group)
+            if self._last_run is not None and self._run <= self._last_run:
+                limit = min(limit, self._last_run - self._run + 1)
+            size = 1
+            while size * 2 <= limit:
+                size *= 2
+            return size

@@ -45,10 +45,11 @@ class SlotStore(tf.Module):
         self.batch_size, self.max_length = batch_size, max_length
         self.capacity = batch_size * max_length
         with self.name_scope:
-            self.leaves = [
-                tf.Variable(tf.zeros((self.capacity,) + s.shape, s.dtype), trainable=False, name=f"leaf_{i}")
-                for i, s in enumerate(leaves)
-            ]
+            with tf.name_scope("Table"):  # the data table, named as TF-Agents names its own
+                self.leaves = [
+                    tf.Variable(tf.zeros((self.capacity,) + s.shape, s.dtype), trainable=False, name=f"leaf_{i}")
+                    for i, s in enumerate(leaves)
+                ]
             self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
             self.marks = tf.Variable(tf.fill([max_length], tf.constant(-1, tf.int64)), trainable=False, name="marks")
             self.clears = tf.Variable(0, dtype=tf.int64, trainable=False, name="clears")
