@@ -181,6 +181,7 @@ class FrameStorage:
         # Raw: the frame ring (row pool_size is the zero frame). Compressed: one blob per row.
         self.frames = np.zeros((1 if codec else self.pool_size + 1, *first.frame_shape), self.frame_dtype)
         self.blobs: list[bytes | None] = [None] * self.pool_size if codec else []
+        self._held = np.empty((0, codec.frame_bytes if codec else 0), np.uint8)  # decoded frames of a read
         self.kernels = compiled_kernels() if compiled is not False else None
         itemsize = self.frame_dtype.itemsize
         # Each stack as [pre, k, post] bytes: the frame bytes before and after the stack axis.
@@ -544,8 +545,10 @@ class FrameStorage:
         counters = np.unique(every[every >= 0])
         n = counters.size
         size = max(n, 1)
-        frame_bytes = self.codec.frame_bytes
-        held = np.empty((size + 1, frame_bytes), np.uint8)
+        if self._held.shape[0] < size + 1:  # reused between reads (all under the buffer's lock):
+            # a fresh array per read would fault in new pages, about as slow as the decoding
+            self._held = np.empty((max(size + 1, 2 * self._held.shape[0]), self.codec.frame_bytes), np.uint8)
+        held = self._held[: size + 1]
         held[n:] = 0
         blobs, pool_size = self.blobs, self.pool_size
         decode_frames(self.codec, [blobs[row] for row in (counters % pool_size).tolist()], held, self.decode_threads)
