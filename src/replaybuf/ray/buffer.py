@@ -281,7 +281,9 @@ class ShardedReplayBuffer(ReplayBuffer):
         """Set the priorities of the items (windows) with global ``ids``, each on its shard.
 
         ``ids`` is ``info.ids`` of a sample (``[B]`` or ``[B, T]``, the first id of a window
-        counts). ``wait=False`` returns once the updates are sent.
+        counts). ``wait=True`` waits for the shards and takes their new masses, so the next
+        batch is split by them; ``wait=False`` returns once the updates are sent (the split
+        catches up with the next fan-out's answers, one batch later).
 
         Raises:
             ArgumentError: not a prioritized buffer; ids not integers shaped like priorities.
@@ -314,12 +316,15 @@ class ShardedReplayBuffer(ReplayBuffer):
         if (ids < 0).any():
             raise PriorityError(f"ids: expected ids of added items (>= 0), got {ids[ids < 0][:5].tolist()}")
         shard, local = self._route(ids)
-        refs = []
+        lengths = list(self._masses)
+        refs = {}
         for k in np.unique(shard):
             mine = shard == k
-            refs.append(self._actors[k].update_priorities.remote(local[mine], priorities[mine]))
-        if wait:
-            get(refs, timeout=self._call_timeout)
+            refs[int(k)] = self._actors[k].update_priorities.remote(local[mine], priorities[mine], lengths)
+        if wait:  # the shards' new masses: the next split is exact at once
+            for k, masses in zip(refs, get(list(refs.values()), timeout=self._call_timeout), strict=True):
+                for steps, mass in zip(lengths, masses, strict=True):
+                    self._masses[steps][k] = mass
 
     def clear(self) -> None:
         """Forget every item on every shard (and the limiter's counts)."""

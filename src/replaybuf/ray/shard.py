@@ -29,6 +29,7 @@ import threading
 from typing import Any
 
 import numpy as np
+import ray
 
 from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, ReplayBufferError
@@ -104,6 +105,7 @@ class Shard:
         self.flat = FlatSpec(data_spec)
         self.lock = threading.RLock()  # the shard's bookkeeping; the buffer has its own lock
         self.cond = threading.Condition(self.lock)
+        self.saving = threading.Lock()
         self.writers: dict[str, dict] = {}  # writer key -> {"applied": seq, "epoch", "busy"}
         self.counts = {"inserts": 0, "samples": 0, "deletes": 0}
         self.limiter, self.limiter_timeout = limiter, limiter_timeout
@@ -148,7 +150,7 @@ class Shard:
             if state["applied"] >= seq:
                 return False
             state["busy"] = True
-        inserted = False
+        inserted = due = False
         try:
             n = self.buffer.batch_size
             items = self.flat.unflatten(leaves)
@@ -162,6 +164,9 @@ class Shard:
                 self.counts["inserts"] += n
                 self.counts["deletes"] += evicted
                 self.since_checkpoint += 1
+                due = self.checkpoint_every is not None and self.since_checkpoint >= self.checkpoint_every
+                if due:
+                    self.since_checkpoint = 0
                 state["applied"], state["busy"] = seq, False
                 self.cond.notify_all()
         finally:
@@ -171,12 +176,16 @@ class Shard:
                     self.cond.notify_all()
         if evicted and self.limiter is not None:
             self.limiter.delete.remote(evicted)
-        if self.checkpoint_every is not None and self.since_checkpoint >= self.checkpoint_every:
+        if due:
             self.save(self.folder)
         return True
 
-    def update_priorities(self, local_ids: np.ndarray, priorities: np.ndarray) -> None:
-        self.buffer.update_priorities(local_ids, priorities)
+    def update_priorities(self, local_ids: np.ndarray, priorities: np.ndarray, lengths: list) -> list[float]:
+        """Set priorities; returns the shard's new mass for each window length in ``lengths``."""
+        buffer = self.buffer
+        with buffer._lock:
+            buffer.update_priorities(local_ids, priorities)
+            return [shard_mass(buffer, steps)[0] for steps in lengths]
 
     def clear(self) -> None:
         with self.lock:
@@ -222,7 +231,8 @@ class Shard:
             return ring.first_valid_step(), ring.steps, self.flat.flatten(self.buffer.gather_all())
 
     def info(self) -> dict:
-        """Counters the driver and the limiter read: frames, steps, inserts/samples/deletes."""
+        """Counters the driver and the limiter read: frames, steps, inserts/samples/deletes,
+        whether this actor reloaded a checkpoint when it started, its pid and node id."""
         with self.lock:
             counts = dict(self.counts)
         ring = self.buffer._ring
@@ -232,6 +242,7 @@ class Shard:
             "first": ring.first_valid_step(),
             "restored": self.restored,
             "pid": os.getpid(),
+            "node": ray.get_runtime_context().get_node_id(),
             **counts,
         }
 
@@ -241,17 +252,18 @@ class Shard:
     # -- checkpoints ----------------------------------------------------------------------------
     def save(self, folder: str) -> str:
         """Write the buffer's state and the shard's bookkeeping to ``folder`` (a new version)."""
-        with self.lock:
-            state = {
-                "buffer": self.buffer.state_dict(),
-                "shard": {
-                    "index": self.index,
-                    "applied": {key: w["applied"] for key, w in self.writers.items()},
-                    **self.counts,
-                },
-            }
-            self.since_checkpoint = 0
-        return str(write_state(folder, state))
+        with self.saving:  # one save at a time, so versions follow the states they hold
+            with self.lock:  # adds wait only while the state is copied
+                state = {
+                    "buffer": self.buffer.state_dict(),
+                    "shard": {
+                        "index": self.index,
+                        "applied": {key: w["applied"] for key, w in self.writers.items()},
+                        **self.counts,
+                    },
+                }
+                self.since_checkpoint = 0
+            return str(write_state(folder, state))
 
     def load(self, folder: str) -> None:
         """Replace the buffer and bookkeeping with the checkpoint in ``folder``."""

@@ -1,0 +1,323 @@
+"""ShardedReplayBuffer on a local Ray (2 CPUs): sampling across unequal shards, writers in Ray
+actors, the cluster rate limiter, whole-buffer checkpoints, argument errors.
+
+One Ray session for the module (started by the fixture, shut down after its last test).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import replaybuf
+from conformance_data import SPEC, assert_items_match_ids, fields_for_ids, step_batch
+
+ray = pytest.importorskip("ray")
+rb_ray = pytest.importorskip("replaybuf.ray")
+ShardedReplayBuffer = rb_ray.ShardedReplayBuffer
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session():
+    if ray.is_initialized():  # the conformance suite's session, if it ran before
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # Ray workers cannot import the modules beside the tests: ship them by value
+    for name in ("conformance_data", __name__):
+        ray.cloudpickle.register_pickle_by_value(sys.modules[name])
+    yield
+    ray.shutdown()
+
+
+def chi_square_p(observed: np.ndarray, expected: np.ndarray) -> float:
+    """Upper-tail p of Pearson's statistic (Wilson-Hilferty: accurate for the df used here, >= 20)."""
+    stat = float(((observed - expected) ** 2 / expected).sum())
+    k = observed.size - 1
+    z = ((stat / k) ** (1 / 3) - (1 - 2 / (9 * k))) / math.sqrt(2 / (9 * k))
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def shard_batch(ids: np.ndarray) -> dict:
+    return fields_for_ids(ids)
+
+
+def fill_unequal(buffer, steps_per_shard):
+    """Writers add different numbers of steps to each shard; returns every stored global id."""
+    for k, steps in enumerate(steps_per_shard):
+        writer = buffer.writer(k)
+        for t in range(steps):
+            local = t * writer.batch_size + np.arange(writer.batch_size)
+            ids = buffer._global(k, local)
+            writer.add_batch(shard_batch(ids))
+        writer.flush()
+    stored = [buffer._global(k, np.arange(min(s, buffer.max_length) * c) + max(0, s - buffer.max_length) * c)
+              for k, (s, c) in enumerate(zip(steps_per_shard, buffer._stream_counts, strict=True))]
+    return np.concatenate(stored)
+
+
+def test_import_replaybuf_imports_no_ray():
+    code = "import sys, replaybuf; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_uniform_split_over_unequal_shards_is_exact():
+    # shards of 2, 1 and 1 streams holding 12, 3 and 30 (-> 20 kept) steps
+    buffer = ShardedReplayBuffer(SPEC, shards=3, batch_size=4, max_length=20, seed=1)
+    stored = fill_unequal(buffer, [12, 3, 30])
+    assert buffer.num_frames() == stored.size == 12 * 2 + 3 + 20
+    counts = dict.fromkeys(stored.tolist(), 0)
+    draws = 0
+    for _ in range(120):
+        items, info = buffer.get_next(64)
+        assert_items_match_ids(items, info.ids)
+        np.testing.assert_allclose(info.probabilities, 1.0 / stored.size, rtol=1e-5)
+        for i in info.ids.tolist():
+            counts[i] += 1  # KeyError: an id that is not stored
+        draws += 64
+    observed = np.array(list(counts.values()), float)
+    p = chi_square_p(observed, np.full(observed.size, draws / stored.size))
+    assert p > 0.01, p
+    # the same counts are far from what an equal split over the shards would give
+    per_shard = {k: (stored % 4) % 3 == k for k in range(3)}
+    equal = np.concatenate([np.full(m.sum(), draws / 3 / m.sum()) for m in per_shard.values()])
+    order = np.concatenate([stored[m] for m in per_shard.values()])
+    assert chi_square_p(np.array([counts[i] for i in order.tolist()], float), equal) < 1e-6
+
+
+def test_uniform_windows_over_unequal_shards():
+    buffer = ShardedReplayBuffer(SPEC, shards=2, batch_size=3, max_length=10, seed=2)
+    fill_unequal(buffer, [4, 9])  # shard 0: 2 streams x 4 steps, shard 1: 1 stream x 9 steps
+    starts = 2 * (4 - 3 + 1) + 1 * (9 - 3 + 1)
+    seen = set()
+    for _ in range(40):
+        items, info = buffer.get_next(16, 3)
+        assert_items_match_ids(items, info.ids)
+        np.testing.assert_array_equal(np.diff(info.ids, axis=1), 3)
+        np.testing.assert_allclose(info.probabilities, 1.0 / starts, rtol=1e-5)
+        seen.update(info.ids[:, 0].tolist())
+    assert len(seen) == starts
+
+
+def test_prioritized_split_is_exact_and_weights_global():
+    buffer = ShardedReplayBuffer(
+        SPEC, shards=3, batch_size=3, max_length=50, seed=3,
+        buffer_class=replaybuf.PrioritizedReplayBuffer, buffer_options={"alpha": 1.0, "epsilon": 0.0, "beta": 0.5},
+    )
+    stored = fill_unequal(buffer, [40, 10, 25])
+    priority = 1.0 + (stored % 7)  # shards get different priority totals
+    buffer.update_priorities(stored, priority)
+    p_true = dict(zip(stored.tolist(), (priority / priority.sum()).tolist(), strict=True))
+    p_min = min(p_true.values())
+    counts = dict.fromkeys(stored.tolist(), 0)
+    draws = 0
+    for _ in range(150):
+        items, info = buffer.get_next(64)
+        assert_items_match_ids(items, info.ids)
+        expected = np.array([p_true[i] for i in info.ids.tolist()])
+        np.testing.assert_allclose(info.probabilities, expected, rtol=1e-4)
+        np.testing.assert_allclose(info.weights, (expected / p_min) ** -0.5, rtol=1e-4)
+        for i in info.ids.tolist():
+            counts[i] += 1
+        draws += 64
+    observed = np.array([counts[i] for i in stored.tolist()], float)
+    p = chi_square_p(observed, draws * priority / priority.sum())
+    assert p > 0.01, p
+
+
+def test_update_priorities_errors_change_nothing():
+    uniform = ShardedReplayBuffer(SPEC, shards=2, max_length=8)
+    with pytest.raises(replaybuf.ArgumentError, match="update_priorities: expected shards of a prioritized"):
+        uniform.update_priorities(np.array([0]), np.array([1.0]))
+    buffer = ShardedReplayBuffer(SPEC, shards=2, max_length=8, buffer_class=replaybuf.PrioritizedReplayBuffer)
+    for t in range(3):
+        buffer.add_batch(step_batch(t, 2))
+    with pytest.raises(replaybuf.PriorityError, match=r"priorities: expected finite values > 0, got \[-1.0\]"):
+        buffer.update_priorities(np.array([0, 1]), np.array([2.0, -1.0]))
+    with pytest.raises(replaybuf.PriorityError, match="ids: expected ids of added items"):
+        buffer.update_priorities(np.array([7]), np.array([2.0]))
+    with pytest.raises(replaybuf.ArgumentError, match="expected integer ids shaped like priorities"):
+        buffer.update_priorities(np.array([0, 1]), np.array([2.0]))
+    _, info = buffer.get_next(200)
+    np.testing.assert_allclose(info.probabilities, 1 / 6, rtol=1e-5)  # all still equal
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"shards": 0}, "shards: expected a positive int, got 0"),
+        ({"shards": 3, "batch_size": 2}, r"batch_size: expected an int >= shards \(3\).*got 2"),
+        ({"buffer_options": {"seed": 1}}, r"buffer_options: 'seed' is set by ShardedReplayBuffer"),
+        ({"checkpoint_every": 5}, "checkpoint_every: needs checkpoint_dir, got checkpoint_every=5"),
+        ({"buffer_class": dict}, "buffer_class: expected a replaybuf NumPy buffer class"),
+        ({"buffer_options": {"alpha": 0.5}}, "alpha"),  # UniformReplayBuffer takes no alpha
+        ({"max_restarts": -2}, "max_restarts: expected an int >= -1, got -2"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, message):
+    with pytest.raises((replaybuf.ArgumentError, TypeError), match=message):
+        ShardedReplayBuffer(SPEC, **kwargs)
+
+
+def test_writer_errors():
+    buffer = ShardedReplayBuffer(SPEC, shards=2, batch_size=3, max_length=8)
+    with pytest.raises(replaybuf.ArgumentError, match=r"shard: expected an int in \[0, 2\), got 2"):
+        buffer.writer(2)
+    writer = buffer.writer(0)
+    assert writer.batch_size == 2
+    with pytest.raises(replaybuf.SpecMismatchError):
+        writer.add_batch(step_batch(0, 3))  # shard 0 holds 2 streams
+    assert buffer.num_frames() == 0
+    episodes = ShardedReplayBuffer(
+        {"step_type": replaybuf.ArraySpec((), np.int32), "x": replaybuf.ArraySpec((), np.float32)},
+        shards=2, max_length=8, buffer_options={"respect_episodes": True},
+    )
+    episodes.writer(0)
+    with pytest.raises(replaybuf.ArgumentError, match="each writer needs its own shard"):
+        episodes.writer(0)
+
+
+def test_retried_add_never_inserts_twice():
+    buffer = ShardedReplayBuffer(SPEC, shards=2, max_length=8)
+    shard = buffer.actors[0]
+    leaves = [np.asarray(x) for x in buffer._flat.flatten(step_batch(0, 1))]
+    assert ray.get(shard.add.remote(leaves, "w", 1)) is True
+    assert ray.get(shard.add.remote(leaves, "w", 1)) is False  # the same key and number: a retry
+    assert ray.get(shard.add.remote(leaves, "w", 1, 5, 1)) is False  # resent under a new epoch
+    assert buffer.num_frames() == 1
+    # out of order delivery: 3 waits for 2
+    three = shard.add.remote(leaves, "w", 3)
+    assert ray.wait([three], timeout=0.5)[0] == []
+    assert ray.get(shard.add.remote(leaves, "w", 2)) is True
+    assert ray.get(three) is True
+    assert buffer.num_frames() == 3
+
+
+@ray.remote(num_cpus=0)
+def _write_steps(writer, first_id: int, steps: int) -> int:
+    for t in range(steps):
+        ids = first_id + t * writer.batch_size + np.arange(writer.batch_size)
+        writer.add_batch(fields_for_ids(ids))
+    writer.flush()
+    return writer.inserted
+
+
+@ray.remote(num_cpus=0)
+class _WriterActor:
+    def __init__(self, writer):
+        self.writer = writer
+
+    def run(self, first_id: int, steps: int) -> int:
+        for t in range(steps):
+            ids = first_id + t * self.writer.batch_size + np.arange(self.writer.batch_size)
+            self.writer.add_batch(fields_for_ids(ids))
+        self.writer.flush()
+        return self.writer.inserted
+
+
+def test_writers_in_ray_actors_and_tasks():
+    buffer = ShardedReplayBuffer(SPEC, shards=2, batch_size=4, max_length=100, max_in_flight=4)
+    actors = [_WriterActor.remote(buffer.writer(k)) for k in range(2)]
+    task = _write_steps.remote(buffer.writer(0), 10_000, 20)
+    done = ray.get([a.run.remote(1_000 * (k + 1), 30) for k, a in enumerate(actors)] + [task], timeout=120)
+    assert done == [30, 30, 20]
+    assert buffer.num_frames() == (30 + 30 + 20) * 2
+    stored = np.concatenate([part["id"].ravel() for part in buffer.gather_shards()])
+    assert np.unique(stored).size == stored.size  # no step twice
+    expected = {1000 + i for i in range(60)} | {2000 + i for i in range(60)} | {10_000 + i for i in range(40)}
+    assert set(stored.tolist()) == expected
+    items, info = buffer.get_next(32)
+    assert (np.isin(items["id"], list(expected))).all()
+
+
+def test_rate_limiter_holds_a_fast_writer_to_a_slow_learner():
+    limiter = replaybuf.SampleToInsertRatio(samples_per_insert=4.0, min_size_to_sample=20, error_buffer=40.0)
+    buffer = ShardedReplayBuffer(SPEC, shards=2, max_length=500, rate_limiter=limiter, rate_limiter_timeout=30)
+    writer_actor = _WriterActor.remote(buffer.writer(0))
+    run = writer_actor.run.remote(0, 400)  # as fast as it can: would finish in well under a second unheld
+    time.sleep(1.0)
+    held = buffer.rate_limiter_state()
+    assert held["inserts"] <= (80 + 40) / 4 + 1  # I * spi - S <= max_diff with S = 0: at most 30 inserted
+    for _ in range(60):
+        items, info = buffer.get_next(8)
+        time.sleep(0.01)
+    state = buffer.rate_limiter_state()
+    low, high = buffer.rate_limiter_range()
+    assert high <= 80 + 40 and low >= 80 - 40
+    assert state["samples"] == 480
+    assert state["inserts"] * 4 - state["samples"] <= 120
+    assert not ray.wait([run], timeout=0)[0], "the writer should still be held back"
+    buffer.close()  # wakes the blocked add: its writer fails with BufferClosedError
+    with pytest.raises(replaybuf.BufferClosedError):
+        ray.get(run, timeout=60)
+
+
+def test_rate_limited_sample_times_out_counting_nothing():
+    buffer = ShardedReplayBuffer(
+        SPEC, shards=2, max_length=50, rate_limiter=replaybuf.MinSize(10), rate_limiter_timeout=0.3
+    )
+    buffer.add_batch(step_batch(0, 2))
+    with pytest.raises(replaybuf.RateLimiterTimeout, match="sample of 4 items"):
+        buffer.get_next(4)
+    assert buffer.rate_limiter_state()["samples"] == 0
+    for t in range(1, 5):
+        buffer.add_batch(step_batch(t, 2))
+    buffer.get_next(4)
+    assert buffer.rate_limiter_state()["samples"] == 4
+
+
+def test_checkpoint_and_restore_the_whole_buffer(tmp_path):
+    def make():
+        return ShardedReplayBuffer(
+            SPEC, shards=2, batch_size=3, max_length=6, seed=5,
+            buffer_class=replaybuf.PrioritizedReplayBuffer, rate_limiter=replaybuf.MinSize(2),
+        )
+
+    buffer = make()
+    for t in range(9):  # wrapped
+        buffer.add_batch(step_batch(t, 3))
+    _, info = buffer.get_next(5)
+    buffer.update_priorities(info.ids, np.arange(1.0, 6.0))
+    buffer.checkpoint(tmp_path / "ckpt")
+    manifest = json.loads((tmp_path / "ckpt" / "manifest.json").read_text())
+    assert manifest["shards"] == 2 and manifest["rate_limiter"]["samples"] == 5
+    expected = buffer.gather_all()
+    _, before = buffer.get_next(50)
+
+    other = make()
+    other.restore(tmp_path / "ckpt")
+    assert other.num_frames() == 18
+    np.testing.assert_array_equal(other.gather_all()["id"], expected["id"])
+    assert other.rate_limiter_state()["samples"] == 5 and other.rate_limiter_state()["inserts"] == 27
+    _, after = other.get_next(50)
+    probabilities = dict(zip(before.ids.tolist(), before.probabilities.tolist(), strict=True))
+    for i, p in zip(after.ids.tolist(), after.probabilities.tolist(), strict=True):
+        if i in probabilities:
+            assert p == pytest.approx(probabilities[i], rel=1e-5)  # priorities came back
+
+    with pytest.raises(replaybuf.CheckpointError, match="expected a sharded checkpoint with manifest.json"):
+        other.restore(tmp_path / "nothing")
+    (tmp_path / "ckpt" / "manifest.json").write_text(json.dumps({**manifest, "shards": 3}))
+    with pytest.raises(replaybuf.CheckpointError, match=r"\['shards'\]: expected 2, got 3"):
+        other.restore(tmp_path / "ckpt")
+
+
+def test_dataset_keeps_fan_outs_in_flight_and_deterministic_pass_reads_all():
+    buffer = ShardedReplayBuffer(SPEC, shards=2, batch_size=2, max_length=10, seed=7)
+    for t in range(6):
+        buffer.add_batch(step_batch(t, 2))
+    iterator = iter(buffer.as_dataset(8, num_steps=2, num_parallel_calls=3))
+    for _ in range(5):
+        items, info = next(iterator)
+        assert_items_match_ids(items, info.ids)
+    iterator.close()
+    ids = [int(info.ids) for _, info in buffer.as_dataset(single_deterministic_pass=True)]
+    assert ids == [0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11]
