@@ -277,7 +277,7 @@ def _paced_writer(handle, pause: float) -> None:
 def rate_limit_demo(seconds: float, spi: float = 8.0, min_size: int = 100, error_buffer: float = 64.0) -> dict:
     """A writer ~20x faster than the learner needs, held to ``spi`` by ``SampleToInsertRatio``.
 
-    The writer adds one item every 0.25 ms (up to ~4000 items/s); the learner samples 32 items
+    The writer adds one item, then sleeps 0.15 ms; the learner samples 32 items
     every 30 ms (~1000 samples/s, i.e. ~130 inserts/s at spi=8). Returns the counts with and
     without the limiter over the same time.
     """
@@ -290,7 +290,7 @@ def rate_limit_demo(seconds: float, spi: float = 8.0, min_size: int = 100, error
     for limited in (False, True):
         limiter = SampleToInsertRatio(spi, min_size, error_buffer) if limited else None
         with SharedReplayBuffer(spec, max_length=1 << 16, rate_limiter=limiter, context="fork") as buffer:
-            child = context.Process(target=_paced_writer, args=(buffer.writer(0), 0.00025))
+            child = context.Process(target=_paced_writer, args=(buffer.writer(0), 0.00015))
             child.start()
             while buffer.num_frames() < min_size:
                 time.sleep(0.001)
