@@ -93,6 +93,19 @@ def test_uniform_split_over_unequal_shards_is_exact():
     assert chi_square_p(np.array([counts[i] for i in order.tolist()], float), equal) < 1e-6
 
 
+def test_items_from_writers_are_drawn_after_an_empty_draw():
+    buffer = ShardedReplayBuffer(SPEC, shards=2, max_length=8, seed=4)
+    with pytest.raises(replaybuf.EmptyBufferError, match="is empty"):
+        buffer.get_next(4)  # the shards reported no mass
+    writer = buffer.writer(1)
+    writer.add_batch(shard_batch(np.array([1])))
+    writer.flush()
+    items, info = buffer.get_next(4)  # the driver's masses are stale: the shards' answers say more
+    np.testing.assert_array_equal(info.ids, [1, 1, 1, 1])
+    np.testing.assert_allclose(info.probabilities, 1.0)
+    assert_items_match_ids(items, info.ids)
+
+
 def test_uniform_windows_over_unequal_shards():
     buffer = ShardedReplayBuffer(SPEC, shards=2, batch_size=3, max_length=10, seed=2)
     fill_unequal(buffer, [4, 9])  # shard 0: 2 streams x 4 steps, shard 1: 1 stream x 9 steps

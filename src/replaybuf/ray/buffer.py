@@ -468,10 +468,16 @@ class ShardedReplayBuffer(ReplayBuffer):
             if missing == 0:
                 break
             extra = self._split(missing, masses, live)
+            if extra.sum() == 0 and missing == n:  # nothing drawn yet: start over with the masses just reported
+                for k, result in answers.items():
+                    masses[k] = result["mass"] if live[k] else 0.0
+                extra = self._split(missing, masses, live)
             if extra.sum() == 0:
                 self._raise_empty(num_steps, errors)
             counts = extra
             refs = {k: self._actors[k].sample.remote(int(extra[k]), num_steps) for k in np.flatnonzero(extra)}
+        else:
+            raise ShardUnavailableError(f"a batch of {n} could not be filled in {self._shards + 1} rounds of redraws")
         for k, result in answers.items():
             self._masses.setdefault(num_steps, np.zeros(self._shards))[k] = result["mass"]
         total = masses[live].sum()

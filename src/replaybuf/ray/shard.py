@@ -140,13 +140,13 @@ class Shard:
                 state["epoch"] = epoch
                 state["applied"] = max(state["applied"], start - 1)
                 self.cond.notify_all()
-            ok = self.cond.wait_for(
-                lambda: state["applied"] >= seq or (state["applied"] == seq - 1 and not state["busy"]), _ORDER_WAIT
-            )
-            if not ok:
-                raise ReplayBufferError(
-                    f"shard {self.index}: add {seq} of writer {key} waited {_ORDER_WAIT} s for add {seq - 1}"
-                )
+            turn = lambda: state["applied"] >= seq or (state["applied"] == seq - 1 and not state["busy"])  # noqa: E731
+            while not self.cond.wait_for(turn, _ORDER_WAIT):
+                if state["applied"] < seq - 1 and not state["busy"]:  # (a busy one may be rate limited)
+                    raise ReplayBufferError(
+                        f"shard {self.index}: add {seq} of writer {key} waited {_ORDER_WAIT} s for add "
+                        f"{state['applied'] + 1}, which never came"
+                    )
             if state["applied"] >= seq:
                 return False
             state["busy"] = True

@@ -17,6 +17,8 @@ import time
 import uuid
 from typing import Any
 
+from ray.exceptions import GetTimeoutError
+
 from replaybuf.buffer import check_positive
 from replaybuf.nest import FlatSpec
 from replaybuf.rate_limiters import check_timeout
@@ -131,6 +133,8 @@ class ShardWriter:
             try:
                 inserted = get(entry[2], timeout=self._call_timeout)
             except SHARD_DOWN as err:
+                if isinstance(err, GetTimeoutError) and self._alive():
+                    continue  # slow (e.g. held by the rate limiter), not down: keep waiting
                 now = time.monotonic()
                 if deadline is None and self._retry_timeout is not None:
                     deadline = now + self._retry_timeout
@@ -139,7 +143,8 @@ class ShardWriter:
                         f"shard {self._shard}: unreachable for {self._retry_timeout} s "
                         f"({type(err).__name__}); {len(self._in_flight)} adds were not acknowledged"
                     ) from None
-                time.sleep(0.2)
+                if not isinstance(err, GetTimeoutError):
+                    time.sleep(0.2)  # Ray is restarting it
                 self._resend()
                 continue
             except BaseException:
@@ -148,6 +153,14 @@ class ShardWriter:
             self._in_flight.popleft()
             self.inserted += bool(inserted)
             return
+
+    def _alive(self) -> bool:
+        """Whether the shard answers a ping within the call deadline."""
+        try:
+            get(self._actor.ping.remote(), timeout=self._call_timeout)
+            return True
+        except SHARD_DOWN:
+            return False
 
     def _resend(self) -> None:
         """Send every unacknowledged add again, under a new epoch (the shard skips applied ones)."""
