@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 
 def limiter_inserts(limiter, count: int, done) -> None:
     """Insert ``count`` items one at a time through a shared rate limiter."""
@@ -89,3 +91,36 @@ def shm_blocks() -> set[str]:
             if pid == os.getpid() or not pid_alive(pid):
                 mine.add(name)
     return mine
+
+
+# -- fixtures and helpers of the shared-buffer tests (imported by them) -------------------------
+@pytest.fixture(autouse=True)
+def no_leaked_segments():
+    """Fails a test that leaves a shared-memory block behind."""
+    before = shm_blocks()
+    yield
+    assert shm_blocks() - before == set(), "a shared-memory block was left behind"
+
+
+@pytest.fixture
+def buffers():
+    """A factory of SharedReplayBuffers that are all closed after the test."""
+    from replaybuf.shared import SharedReplayBuffer
+
+    made: list = []
+
+    def make(*args, **kwargs):
+        made.append(SharedReplayBuffer(*args, **kwargs))
+        return made[-1]
+
+    yield make
+    for buffer in made:
+        buffer.close()
+
+
+def write(writer, steps) -> None:
+    """Add ``steps`` through ``writer``, every field derived from the item's id."""
+    from conformance_data import fields_for_ids
+
+    for step in steps:
+        writer.add_batch(fields_for_ids(writer.ids(step)))

@@ -1,4 +1,5 @@
 """SharedReplayBuffer in one process: arguments, staging, torn reads, rate limits, close, checkpoints."""
+# ruff: noqa: F811  (pytest fixtures imported from shared_workers are parameters here)
 
 from __future__ import annotations
 
@@ -20,35 +21,10 @@ from replaybuf.errors import (
 )
 from replaybuf.rate_limiters import MinSize, SampleToInsertRatio
 from replaybuf.shared import SharedReplayBuffer
-from shared_workers import shm_blocks
+from shared_workers import buffers, no_leaked_segments, shm_blocks, write  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(60)
 
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_segments():
-    before = shm_blocks()
-    yield
-    assert shm_blocks() - before == set(), "a shared-memory block was left behind"
-
-
-@pytest.fixture
-def buffers():
-    made: list[SharedReplayBuffer] = []
-
-    def make(*args, **kwargs) -> SharedReplayBuffer:
-        made.append(SharedReplayBuffer(*args, **kwargs))
-        return made[-1]
-
-    yield make
-    for buffer in made:
-        buffer.close()
-
-
-def write(writer, steps) -> None:
-    for step in steps:
-        writer.add_batch(fields_for_ids(writer.ids(step)))
 
 
 # -- arguments ---------------------------------------------------------------------------------
@@ -169,8 +145,9 @@ def test_a_read_that_a_writer_overwrote_is_detected_and_drawn_again(buffers):
     assert info.ids.min() >= 6 * 4
 
 
-def test_a_step_being_written_is_never_drawn(buffers):
-    buffer = buffers(SPEC, batch_size=2, max_length=4, seed=6)
+@pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
+def test_a_step_being_written_is_never_drawn(buffers, sampler):
+    buffer = buffers(SPEC, batch_size=2, max_length=4, seed=6, sampler=sampler)
     writer = buffer.writer(0, flush_every=2)
     write(writer, range(4))
     seen = []
@@ -183,6 +160,8 @@ def test_a_step_being_written_is_never_drawn(buffers):
     writer._after_write = sample_mid_write
     write(writer, [4, 5])
     assert set(seen) == {2, 3}
+    _, info = buffer.get_next(400)
+    assert set((info.ids // 2).tolist()) == {2, 3, 4, 5}
 
 
 def test_a_writer_held_by_a_live_process_is_refused(buffers):

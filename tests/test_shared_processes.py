@@ -18,7 +18,6 @@ from replaybuf.shared import SharedReplayBuffer
 from shared_workers import (
     own_a_buffer_and_exit,
     pause_mid_write,
-    shm_blocks,
     take_over_and_write,
     write_steps,
     write_until_closed,
@@ -27,13 +26,6 @@ from shared_workers import (
 pytestmark = pytest.mark.timeout(120)
 METHODS = [m for m in ("spawn", "forkserver", "fork") if m in multiprocessing.get_all_start_methods()]
 
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_segments():
-    before = shm_blocks()
-    yield
-    assert shm_blocks() - before == set(), "a shared-memory block was left behind"
 
 
 class Children:

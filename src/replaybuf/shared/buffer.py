@@ -7,12 +7,14 @@ import os
 import threading
 import uuid
 import weakref
+from collections.abc import Callable
 from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
 
-from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive
+from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive
+from replaybuf.buffers.stream import reject_unused
 from replaybuf.dataset import DeterministicPass, RandomDataset, plan_deterministic_pass
 from replaybuf.errors import ArgumentError, BufferClosedError, CheckpointError, EmptyBufferError
 from replaybuf.nest import FlatSpec
@@ -20,6 +22,7 @@ from replaybuf.persistence.folder import read_state, write_state
 from replaybuf.persistence.state import check_rng_state, check_spec_state, spec_state
 from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
 from replaybuf.shared.layout import FLOOR, STEPS, WRITING, Layout
+from replaybuf.shared.priorities import SegmentPriorities
 from replaybuf.shared.writer import SharedWriter
 
 __all__ = ["SharedReplayBuffer"]
@@ -54,6 +57,11 @@ class SharedReplayBuffer(ReplayBuffer):
         rate_limiter_timeout: seconds a blocked add or sample waits before
             ``RateLimiterTimeout``; None waits until the buffer is closed.
         flush_every: default staging size of writer handles (steps per committed block).
+        sampler: ``"uniform"`` (default) or ``"prioritized"``: proportional prioritized
+            replay kept by the learner (new items get the largest priority so far;
+            ``update_priorities``; ``info`` is a ``SampleInfo`` with ``weights``).
+        alpha, beta, epsilon: the prioritized sampler's exponent, importance-sampling
+            exponent (a float in [0, 1] or a callable) and offset, as in PrioritizedReplayBuffer.
         context: the ``multiprocessing`` context (or start method name) that makes the rate
             limiter's lock; "spawn" by default; its handles also work in fork children.
 
@@ -72,6 +80,10 @@ class SharedReplayBuffer(ReplayBuffer):
         rate_limiter: RateLimiter | None = None,
         rate_limiter_timeout: float | None = None,
         flush_every: int = 1,
+        sampler: str = "uniform",
+        alpha: float = 0.6,
+        beta: float | Callable[[], float] = 0.4,
+        epsilon: float = 1e-6,
         context: Any = "spawn",
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
@@ -84,6 +96,11 @@ class SharedReplayBuffer(ReplayBuffer):
             raise ArgumentError(f"flush_every: expected at most max_length ({max_length}), got {flush_every}")
         check_rate_limiter(rate_limiter)
         self._timeout = check_timeout(rate_limiter_timeout, "rate_limiter_timeout")
+        if sampler not in ("uniform", "prioritized"):
+            raise ArgumentError(f"sampler: expected 'uniform' or 'prioritized', got {sampler!r}")
+        if sampler == "uniform":
+            why = "only used with sampler='prioritized'"
+            reject_unused(alpha=(alpha, 0.6, why), beta=(beta, 0.4, why), epsilon=(epsilon, 1e-6, why))
         if isinstance(context, str):
             if context not in multiprocessing.get_all_start_methods():
                 raise ArgumentError(
@@ -96,6 +113,11 @@ class SharedReplayBuffer(ReplayBuffer):
         self._layout = Layout(self._flat, self._writers, self._batch_size, self._max_length)
         self._flush_every = int(flush_every)
         self._drop_remainder, self._window_shift = bool(dataset_drop_remainder), dataset_window_shift
+        self._priorities = (
+            SegmentPriorities(self._writers, self._batch_size, self._max_length, alpha, beta, epsilon)
+            if sampler == "prioritized"
+            else None
+        )
         self._limiter = None if rate_limiter is None else rate_limiter.shared(context)
         self._rng = np.random.default_rng(seed)
         self._lock = threading.RLock()
@@ -229,7 +251,11 @@ class SharedReplayBuffer(ReplayBuffer):
             self._limiter.await_sample(count, self._timeout)
         try:
             with self._lock:
-                ids, probabilities, rows = self._draw(count, num_steps)
+                if self._priorities is None:
+                    ids, probabilities, rows = self._draw(count, num_steps)
+                    weights = None
+                else:
+                    ids, probabilities, rows, weights = self._draw_prioritized(count, num_steps)
         except BaseException:
             if self._limiter is not None:
                 self._limiter.undo_sample(count)
@@ -237,13 +263,81 @@ class SharedReplayBuffer(ReplayBuffer):
         if sample_batch_size is None:
             ids, rows = ids[0], rows[0]
             probabilities = probabilities.reshape(())
+            weights = None if weights is None else weights.reshape(())
         leaves = [rows[name] for name in self._names]
         if not time_stacked and num_steps is not None:
             lead = (slice(None),) if sample_batch_size is not None else ()
             items = tuple(self._flat.unflatten([leaf[(*lead, t)] for leaf in leaves]) for t in range(num_steps))
         else:
             items = self._flat.unflatten(leaves)
+        if weights is not None:
+            return items, SampleInfo(ids, probabilities, weights=weights)
         return items, BufferInfo(ids, probabilities)
+
+    def _lows_highs(self) -> tuple[list[int], list[int]]:
+        cursors = self._cursors.tolist()
+        lows = [max(0, c[WRITING] - self._max_length, c[FLOOR]) for c in cursors]
+        return lows, [max(c[STEPS], lo) for c, lo in zip(cursors, lows, strict=True)]
+
+    def _draw_prioritized(
+        self, count: int, num_steps: int | None, tries: int = 0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``_draw`` by priority: also returns the importance weights."""
+        length, batch_size, max_length = num_steps or 1, self._batch_size, self._max_length
+        lows, highs = self._lows_highs()
+        if not any(highs):
+            self._raise_empty(length, np.zeros(1, np.int64))
+        writer, step, stream, probabilities, weights = self._priorities.draw(self._rng, count, length, lows, highs)
+        column = writer * batch_size + stream
+        steps = step if num_steps is None else step[:, None] + np.arange(num_steps)
+        ids = steps * self._streams + (column if num_steps is None else column[:, None])
+        segment_of = writer if num_steps is None else writer[:, None]
+        stream_of = stream if num_steps is None else stream[:, None]
+        rows = self._records.take((segment_of * max_length + steps % max_length) * batch_size + stream_of)
+        torn = step < self._cursors[:, WRITING][writer] - max_length  # read after the copy
+        if torn.any():
+            if tries == _MAX_REDRAWS:
+                raise EmptyBufferError(
+                    f"draws overwritten while read {_MAX_REDRAWS} times in a row; writers wrap too fast"
+                )
+            self.torn_redraws += int(torn.sum())
+            again = np.flatnonzero(torn)
+            ids[again], probabilities[again], rows[again], weights[again] = self._draw_prioritized(
+                again.size, num_steps, tries + 1
+            )
+        return ids, probabilities, rows, weights
+
+    def update_priorities(self, ids: Any, priorities: Any) -> None:
+        """Set the priorities of sampled items (or windows: their first id counts).
+
+        Ids overwritten since they were sampled are ignored.
+
+        Raises:
+            ArgumentError: the buffer samples uniformly, or ``priorities`` is not numbers
+                shaped like ``ids`` (without the time axis).
+            PriorityError: a priority that is zero, negative, NaN or infinite, or an id never
+                added; nothing is changed.
+        """
+        if self._priorities is None:
+            raise ArgumentError("update_priorities: this buffer samples uniformly; build it with sampler='prioritized'")
+        ids = np.asarray(ids)
+        try:
+            priorities = np.asarray(priorities, dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise ArgumentError(f"priorities: expected numbers, got {priorities!r:.80} ({err})") from None
+        if ids.ndim == priorities.ndim + 1:
+            ids = ids[..., 0]
+        if ids.shape != priorities.shape or ids.dtype.kind not in "iu":
+            raise ArgumentError(
+                f"update_priorities: expected integer ids shaped like priorities {priorities.shape} "
+                f"(or with one more time axis), got ids {ids.shape} {ids.dtype}"
+            )
+        ids, priorities = ids.reshape(-1).astype(np.int64), priorities.reshape(-1)
+        step, column = np.divmod(ids, self._streams)
+        writer, stream = np.divmod(column, self._batch_size)
+        with self._lock:
+            lows, highs = self._lows_highs()
+            self._priorities.update(writer, step, stream, priorities, lows, highs, ids)
 
     def _draw(self, count: int, num_steps: int | None, tries: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``count`` draws: ids ``[count]`` (or ``[count, T]`` windows), probabilities ``[count]``
@@ -396,6 +490,8 @@ class SharedReplayBuffer(ReplayBuffer):
             self._cursors[:, [STEPS, WRITING, FLOOR]] = 0
             if self._limiter is not None:
                 self._limiter.reset()
+            if self._priorities is not None:
+                self._priorities.cleared()
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -481,6 +577,8 @@ class SharedReplayBuffer(ReplayBuffer):
             self._rng.bit_generator.state = state["rng"]
             if self._limiter is not None:
                 self._limiter.load_state(limiter_state)
+            if self._priorities is not None:  # priorities are not saved: every loaded item starts at 1.0
+                self._priorities.cleared()
 
     def save(self, path: str | os.PathLike) -> None:
         """Write ``state_dict()`` to the checkpoint folder ``path`` (docs/persistence.md's format)."""

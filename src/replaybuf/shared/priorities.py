@@ -1,0 +1,178 @@
+"""The learner's prioritized sampling over the writers' segments of a ``SharedReplayBuffer``.
+
+Writers never touch priorities: the learner keeps a sum tree and a min tree of
+``(priority + epsilon) ** alpha`` per record slot (``w * L * B + (t % L) * B + s``) and,
+before each draw, takes in what every writer committed since the last one (new steps get the
+largest priority given so far) and empties the slots of steps that stopped being whole
+(overwritten, being overwritten, or lost in a crash). ``update_priorities`` ignores ids
+overwritten since they were sampled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from replaybuf.errors import ArgumentError, EmptyBufferError, PriorityError
+from replaybuf.samplers.prioritized import check_beta
+from replaybuf.samplers.sumtree import MIN_WEIGHT, MinTree, SumTree, priority_mass
+
+__all__ = ["SegmentPriorities"]
+
+_REDRAWS = 64
+
+
+class SegmentPriorities:
+    """Proportional prioritized draws over ``writers`` segments of ``max_length x batch_size`` slots."""
+
+    def __init__(
+        self,
+        writers: int,
+        batch_size: int,
+        max_length: int,
+        alpha: float,
+        beta: float | Callable[[], float],
+        epsilon: float,
+    ):
+        for name, value in (("alpha", alpha), ("epsilon", epsilon)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+                raise ArgumentError(f"{name}: expected a finite float >= 0, got {value!r}")
+        check_beta(beta)
+        self.alpha, self.epsilon, self.beta_source = float(alpha), float(epsilon), beta
+        self.writers, self.batch_size, self.max_length = writers, batch_size, max_length
+        self.segment = max_length * batch_size
+        self.sums = SumTree(writers * self.segment)
+        self.mins = MinTree(writers * self.segment)
+        self.held = [(0, 0)] * writers  # per writer, the steps [low, high) whose slots hold mass
+        self.max_priority = 1.0
+
+    def beta(self) -> float:
+        return float(self.beta_source() if callable(self.beta_source) else self.beta_source)
+
+    def cleared(self) -> None:
+        self.sums.clear()
+        self.mins.clear()
+        self.held = [(0, 0)] * self.writers
+        self.max_priority = 1.0
+
+    # -- intake -----------------------------------------------------------------------------
+    def take_in(self, lows: list[int], highs: list[int]) -> None:
+        """Give every newly committed step the largest priority so far; empty the slots of
+        steps that are no longer whole. ``[lows[w], highs[w])``: writer w's whole steps now."""
+        mass = priority_mass(self.max_priority, self.alpha, self.epsilon)
+        for w, (low, high) in enumerate(zip(lows, highs, strict=True)):
+            old_low, old_high = self.held[w]
+            if (low, high) == (old_low, old_high):
+                continue
+            if high < old_high:  # the buffer was cleared or loaded under us: start again
+                old_low = old_high = low
+            self._fill(w, max(old_high, low, high - self.max_length), high, mass, mass)
+            # a step u below the new low whose slot no new step took (u + L >= high) is empty now
+            self._fill(w, max(old_low, high - self.max_length), min(low, old_high), 0.0, np.inf)
+            self.held[w] = (low, high)
+
+    def _fill(self, w: int, first: int, stop: int, value: float, minimum: float) -> None:
+        """Set the slots of writer ``w``'s steps ``[first, stop)`` (at most max_length of them)."""
+        if stop <= first:
+            return
+        start = w * self.segment + (first % self.max_length) * self.batch_size
+        end_of_segment = (w + 1) * self.segment
+        stop_slot = start + (stop - first) * self.batch_size
+        wrapped = max(0, stop_slot - end_of_segment)
+        for a, b in ((start, min(stop_slot, end_of_segment)), (w * self.segment, w * self.segment + wrapped)):
+            if b > a:
+                self.sums.update_range(a, b, value)
+                self.mins.update_range(a, b, minimum)
+
+    # -- draws ------------------------------------------------------------------------------
+    def draw(
+        self, rng: np.random.Generator, count: int, num_steps: int, lows: list[int], highs: list[int]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``count`` window starts by priority: ``(writer, step, stream, probabilities, weights)``.
+
+        Starts whose window of ``num_steps`` would pass its writer's head are never drawn
+        (their mass is left out of the probabilities).
+        """
+        self.take_in(lows, highs)
+        total = self.sums.root()
+        excluded_slots = self._head_slots(num_steps, lows, highs)
+        excluded = float(self.sums.values(excluded_slots).sum()) if excluded_slots.size else 0.0
+        if total - excluded <= 0:
+            raise EmptyBufferError(f"no stream holds {num_steps} whole steps yet; add more steps")
+        low_of, high_of = np.asarray(lows), np.asarray(highs)
+        slots, values = np.empty(count, np.int64), np.empty(count, np.float64)
+        targets = (np.arange(count) + rng.random(count)) * (total / count)
+        todo = np.arange(count)
+        for _ in range(_REDRAWS):
+            found, mass = np.empty(todo.size, np.int64), np.empty(todo.size, np.float64)
+            self.sums.kernels.find(self.sums.tree, self.sums.offsets, self.sums.arity, targets, found, mass)
+            slots[todo], values[todo] = found, mass
+            writer, row, stream = _split_slot(found, self.segment, self.batch_size)
+            step = low_of[writer] + (row - low_of[writer]) % self.max_length
+            bad = (mass <= 0) | (step > high_of[writer] - num_steps)
+            if not bad.any():
+                break
+            todo = todo[bad]
+            targets = rng.random(todo.size) * total  # rounding onto an empty slot or a start into the head
+        else:
+            raise EmptyBufferError(f"no start of a {num_steps}-step window found in {_REDRAWS} redraws")
+        writer, row, stream = _split_slot(slots, self.segment, self.batch_size)
+        step = low_of[writer] + (row - low_of[writer]) % self.max_length
+        probabilities = values / (total - excluded)
+        smallest = self.mins.root()
+        weights = np.maximum((values / smallest) ** -self.beta(), MIN_WEIGHT) if np.isfinite(smallest) else values
+        return writer, step, stream, probabilities.astype(np.float32), weights.astype(np.float32)
+
+    def _head_slots(self, num_steps: int, lows: list[int], highs: list[int]) -> np.ndarray:
+        """Slots of starts whose window would pass the head: each writer's newest T - 1 steps."""
+        if num_steps == 1:
+            return np.empty(0, np.int64)
+        parts = []
+        for w, (low, high) in enumerate(zip(lows, highs, strict=True)):
+            steps = np.arange(max(low, high - num_steps + 1), high)
+            rows = (steps % self.max_length)[:, None] * self.batch_size + np.arange(self.batch_size)
+            parts.append((w * self.segment + rows).ravel())
+        return np.concatenate(parts)
+
+    # -- priorities -------------------------------------------------------------------------
+    def update(
+        self,
+        writer: np.ndarray,
+        step: np.ndarray,
+        stream: np.ndarray,
+        priorities: np.ndarray,
+        lows: list[int],
+        highs: list[int],
+        ids: np.ndarray,
+    ) -> None:
+        """Set priorities of (writer, step, stream) items; stale ones (overwritten) are skipped.
+
+        Raises:
+            PriorityError: a priority that is not finite and > 0, or an id never added;
+                nothing is changed.
+        """
+        bad = ~(np.isfinite(priorities) & (priorities > 0))
+        if bad.any():
+            raise PriorityError(
+                f"priorities: expected finite values > 0, got {priorities[bad][:5].tolist()} "
+                f"at positions {np.flatnonzero(bad)[:5].tolist()}"
+            )
+        low_of, high_of = np.asarray(lows), np.asarray(highs)
+        never = (ids < 0) | (step >= high_of[writer])
+        if never.any():
+            raise PriorityError(f"ids: expected ids of added items, got {ids[never][:5].tolist()}")
+        self.take_in(lows, highs)
+        live = step >= low_of[writer]
+        slots = (writer * self.segment + (step % self.max_length) * self.batch_size + stream)[live]
+        masses = np.array([priority_mass(p, self.alpha, self.epsilon) for p in priorities[live].tolist()])
+        if slots.size:
+            self.sums.update(slots, masses)
+            self.mins.update(slots, masses)
+            self.max_priority = max(self.max_priority, float(priorities[live].max()))
+
+
+def _split_slot(slots: np.ndarray, segment: int, batch_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    writer, inner = np.divmod(slots, segment)
+    row, stream = np.divmod(inner, batch_size)
+    return writer, row, stream

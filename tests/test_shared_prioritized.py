@@ -1,0 +1,134 @@
+"""SharedReplayBuffer(sampler="prioritized"): the learner's priorities over the writers' segments."""
+# ruff: noqa: F811  (pytest fixtures imported from shared_workers are parameters here)
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import numpy as np
+import pytest
+
+from conformance_data import SPEC, assert_items_match_ids, fields_for_ids
+from replaybuf import SampleInfo
+from replaybuf.errors import ArgumentError, PriorityError
+from replaybuf.shared import SharedReplayBuffer
+from shared_workers import buffers, no_leaked_segments, write, write_steps  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_without_updates_every_item_is_equally_likely_with_weight_one(buffers):
+    buffer = buffers(SPEC, writers=2, batch_size=2, max_length=8, sampler="prioritized", seed=0)
+    write(buffer.writer(0), range(5))
+    write(buffer.writer(1), range(3))
+    items, info = buffer.get_next(64)
+    assert isinstance(info, SampleInfo)
+    assert_items_match_ids(items, info.ids)
+    np.testing.assert_allclose(info.probabilities, 1 / 16, rtol=1e-6)
+    np.testing.assert_allclose(info.weights, 1.0)
+    seen = set()
+    for _ in range(30):
+        seen.update(buffer.get_next(64)[1].ids.tolist())
+    assert seen == {t * 4 + s for t in range(5) for s in (0, 1)} | {t * 4 + 2 + s for t in range(3) for s in (0, 1)}
+
+
+def test_updated_priorities_set_probabilities_and_weights(buffers):
+    buffer = buffers(SPEC, writers=2, batch_size=1, max_length=8, sampler="prioritized", alpha=1.0, beta=1.0,
+                     epsilon=0.0, seed=1)
+    write(buffer.writer(0), range(3))  # ids 0, 2, 4
+    write(buffer.writer(1), range(1))  # id 1
+    buffer.update_priorities(np.array([0, 2, 4, 1]), np.array([1.0, 1.0, 1.0, 7.0]))
+    items, info = buffer.get_next(2000)
+    assert_items_match_ids(items, info.ids)
+    share = np.mean(info.ids == 1)
+    assert 0.6 < share < 0.8  # 7 of 10
+    np.testing.assert_allclose(info.probabilities[info.ids == 1], 0.7, rtol=1e-6)
+    np.testing.assert_allclose(info.probabilities[info.ids == 0], 0.1, rtol=1e-6)
+    np.testing.assert_allclose(info.weights[info.ids == 1], 1 / 7, rtol=1e-5)  # (P / P_min) ** -1
+    write(buffer.writer(1), [1])  # a new item gets the largest priority so far (7)
+    _, info = buffer.get_next(10)
+    np.testing.assert_allclose(info.probabilities[info.ids == 3], 7 / 17, rtol=1e-6)
+
+
+def test_stale_ids_are_ignored_and_bad_updates_change_nothing(buffers):
+    buffer = buffers(SPEC, writers=1, batch_size=1, max_length=4, sampler="prioritized", alpha=1.0, epsilon=0.0)
+    writer = buffer.writer(0)
+    write(writer, range(4))
+    write(writer, range(4, 6))  # ids 0 and 1 overwritten
+    buffer.update_priorities(np.array([0, 1, 5]), np.array([50.0, 50.0, 3.0]))  # 0, 1 stale: ignored
+    _, info = buffer.get_next(10)
+    np.testing.assert_allclose(info.probabilities[info.ids == 5], 3 / 6, rtol=1e-6)
+    before = buffer.get_next(1)[1]
+    with pytest.raises(PriorityError, match="expected finite values > 0, got \\[0.0\\] at positions \\[1\\]"):
+        buffer.update_priorities(np.array([4, 5]), np.array([2.0, 0.0]))
+    with pytest.raises(PriorityError, match="expected ids of added items, got \\[6\\]"):
+        buffer.update_priorities(np.array([4, 6]), np.array([2.0, 2.0]))
+    with pytest.raises(ArgumentError, match="expected integer ids shaped like priorities \\(3,\\)"):
+        buffer.update_priorities(np.array([4, 5]), np.array([2.0, 2.0, 2.0]))
+    _, info = buffer.get_next(10)
+    np.testing.assert_allclose(info.probabilities[info.ids == 5], 3 / 6, rtol=1e-6)  # unchanged
+    assert before.ids in (2, 3, 4, 5)
+
+
+def test_windows_never_pass_the_head_and_are_renormalised(buffers):
+    buffer = buffers(SPEC, writers=2, batch_size=1, max_length=8, sampler="prioritized", seed=2)
+    write(buffer.writer(0), range(6))
+    write(buffer.writer(1), range(3))
+    for _ in range(20):
+        items, info = buffer.get_next(32, 3)
+        assert_items_match_ids(items, info.ids)
+        steps, columns = np.divmod(info.ids, 2)
+        assert (steps[:, -1] < np.where(columns[:, 0] == 0, 6, 3)).all()
+        np.testing.assert_allclose(info.probabilities, 1 / (4 + 1), rtol=1e-6)  # starts 0-3 and 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"sampler": "rank"}, "sampler: expected 'uniform' or 'prioritized', got 'rank'"),
+        ({"alpha": 0.5}, "alpha: only used with sampler='prioritized', got alpha=0.5"),
+        ({"sampler": "prioritized", "alpha": -1}, "alpha: expected a finite float >= 0, got -1"),
+        ({"sampler": "prioritized", "beta": 2}, "beta: expected a float in \\[0, 1\\] or a callable, got 2"),
+    ],
+)
+def test_bad_sampler_arguments_are_rejected(kwargs, match):
+    with pytest.raises(ArgumentError, match=match):
+        SharedReplayBuffer(SPEC, **kwargs)
+
+
+def test_a_uniform_buffer_has_no_priorities_to_update(buffers):
+    buffer = buffers(SPEC)
+    buffer.add_batch(fields_for_ids(np.array([0])))
+    with pytest.raises(ArgumentError, match="samples uniformly; build it with sampler='prioritized'"):
+        buffer.update_priorities(np.array([0]), np.array([1.0]))
+
+
+def test_prioritized_sampling_while_writer_processes_wrap(buffers):
+    buffer = buffers(SPEC, writers=3, batch_size=2, max_length=32, sampler="prioritized", seed=4)
+    context = multiprocessing.get_context("spawn")
+    procs = [context.Process(target=write_steps, args=(buffer.writer(w, flush_every=4), 0, 1500)) for w in range(3)]
+    for proc in procs:
+        proc.start()
+    try:
+        deadline = time.monotonic() + 60
+        while buffer.num_frames() < 3 * 2 * 8:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        rounds = 0
+        while any(p.is_alive() for p in procs) and rounds < 2000:
+            items, info = buffer.get_next(64, 2)
+            assert_items_match_ids(items, info.ids)
+            buffer.update_priorities(info.ids, np.abs(info.ids[:, 0] % 7) + 0.5)
+            rounds += 1
+        for proc in procs:
+            proc.join(60)
+        assert [p.exitcode for p in procs] == [0, 0, 0] and rounds > 0
+        items, info = buffer.get_next(256, 2)
+        assert_items_match_ids(items, info.ids)
+        assert (info.ids // 6 >= 1500 - 32).all()  # only the last 32 steps of each stream are left
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(10)
