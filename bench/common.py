@@ -79,6 +79,7 @@ ROWS = [
     Row("w4_windows", "W4 sample 256 windows of 8 steps", "batches/s", 1, "numpy-fancy", "flashbax", 2),
     Row("tf_add", "TF add_batch (batch 1), 64 per tf.function call", "items/s", 64, "", TF_AGENTS, 5),
     Row("tf_dataset", "TF as_dataset(256, num_steps=2) iteration", "batches/s", 1, "", TF_AGENTS, 3),
+    Row("tf_dataset_add", "TF add one step, then next() on as_dataset(256, 2)", "rounds/s", 1, "", TF_AGENTS, 1.5),
 ]
 ROW_BY_KEY = {row.key: row for row in ROWS}
 

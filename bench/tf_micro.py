@@ -6,6 +6,8 @@ f32, done bool, next_obs f32[4]):
 - add: 64 ``add_batch`` calls of batch 1 in a tf.while_loop inside one tf.function, items/s;
 - dataset: ``next()`` on ``as_dataset(256, num_steps=2)`` as the tutorial writes it, batches/s;
 - tuned: the same with ``num_parallel_calls=3`` and ``.prefetch(3)`` (TF-Agents' DQN tutorial);
+- add+next: the DQN loop, one add of a step of all streams (a tf.function) then one ``next()``
+  on the dataset row's dataset, rounds/s;
 - call add: one ``tf.function`` call per ``add_batch`` of batch 1 (the item its argument), adds/s;
 - eager add: ``add_batch`` of one NumPy item called eagerly, once per Python call, adds/s.
 
@@ -128,6 +130,7 @@ ROWS = {
     "add items/s": (tf_common.tf_add, tf_common.ADDS_PER_CALL),
     "dataset b/s": (tf_common.tf_dataset, 1),
     "tuned b/s": (lambda make: tf_common.tf_dataset(make, tuned=True), 1),
+    "add+next r/s": (tf_common.tf_dataset_add, 1),
     "call add/s": (tf_common.call_add, 1),
     "eager add/s": (tf_common.eager_add, 1),
 }
@@ -157,7 +160,10 @@ def main(argv=None):
     parser.add_argument("--tf-agents-site", help="a site-packages folder holding tf_agents")
     parser.add_argument("--quick", action="store_true", help="smaller buffers, shorter timing")
     parser.add_argument(
-        "--only", action="append", choices=["add", "dataset", "tuned", "call", "eager"], help="run this row (repeat)"
+        "--only",
+        action="append",
+        choices=["add", "dataset", "tuned", "add+next", "call", "eager"],
+        help="run this row (repeat)",
     )
     args = parser.parse_args(argv)
     if args.tf_agents_site:

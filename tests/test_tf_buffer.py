@@ -203,14 +203,15 @@ def test_random_dataset_is_exact_every_element_sees_every_earlier_add_and_clear(
 
 
 def test_random_dataset_draws_ahead_only_while_nothing_is_added():
-    """Eager iteration draws groups (2, 4, 8) while reads come without adds; with an add
-    between every two reads it draws one element at a time, so nothing is drawn in vain."""
+    """Eager iteration draws groups (2, 4, 8, 16: the default dataset_draw_ahead) while reads
+    come without adds; with an add between every two reads it draws one element at a time,
+    so nothing is drawn in vain."""
     buffer = make(batch_size=2, max_length=50)
     fill(buffer, 50)
     iterator = iter(buffer.as_dataset(4, 2))
-    for _ in range(20):
+    for _ in range(40):
         next(iterator)
-    assert sorted(iterator._group_iterators) == [2, 4, 8]
+    assert sorted(iterator._group_iterators) == [2, 4, 8, 16]
 
     iterator = iter(buffer.as_dataset(4, 2))
     for step in range(50, 70):
@@ -568,7 +569,7 @@ def test_properties_and_seeded_sampling():
         5,
         "cpu:*",
         False,
-        8,
+        16,
     )
     fill(a, 4)
     fill(b, 4)

@@ -153,5 +153,6 @@ LIBS = {
         "w2_rss": image_rss,
         "tf_add": tf_common.tf_add(_tf_buffer),
         "tf_dataset": tf_common.tf_dataset(_tf_buffer),
+        "tf_dataset_add": tf_common.tf_dataset_add(_tf_buffer),
     },
 }

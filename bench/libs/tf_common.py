@@ -87,17 +87,7 @@ def tf_dataset(make, tuned=False):
     """
 
     def factory(sizes):
-        import tensorflow as tf
-
-        buffer = make(spec(tf), STREAMS, sizes.capacity // STREAMS)
-
-        @tf.function
-        def add(items):
-            buffer.add_batch(items)  # TF-Agents returns an Operation: not returned here
-
-        for _, batch in chunks(small_pool(sizes.stored), sizes.stored, STREAMS):
-            if len(batch["obs"]) == STREAMS:
-                add({k: tf.constant(v) for k, v in batch.items()})
+        buffer, _ = _filled(make, sizes)
         if tuned:
             dataset = buffer.as_dataset(BATCH, num_steps=2, num_parallel_calls=3).prefetch(3)
         else:
@@ -107,3 +97,43 @@ def tf_dataset(make, tuned=False):
         return repeat(next, iterator)
 
     return factory
+
+
+def tf_dataset_add(make):
+    """The DQN loop: one add (a step of all 64 streams, in a tf.function as a driver collects)
+    then one ``next()`` on ``as_dataset(256, num_steps=2)`` as the tutorial writes it; rounds/s.
+
+    Every element must reflect the add before it (TF-Agents' draws are made when asked for,
+    and so are replaybuf's: it draws ahead only while no add comes between reads).
+    """
+
+    def factory(sizes):
+        import tensorflow as tf
+
+        buffer, add = _filled(make, sizes)
+        step = {k: tf.constant(v) for k, v in small_pool(STREAMS).items()}
+        iterator = iter(buffer.as_dataset(sample_batch_size=BATCH, num_steps=2))
+
+        def round_():
+            add(step)
+            next(iterator)
+
+        return repeat(round_)
+
+    return factory
+
+
+def _filled(make, sizes):
+    """A buffer of 64 streams holding ``sizes.stored`` items, and its tf.function add."""
+    import tensorflow as tf
+
+    buffer = make(spec(tf), STREAMS, sizes.capacity // STREAMS)
+
+    @tf.function
+    def add(items):
+        buffer.add_batch(items)  # TF-Agents returns an Operation: not returned here
+
+    for _, batch in chunks(small_pool(sizes.stored), sizes.stored, STREAMS):
+        if len(batch["obs"]) == STREAMS:
+            add({k: tf.constant(v) for k, v in batch.items()})
+    return buffer, add

@@ -111,5 +111,6 @@ LIBS = {
     "tf-agents TFUniform": {
         "tf_add": tf_common.tf_add(_tf_buffer),
         "tf_dataset": tf_common.tf_dataset(_tf_buffer),
+        "tf_dataset_add": tf_common.tf_dataset_add(_tf_buffer),
     },
 }

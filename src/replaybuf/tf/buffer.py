@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops.gen_resource_variable_ops import read_variable_op
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive
 from replaybuf.dataset import check_pass_arguments
@@ -122,7 +123,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         dataset_window_shift: int | None = None,
         stateful_dataset: bool = False,
         seed: int | None = None,
-        dataset_draw_ahead: int = 8,
+        dataset_draw_ahead: int = 16,
     ):
         check_positive("batch_size", batch_size, allow_none=False)
         check_positive("max_length", max_length, allow_none=False)
@@ -437,8 +438,8 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         if not (compiled.graph_adds or compiled.graph_clears):
             return compiled.writes
         store = self._store
-        steps = int(read_variable(store.steps)) if compiled.graph_adds else None
-        clears = int(read_variable(store.clears)) if compiled.graph_clears else None
+        steps = int(read_variable_op(store.steps.handle, tf.int64)) if compiled.graph_adds else None
+        clears = int(read_variable_op(store.clears.handle, tf.int64)) if compiled.graph_clears else None
         return compiled.writes, steps, clears
 
     # -- housekeeping ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from replaybuf.buffer import BufferInfo
 
-__all__ = ["PassPlan", "deterministic_pass", "element_unflatten", "group_dataset", "random_dataset"]
+__all__ = ["PassPlan", "deterministic_pass", "element_unflatten", "group_dataset", "random_dataset", "when_asked"]
 
 
 Attempt = Callable[[int | None], tuple[list, tf.Tensor, tf.Tensor, tf.Tensor]]
@@ -72,7 +72,7 @@ def random_dataset(
     dataset = _intact_draws(drawn, num_parallel_calls)
     if group is not None:
         dataset = dataset.unbatch()
-    return dataset if num_parallel_calls is not None else _when_asked(dataset)
+    return dataset if num_parallel_calls is not None else when_asked(dataset)
 
 
 def group_dataset(attempt: Attempt, unflatten: Callable, size: int) -> tf.data.Dataset:
@@ -93,7 +93,7 @@ def group_dataset(attempt: Attempt, unflatten: Callable, size: int) -> tf.data.D
         )
         return group, intact
 
-    return _when_asked(_intact_draws(drawn, None))
+    return when_asked(_intact_draws(drawn, None))
 
 
 def _intact_draws(drawn: Callable, num_parallel_calls: int | None) -> tf.data.Dataset:
@@ -118,7 +118,7 @@ def _intact_draws(drawn: Callable, num_parallel_calls: int | None) -> tf.data.Da
     )
 
 
-def _when_asked(dataset: tf.data.Dataset) -> tf.data.Dataset:
+def when_asked(dataset: tf.data.Dataset) -> tf.data.Dataset:
     """Draw when asked, never ahead: tf.data would otherwise inject a prefetch (or turn a map
     into a parallel one) and serve elements drawn before the latest adds."""
     options = tf.data.Options()

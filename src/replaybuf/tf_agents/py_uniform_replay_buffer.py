@@ -26,7 +26,7 @@ from replaybuf.buffers import PyUniformReplayBuffer as _Buffer
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, SpecMismatchError
 from replaybuf.nest import FlatSpec, to_numpy
 from replaybuf.specs import untracked_nest
-from replaybuf.tf.datasets import element_unflatten
+from replaybuf.tf.datasets import element_unflatten, when_asked
 
 __all__ = ["PyUniformReplayBuffer"]
 
@@ -114,7 +114,8 @@ class PyUniformReplayBuffer(tf.Module):
         ``[sample_batch_size, num_steps] + shape`` per leaf where given, time-stacked; lists
         of the data_spec come as tuples (tf.data reads a list as one tensor).
 
-        Each element is sampled when tf.data asks for it, so it sees every earlier add. While
+        Each element is sampled when it is asked for (tf.data's automatic prefetch is
+        switched off), so it sees every earlier add. While
         the buffer is empty, or holds fewer than ``num_steps`` items, an element is all
         zeros, where TF-Agents' holds uninitialised memory (its tests read a dataset before
         any add); ``get_next`` raises instead.
@@ -148,7 +149,7 @@ class PyUniformReplayBuffer(tf.Module):
                     continue
                 yield inner.element(inner.flat.flatten(items))
 
-        return tf.data.Dataset.from_generator(samples, output_signature=signature)
+        return when_asked(tf.data.Dataset.from_generator(samples, output_signature=signature))
 
     def gather_all(self) -> Any:
         """Every stored item, ``[1, n] + shape``, oldest first (stored items only)."""
