@@ -14,7 +14,7 @@ import pytest
 def limiter_inserts(limiter, count: int, done) -> None:
     """Insert ``count`` items one at a time through a shared rate limiter."""
     for _ in range(count):
-        limiter.await_insert(1, timeout=20)
+        limiter.await_insert(1, timeout=90)
         with done.get_lock():
             done.value += 1
 

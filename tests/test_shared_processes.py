@@ -23,7 +23,7 @@ from shared_workers import (
     write_until_closed,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)  # generous: a loaded 2-core machine starts spawn children slowly
 METHODS = [m for m in ("spawn", "forkserver", "fork") if m in multiprocessing.get_all_start_methods()]
 
 
@@ -41,7 +41,7 @@ class Children:
         self.processes.append(process)
         return process
 
-    def join(self, timeout: float = 60) -> None:
+    def join(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         for process in self.processes:
             process.join(max(0.1, deadline - time.monotonic()))
@@ -70,7 +70,7 @@ def children(request):
         group.reap()
 
 
-def wait_for(predicate, timeout: float = 30, what: str = "") -> None:
+def wait_for(predicate, timeout: float = 120, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -108,16 +108,13 @@ def test_reads_racing_wrapping_writers_are_whole(children):
     procs = children("fork" if "fork" in METHODS else "spawn")
     with SharedReplayBuffer(SPEC, writers=writers, batch_size=batch_size, max_length=max_length, seed=2) as buffer:
         for w in range(writers):
-            procs.start(write_steps, buffer.writer(w, flush_every=4), 0, 3000)
-        wait_for(lambda: buffer.num_frames() >= writers * batch_size * 8, what="the first steps")
-        reads = 0
-        while any(p.is_alive() for p in procs.processes) and reads < 3000:
+            procs.start(write_until_closed, buffer.writer(w, flush_every=4), 0)  # until the close below
+        wait_for(lambda: buffer.num_frames() == writers * batch_size * max_length, what="every ring full")
+        for _ in range(300):  # the writers keep wrapping their 32-step rings all along
             items, info = buffer.get_next(128, 4)
             assert_items_match_ids(items, info.ids)
-            reads += 1
-        procs.join()
-        assert reads > 0
-        assert buffer.num_frames() == writers * batch_size * max_length
+        assert all(p.is_alive() for p in procs.processes)
+    procs.join()  # close() ended the writers
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -143,9 +140,9 @@ def test_sigkill_mid_add_loses_only_that_block_and_the_writer_can_be_taken_over(
         start = multiprocessing.get_context(method).Value("q", -1)
         clean_handle = buffer.writer(0, flush_every=flush_every)
         successor = procs.start(take_over_and_write, clean_handle, 8, start)
-        successor.join(60)
+        successor.join(120)
         assert successor.exitcode == 0 and start.value == 20
-        other.join(60)
+        other.join(120)
         assert other.exitcode == 0  # the other writer went on meanwhile
         seen = {}
         for items, info in buffer.as_dataset(single_deterministic_pass=True):
@@ -161,7 +158,7 @@ def test_a_rate_limited_run_stays_inside_the_error_buffer(children):
     limiter = SampleToInsertRatio(spi, min_size, error_buffer)
     procs = children("spawn")
     with SharedReplayBuffer(
-        SPEC, writers=2, batch_size=2, max_length=64, seed=4, rate_limiter=limiter, rate_limiter_timeout=30
+        SPEC, writers=2, batch_size=2, max_length=64, seed=4, rate_limiter=limiter, rate_limiter_timeout=120
     ) as buffer:
         shared = buffer.rate_limiter
         for w in range(2):
