@@ -16,11 +16,23 @@ import numpy as np
 
 from replaybuf.errors import ArgumentError, EmptyBufferError, PriorityError
 from replaybuf.samplers.prioritized import check_beta
-from replaybuf.samplers.sumtree import MIN_WEIGHT, MinTree, SumTree, priority_mass
+from replaybuf.samplers.sumtree import MinTree, SumTree
 
 __all__ = ["SegmentPriorities"]
 
 _REDRAWS = 64
+_MIN_MASS = float(np.finfo(np.float64).tiny)  # masses stay finite and > 0, as the trees expect
+_MAX_MASS = 2.0**960
+_MIN_WEIGHT = float(np.finfo(np.float32).tiny)  # float32 weights in (0, 1]
+
+
+def priority_mass(priority: float, alpha: float, epsilon: float) -> float:
+    """``(priority + epsilon) ** alpha`` kept inside ``[_MIN_MASS, _MAX_MASS]``."""
+    try:
+        mass = (priority + epsilon) ** alpha
+    except OverflowError:
+        return _MAX_MASS
+    return min(max(mass, _MIN_MASS), _MAX_MASS)
 
 
 class SegmentPriorities:
@@ -121,7 +133,7 @@ class SegmentPriorities:
         step = low_of[writer] + (row - low_of[writer]) % self.max_length
         probabilities = values / (total - excluded)
         smallest = self.mins.root()
-        weights = np.maximum((values / smallest) ** -self.beta(), MIN_WEIGHT) if np.isfinite(smallest) else values
+        weights = np.maximum((values / smallest) ** -self.beta(), _MIN_WEIGHT) if np.isfinite(smallest) else values
         return writer, step, stream, probabilities.astype(np.float32), weights.astype(np.float32)
 
     def _head_slots(self, num_steps: int, lows: list[int], highs: list[int]) -> np.ndarray:
