@@ -287,6 +287,37 @@ def test_rate_limited_sample_times_out_counting_nothing():
     assert buffer.rate_limiter_state()["samples"] == 4
 
 
+def test_restarted_limiter_rebuilds_its_counts_from_the_shards():
+    buffer = ShardedReplayBuffer(SPEC, shards=2, max_length=4, rate_limiter=replaybuf.MinSize(2))
+    for t in range(6):  # 12 inserted, 4 evicted per shard
+        buffer.add_batch(step_batch(t, 2))
+    buffer.get_next(5)
+    before = buffer.rate_limiter_state()
+    assert (before["inserts"], before["samples"], before["deletes"]) == (12, 5, 4)
+    limiter = buffer.rate_limiter_actor()
+
+    def pid_and_rebuilt():
+        try:
+            ask = limiter.__ray_call__.remote(lambda self: (__import__("os").getpid(), self.rebuilt))
+            return ray.get(ask, timeout=5)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return None  # down or restarting
+
+    pid, rebuilt = pid_and_rebuilt()
+    assert not rebuilt
+    ray.kill(limiter, no_restart=False)
+    deadline = time.monotonic() + 120
+    while (now := pid_and_rebuilt()) is None or now[0] == pid:
+        assert time.monotonic() < deadline, "the limiter did not restart"
+        time.sleep(0.2)
+    assert now[1], "the restarted limiter did not rebuild"
+    after = buffer.rate_limiter_state()
+    assert (after["inserts"], after["samples"], after["deletes"]) == (12, 5, 4)
+    buffer.add_batch(step_batch(6, 2))
+    buffer.get_next(3)
+    assert buffer.rate_limiter_state()["samples"] == 8
+
+
 def test_checkpoint_and_restore_the_whole_buffer(tmp_path):
     def make():
         return ShardedReplayBuffer(

@@ -40,7 +40,7 @@ from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, P
 from replaybuf.nest import FlatSpec
 from replaybuf.rate_limiters import check_rate_limiter, check_timeout
 from replaybuf.ray.dataset import ShardedRandomDataset
-from replaybuf.ray.remote import SHARD_DOWN, Limiter, ShardUnavailableError, get, limiter_config
+from replaybuf.ray.remote import SHARD_DOWN, Limiter, ShardUnavailableError, call, get, limiter_config
 from replaybuf.ray.shard import Shard, shard_mass
 from replaybuf.ray.writer import ShardWriter
 from replaybuf.ring import StreamRing
@@ -330,7 +330,7 @@ class ShardedReplayBuffer(ReplayBuffer):
         """Forget every item on every shard (and the limiter's counts)."""
         get([a.clear.remote() for a in self._actors], timeout=self._call_timeout)
         if self._limiter is not None:
-            get(self._limiter.reset.remote())
+            call(self._limiter.reset, retry_timeout=self._retry_timeout)
         self._masses.clear()
         self._fresh = False
 
@@ -368,7 +368,7 @@ class ShardedReplayBuffer(ReplayBuffer):
         """Start one fan-out: the limiter's grant, the split, one call per live shard."""
         n = sample_batch_size or 1
         if self._limiter is not None:
-            get(self._limiter.await_sample.remote(n, self._limiter_timeout))
+            call(self._limiter.await_sample, n, self._limiter_timeout, retry_timeout=self._retry_timeout)
         self._check_down()
         masses = self._masses.get(num_steps)
         if masses is None or not self._fresh:
@@ -608,11 +608,15 @@ class ShardedReplayBuffer(ReplayBuffer):
 
     def rate_limiter_state(self) -> dict | None:
         """The cluster limiter's counters and rules (None without a limiter)."""
-        return None if self._limiter is None else get(self._limiter.state.remote())
+        return None if self._limiter is None else call(self._limiter.state, retry_timeout=self._retry_timeout)
+
+    def rate_limiter_actor(self) -> Any:
+        """The limiter actor's handle (None without a limiter)."""
+        return self._limiter
 
     def rate_limiter_range(self) -> tuple[float, float] | None:
         """The limiter's ``observed_range()`` (see ``RateLimiter``); None without a limiter."""
-        return None if self._limiter is None else get(self._limiter.observed_range.remote())
+        return None if self._limiter is None else call(self._limiter.observed_range, retry_timeout=self._retry_timeout)
 
     # -- checkpoints ----------------------------------------------------------------------------
     def checkpoint(self, path: str | os.PathLike) -> None:
@@ -674,14 +678,14 @@ class ShardedReplayBuffer(ReplayBuffer):
             )
         get([a.load.remote(str(root / f"shard-{k:03d}")) for k, a in enumerate(self._actors)])
         if self._limiter is not None:
-            get(self._limiter.load_state.remote(manifest["rate_limiter"]))
+            call(self._limiter.load_state, manifest["rate_limiter"], retry_timeout=self._retry_timeout)
         self._masses.clear()
         self._fresh = False
 
     def close(self) -> None:
         """Wake every call blocked on the rate limiter with ``BufferClosedError``."""
         if self._limiter is not None:
-            get(self._limiter.close.remote())
+            call(self._limiter.close, retry_timeout=self._retry_timeout)
 
     def shutdown(self) -> None:
         """Kill the shard and limiter actors (the buffer is unusable afterwards)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 from typing import Any
 
@@ -11,7 +12,7 @@ from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayT
 from replaybuf.errors import ReplayBufferError
 from replaybuf.rate_limiters import RateLimiter
 
-__all__ = ["SHARD_DOWN", "Limiter", "ShardUnavailableError", "get", "limiter_config", "reconstructed"]
+__all__ = ["SHARD_DOWN", "Limiter", "ShardUnavailableError", "call", "get", "limiter_config", "reconstructed"]
 
 # what a call to a shard that is dead, restarting or on a removed node raises
 SHARD_DOWN = (RayActorError, GetTimeoutError, ObjectLostError)
@@ -37,6 +38,27 @@ def get(refs: Any, timeout: float | None = None) -> Any:
         if isinstance(cause, ReplayBufferError):
             raise cause from None
         raise
+
+
+def call(method: Any, *args: Any, retry_timeout: float | None = 120.0) -> Any:
+    """``method.remote(*args)`` and its result, sent again while its actor is down
+    (restarting: the limiter rebuilds its counts when it is back), up to ``retry_timeout``.
+
+    Raises:
+        ShardUnavailableError: the actor stayed down past ``retry_timeout``.
+    """
+    deadline = None
+    while True:
+        try:
+            return get(method.remote(*args))
+        except (RayActorError, ObjectLostError) as err:
+            now = time.monotonic()
+            deadline = deadline if deadline is not None else now + (retry_timeout or 0.0)
+            if now >= deadline:
+                raise ShardUnavailableError(
+                    f"an actor stayed unreachable for {retry_timeout} s ({type(err).__name__})"
+                ) from None
+            time.sleep(0.2)
 
 
 def limiter_config(limiter: RateLimiter) -> dict:

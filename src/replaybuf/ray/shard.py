@@ -35,7 +35,7 @@ from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, ReplayBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import POINTER, read_state, write_state
-from replaybuf.ray.remote import get, reconstructed
+from replaybuf.ray.remote import call, reconstructed
 from replaybuf.samplers import EpisodeSampler, PrioritizedSampler, UniformSampler
 
 __all__ = ["Shard", "shard_mass"]
@@ -156,7 +156,7 @@ class Shard:
             items = self.flat.unflatten(leaves)
             if self.limiter is not None:
                 self.flat.flatten_batch(items, n)  # a bad add fails before it is counted
-                get(self.limiter.await_insert.remote(n, self.limiter_timeout))
+                call(self.limiter.await_insert, n, self.limiter_timeout)
             with self.cond:  # the item and its writer's number change together (checkpoints)
                 evicted = n if self.buffer._ring.steps >= self.buffer.max_length else 0
                 self.buffer.add_batch(items)  # copies into the storage
@@ -169,10 +169,15 @@ class Shard:
                     self.since_checkpoint = 0
                 state["applied"], state["busy"] = seq, False
                 self.cond.notify_all()
+        except ReplayBufferError:  # a refused add (spec, limiter timeout, closed) is not resent:
+            with self.cond:  # the writer's later adds go on
+                state["applied"], state["busy"] = seq, False
+                self.cond.notify_all()
+            raise
         finally:
-            if not inserted:  # a failed add is not retried: the writer's later adds go on
+            if not inserted:  # any other failure: the writer may resend this add
                 with self.cond:
-                    state["applied"], state["busy"] = seq, False
+                    state["busy"] = False
                     self.cond.notify_all()
         if evicted and self.limiter is not None:
             self.limiter.delete.remote(evicted)
