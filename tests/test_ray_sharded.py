@@ -120,6 +120,33 @@ def test_uniform_windows_over_unequal_shards():
     assert len(seen) == starts
 
 
+def test_episode_aware_shards_split_by_windows_inside_episodes():
+    spec = {"step_type": replaybuf.ArraySpec((), np.int32), "tag": replaybuf.ArraySpec((), np.int64)}
+    buffer = ShardedReplayBuffer(spec, shards=2, max_length=40, seed=6, buffer_options={"respect_episodes": True})
+    windows = 0
+    for k, lengths in enumerate([[3, 5, 2], [10, 4]]):  # episodes of these lengths, one writer per shard
+        writer, tag = buffer.writer(k), 0
+        for length in lengths:
+            windows += max(0, length - 3 + 1)
+            for t in range(length):
+                step_type = 0 if t == 0 else (2 if t == length - 1 else 1)
+                writer.add_batch({"step_type": np.array([step_type], np.int32), "tag": np.array([k * 100 + tag])})
+                tag += 1
+        writer.flush()
+    episode_of = {}
+    for k, lengths in enumerate([[3, 5, 2], [10, 4]]):
+        tag = 0
+        for e, length in enumerate(lengths):
+            for _ in range(length):
+                episode_of[k * 100 + tag] = (k, e)
+                tag += 1
+    for _ in range(20):
+        items, info = buffer.get_next(32, 3)
+        np.testing.assert_allclose(info.probabilities, 1.0 / windows, rtol=1e-5)  # 1 + 3 + 8 + 2 windows
+        for row in items["tag"]:
+            assert len({episode_of[int(t)] for t in row}) == 1, row  # never across an episode end
+
+
 def test_prioritized_split_is_exact_and_weights_global():
     buffer = ShardedReplayBuffer(
         SPEC, shards=3, batch_size=3, max_length=50, seed=3,
