@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -55,7 +56,7 @@ class Codec:
                 self._compress = lambda frame: block.compress(
                     frame, mode="high_compression", compression=level, store_size=False
                 )
-            self._decompress = lambda blob: block.decompress(blob, uncompressed_size=frame_bytes)
+            self._lz4_decompress = partial(block.decompress, uncompressed_size=frame_bytes)
             self._errors: tuple[type[BaseException], ...] = (lz4.block.LZ4BlockError, ValueError)
         else:
             import zstandard
@@ -63,13 +64,17 @@ class Codec:
             self._compress = zstandard.ZstdCompressor(level=1 if level is None else level).compress
             self._zstd = zstandard
             self._errors = (zstandard.ZstdError, ValueError)
-            self._decompress = self._zstd_decompress
 
-    def _zstd_decompress(self, blob: Any) -> bytes:
-        decompressor = getattr(self._local, "decompressor", None)
-        if decompressor is None:
-            decompressor = self._local.decompressor = self._zstd.ZstdDecompressor()
-        return decompressor.decompress(blob, max_output_size=self.frame_bytes)
+    def decoder(self) -> Callable[[Any], bytes]:
+        """``decompress`` for the calling thread, as a C-level callable (no Python frame per
+        blob): zstandard's decompressor objects must not be shared between threads."""
+        if self.name == "lz4":
+            return self._lz4_decompress
+        decoder = getattr(self._local, "decoder", None)
+        if decoder is None:
+            decompressor = self._zstd.ZstdDecompressor()
+            decoder = self._local.decoder = partial(decompressor.decompress, max_output_size=self.frame_bytes)
+        return decoder
 
     def compress(self, frame: Any) -> bytes:
         """``frame``'s blob, in a bytes object of its own size: the codecs allocate the worst
@@ -78,12 +83,12 @@ class Codec:
         return bytes(memoryview(self._compress(frame)))
 
     def decompress(self, blob: Any) -> bytes:
-        return self._decompress(blob)
+        return self.decoder()(blob)
 
     def checked(self, blob: Any, where: str) -> bytes:
         """``blob`` decoded; CheckpointError naming ``where`` when it is not one frame's bytes."""
         try:
-            data = self._decompress(blob)
+            data = self.decompress(blob)
         except self._errors as err:
             raise CheckpointError(f"{where}: not a {self.name} frame ({err})") from None
         if len(data) != self.frame_bytes:
@@ -156,7 +161,7 @@ def decode_frames(codec: Codec, blobs: Sequence[Any], out: np.ndarray, threads: 
 def _decode_run(codec: Codec, blobs: Sequence[Any], out: np.ndarray, start: int, stop: int) -> None:
     """Rows ``start:stop``: each blob decoded and copied into its row through a memoryview
     (a plain memcpy; joining the bytes first would touch a fresh buffer of the whole run)."""
-    decompress, size = codec.decompress, codec.frame_bytes
+    decompress, size = codec.decoder(), codec.frame_bytes
     view = memoryview(out.reshape(-1))
     offset = start * size
     for blob in blobs[start:stop]:
