@@ -144,14 +144,28 @@ def _ray_session():
     return ray
 
 
+_RAY_BUFFERS: dict = {}  # (batch_size, max_length, seed) -> a ShardedReplayBuffer, the 4 latest
+
+
 def _ray_sharded(data_spec, batch_size, max_length, seed):
-    # two shard actors when there are streams for both (B=3: shards of 2 and 1 streams)
+    # two shard actors when there are streams for both (B=3: shards of 2 and 1 streams).
+    # Starting shard actors (a process each) costs seconds on 2 cores, so a buffer of the same
+    # geometry is reused after clear() (part of the contract: a cleared buffer is a new one).
     _ray_session()
     from replaybuf.ray import ShardedReplayBuffer
 
-    return ShardedReplayBuffer(
-        data_spec, shards=min(2, batch_size), batch_size=batch_size, max_length=max_length, seed=seed
-    )
+    key = (batch_size, max_length, seed)
+    buffer = _RAY_BUFFERS.pop(key, None)
+    if buffer is None or buffer.data_spec != replaybuf.as_data_spec(data_spec):
+        buffer = ShardedReplayBuffer(
+            data_spec, shards=min(2, batch_size), batch_size=batch_size, max_length=max_length, seed=seed
+        )
+    else:
+        buffer.clear()
+    _RAY_BUFFERS[key] = buffer
+    if len(_RAY_BUFFERS) > 4:
+        _RAY_BUFFERS.pop(next(iter(_RAY_BUFFERS))).shutdown()
+    return buffer
 
 
 BACKENDS: list[Backend] = [
