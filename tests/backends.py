@@ -133,6 +133,9 @@ def _jax_prioritized(data_spec, batch_size, max_length, seed):
     )
 
 
+_RAY_BUFFERS: dict = {}  # (batch_size, max_length, seed) -> a ShardedReplayBuffer, the 4 latest
+
+
 def _ray_session():
     """Ray for the sharded backends: started once (2 CPUs, this host) at first use and shut
     down when the tests exit; tests/test_ray_*.py start and stop their own sessions."""
@@ -141,10 +144,8 @@ def _ray_session():
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
         atexit.register(ray.shutdown)
+        _RAY_BUFFERS.clear()  # buffers of an earlier session (shut down by another module) are gone
     return ray
-
-
-_RAY_BUFFERS: dict = {}  # (batch_size, max_length, seed) -> a ShardedReplayBuffer, the 4 latest
 
 
 def _ray_sharded(data_spec, batch_size, max_length, seed):

@@ -2,13 +2,14 @@
 
 ``FlatSpec`` is computed once per buffer; ``FlatSpec.flatten_batch`` is on every add's hot
 path, so arrays that already match (the common case) pass with three attribute checks per
-leaf and anything else goes through a slow path that converts safely or raises a
-``SpecMismatchError`` naming the field, what was expected and what came.
+leaf, in a function generated for the spec (no loop, no flatten when the items are the
+spec's own dict or tuple), and anything else goes through a slow path that converts safely
+or raises a ``SpecMismatchError`` naming the field, what was expected and what came.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,7 @@ class FlatSpec:
         self.leaves: list[ArraySpec] = leaves
         self.paths: list[str] = [_path_string(p, s) for p, s in zip(paths, leaves, strict=True)]
         self._signatures: dict[int, list[tuple]] = {}
+        self.flatten_batch = _fast_flatten_batch(self, paths)
 
     def unflatten(self, leaves: Sequence[Any]) -> Any:
         """Rebuild a nest shaped like the data_spec from its flat leaves."""
@@ -75,12 +77,17 @@ class FlatSpec:
                 f"got {_describe_nest(items)} ({err})"
             ) from None
 
-    def flatten_batch(self, items: Any, batch_size: int | None) -> list[np.ndarray]:
-        """Validated NumPy leaves of a batch: each shaped ``[n] + spec.shape``, spec dtype.
+    #: ``flatten_batch(items, batch_size)``: validated NumPy leaves of a batch, each shaped
+    #: ``[n] + spec.shape`` in the spec's dtype; ``batch_size`` fixes n, None lets n be any
+    #: size shared by every leaf. Raises SpecMismatchError before anything is written. A
+    #: function generated for this spec (``_fast_flatten_batch``): items of the spec's own
+    #: container type holding matching arrays pass with straight-line checks; anything else
+    #: goes to ``checked_batch``.
+    flatten_batch: Callable[[Any, int | None], list[np.ndarray]]
 
-        ``batch_size`` fixes n; None lets n be any size shared by every leaf. Raises
-        SpecMismatchError before anything is written.
-        """
+    def checked_batch(self, items: Any, batch_size: int | None) -> list[np.ndarray]:
+        """``flatten_batch`` for any items: converts what can be converted safely, or raises
+        SpecMismatchError naming the field."""
         leaves = self.flatten(items)
         # The common case, arrays that already match, costs one list comparison against
         # the cached (class, dtype, shape) signature of a batch of n.
@@ -143,6 +150,68 @@ class FlatSpec:
         ):
             raise wrong_shape(path, spec, batch_size, array.shape, array.dtype.name)
         return array
+
+
+def _fast_flatten_batch(flat: FlatSpec, paths: list[tuple]) -> Callable[[Any, int | None], list[np.ndarray]]:
+    """``flat.flatten_batch``: straight-line code generated for this spec (as dataclasses do).
+
+    For items of the spec's own container (a ``dict`` with the spec's keys, or the spec's
+    tuple / namedtuple class) whose leaves are all ``ndarray`` of the spec's dtype object and
+    shape ``[n] + spec.shape``, it returns the leaves without flattening or looping; any
+    other items (other containers, nests, casts, errors) take ``flat.checked_batch``, so a
+    miss is only slower, never different. The dtype check is identity (NumPy's built-in
+    dtypes are singletons); an equal dtype that is another object takes the slow path.
+    """
+    spec, count = flat.data_spec, len(flat.leaves)
+    if count == 0:
+        return flat.checked_batch
+    names = [f"l{i}" for i in range(count)]
+    env: dict[str, Any] = {"ND": _NDARRAY, "slow": flat.checked_batch, "flatten_up_to": flat.treespec.flatten_up_to}
+    one_level = all(len(path) == 1 for path in paths) and not isinstance(spec, ArraySpec)
+    if one_level and type(spec) is dict:
+        env.update({f"K{i}": path[0] for i, path in enumerate(paths)})
+        lines = [
+            f"    if items.__class__ is not dict or len(items) != {count}:",
+            "        return slow(items, batch_size)",
+            "    try:",
+            *(f"        {name} = items[K{i}]" for i, name in enumerate(names)),
+            "    except KeyError:",
+            "        return slow(items, batch_size)",
+        ]
+    elif one_level and isinstance(spec, tuple) and [path[0] for path in paths] == list(range(count)):
+        env["SPEC_TYPE"] = type(spec)
+        lines = [
+            f"    if items.__class__ is not SPEC_TYPE or len(items) != {count}:",
+            "        return slow(items, batch_size)",
+            f"    {', '.join(names)}, = items",
+        ]
+    else:
+        lines = [
+            "    try:",
+            f"        {', '.join(names)}, = flatten_up_to(items)",
+            "    except (ValueError, TypeError):",
+            "        return slow(items, batch_size)",
+        ]
+    env.update({f"D{i}": leaf.dtype for i, leaf in enumerate(flat.leaves)})
+    checks = [f"{name}.__class__ is ND" for name in names]
+    checks += [f"{name}.dtype is D{i}" for i, name in enumerate(names)]
+    checks += [
+        f"{name}.shape == (n, {''.join(f'{int(d)}, ' for d in leaf.shape)})"
+        for name, leaf in zip(names, flat.leaves, strict=True)
+    ]
+    source = "\n".join([
+        "def flatten_batch(items, batch_size):",
+        *lines,
+        "    n = batch_size if batch_size is not None else (l0.shape[0] if l0.__class__ is ND and l0.ndim else -1)",
+        f"    if {' and '.join(checks)}:",
+        f"        return [{', '.join(names)}]",
+        "    return slow(items, batch_size)",
+    ])
+    exec(compile(source, f"<replaybuf flatten_batch of {count} leaves>", "exec"), env)  # noqa: S102
+    function = env["flatten_batch"]
+    function.__doc__ = FlatSpec.checked_batch.__doc__
+    function.source = source
+    return function
 
 
 def _describe_nest(items: Any) -> str:

@@ -115,8 +115,18 @@ class StreamBuffer(ReplayBuffer):
         ring = self._ring
         if self._single_stream:
             arrays = self._validate(items, None)
-            if self._limiter is not None:
-                self._limiter.await_insert(arrays[0].shape[0] if arrays else 0, self._limiter_timeout)
+            if self._limiter is None:  # the common case: nothing to wait for or count
+                n = arrays[0].shape[0] if arrays else 0
+                with self._lock:
+                    if 0 < n <= ring.capacity:  # append_rows inlined (~0.4 us of a 2.5 us single add)
+                        storage = self._storage
+                        storage.write(ring.steps % ring.capacity, arrays, n)
+                        ring.steps += n
+                        storage.commit(ring.steps)
+                    else:
+                        append_rows(ring, self._storage, arrays)
+                return
+            self._limiter.await_insert(arrays[0].shape[0] if arrays else 0, self._limiter_timeout)
             with self._lock:
                 before = ring.steps
                 append_rows(ring, self._storage, arrays)

@@ -63,8 +63,10 @@ class UniformReplayBuffer(StreamBuffer):
             shorter than asked for.
         dataset_window_shift: in a deterministic pass, the step between window starts
             (default num_steps: windows do not overlap).
-        storage: ``"memory"`` (default) or ``"memmap"``: records in a memory-mapped file
-            under ``path`` that survives the process (see docs/persistence.md).
+        storage: ``"memory"`` (default: one record per item, one-gather samples),
+            ``"columns"`` (one array per leaf: faster batched adds of small items, slower
+            samples; docs/design.md, Storage) or ``"memmap"``: records in a memory-mapped
+            file under ``path`` that survives the process (see docs/persistence.md).
         path: the folder of a ``"memmap"`` storage; reopening it recovers the items.
         respect_episodes: windows never cross an episode's end (docs/episodes.md); those
             that would are never sampled, unless ``pad_episode_ends``.

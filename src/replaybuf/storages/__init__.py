@@ -15,8 +15,9 @@ Every storage has the same protocol (the buffer holds the lock around each call)
   ``load_state(start, checked)`` writes them. ``lazy_keys`` names the state keys that
   ``load`` may hand over as files read straight into the storage.
 
-``RecordStorage`` (one structured record per item, in RAM), ``MemmapStorage`` (the same
-records in a memory-mapped folder) and ``FrameStorage`` (stacked frames stored once).
+``RecordStorage`` (one structured record per item, in RAM), ``ColumnStorage`` (one array
+per leaf, in RAM), ``MemmapStorage`` (the same records in a memory-mapped folder) and
+``FrameStorage`` (stacked frames stored once).
 """
 
 from __future__ import annotations
@@ -26,29 +27,42 @@ import os
 from replaybuf.errors import ArgumentError
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
+from replaybuf.storages.columns import ColumnStorage, FieldStorage
 from replaybuf.storages.frames import FrameStorage, StackedLeaf, stacked_leaves
 from replaybuf.storages.memmap import MemmapStorage
 from replaybuf.storages.records import RecordStorage
 
-__all__ = ["FrameStorage", "MemmapStorage", "RecordStorage", "StackedLeaf", "open_storage", "stacked_leaves"]
+__all__ = [
+    "ColumnStorage",
+    "FieldStorage",
+    "FrameStorage",
+    "MemmapStorage",
+    "RecordStorage",
+    "StackedLeaf",
+    "open_storage",
+    "stacked_leaves",
+]
 
 
-def open_storage(kind: str, path: str | os.PathLike | None, flat: FlatSpec, ring: StreamRing) -> RecordStorage:
-    """The record storage of a buffer: in RAM (``"memory"``) or a mapped folder (``"memmap"``,
-    which sets ``ring`` to the steps the folder holds).
+def open_storage(kind: str, path: str | os.PathLike | None, flat: FlatSpec, ring: StreamRing) -> FieldStorage:
+    """The storage of a buffer: records in RAM (``"memory"``, the default: one-gather samples),
+    columns in RAM (``"columns"``: faster batched adds of small items, slower samples; see
+    docs/design.md, Storage) or records in a mapped folder (``"memmap"``, which sets ``ring``
+    to the steps the folder holds).
 
     Raises:
         ArgumentError: an unknown ``kind``, ``"memmap"`` without a path, or a path with
-            ``"memory"``.
+            a storage in RAM.
         CheckpointError: ``path`` holds a buffer of another spec or geometry, or is a
             non-empty folder that is not a memmap buffer.
     """
-    if kind == "memory":
+    if kind in ("memory", "columns"):
         if path is not None:
-            raise ArgumentError(f"path: only used with storage='memmap', got storage='memory' and path={path!r}")
-        return RecordStorage(flat.leaves, ring.capacity)
+            raise ArgumentError(f"path: only used with storage='memmap', got storage={kind!r} and path={path!r}")
+        cls = RecordStorage if kind == "memory" else ColumnStorage
+        return cls(flat.leaves, ring.capacity)
     if kind != "memmap":
-        raise ArgumentError(f"storage: expected 'memory' or 'memmap', got {kind!r}")
+        raise ArgumentError(f"storage: expected 'memory', 'columns' or 'memmap', got {kind!r}")
     if path is None:
         raise ArgumentError("path: storage='memmap' needs a folder path for its files")
     return MemmapStorage.open(path, flat, ring)
