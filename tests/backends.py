@@ -91,6 +91,17 @@ def _numpy_py_memmap(data_spec, batch_size, max_length, seed):
     return replaybuf.PyUniformReplayBuffer(data_spec, capacity=max_length, seed=seed, storage="memmap", path=path)
 
 
+def _numpy_columns(data_spec, batch_size, max_length, seed):
+    return replaybuf.UniformReplayBuffer(
+        data_spec, batch_size=batch_size, max_length=max_length, seed=seed, storage="columns"
+    )
+
+
+def _numpy_py_columns(data_spec, batch_size, max_length, seed):
+    assert batch_size == 1, "single_stream backends are only built with batch_size=1"
+    return replaybuf.PyUniformReplayBuffer(data_spec, capacity=max_length, seed=seed, storage="columns")
+
+
 def _numpy_prioritized(data_spec, batch_size, max_length, seed):
     # No test here updates priorities, so every item keeps the initial priority and PER
     # must draw exactly uniformly: the suite checks its probabilities like the others'.
@@ -174,6 +185,8 @@ BACKENDS: list[Backend] = [
     Backend("numpy-py", _numpy_py_uniform, single_stream=True),
     Backend("numpy-memmap", _numpy_memmap),
     Backend("numpy-py-memmap", _numpy_py_memmap, single_stream=True),
+    Backend("numpy-columns", _numpy_columns),
+    Backend("numpy-py-columns", _numpy_py_columns, single_stream=True),
     Backend("torch-cpu", _torch_uniform, _torch_to_numpy),
     Backend("torch-py-cpu", _torch_py_uniform, _torch_to_numpy, single_stream=True),
     Backend("tf", _tf_uniform, _tf_to_numpy),
