@@ -1,0 +1,65 @@
+"""Run one of TF-Agents' example training scripts with TF-Agents' buffer or with replaybuf's.
+
+    .venv-tf-agents/bin/python tests/tf_agents_suite/compare_example.py dqn replaybuf 10000 1
+
+Arguments: the agent (``dqn``: agents/dqn/examples/v2/train_eval.py on CartPole-v0;
+``reinforce``: agents/reinforce/examples/v2/train_eval.py on CartPole-v0), the buffer
+(``tf-agents`` or ``replaybuf``: the import swapped as tests/tf_agents_suite/conftest.py does),
+the iterations and a seed for ``tf.random.set_seed``. It prints the evaluations the script
+makes (average return of 10 episodes, at the start, halfway and at the end for DQN; every
+quarter for REINFORCE) and the wall time. docs/tf_agents.md quotes its runs.
+"""
+
+import sys
+import tempfile
+import time
+
+import tensorflow as tf
+from tf_agents.replay_buffers import tf_uniform_replay_buffer
+
+
+def main(agent: str, which: str, iterations: int, seed: int) -> None:
+    if which == "replaybuf":
+        from replaybuf.tf_agents import tf_uniform_replay_buffer as ours
+
+        tf_uniform_replay_buffer.TFUniformReplayBuffer = ours.TFUniformReplayBuffer
+    elif which != "tf-agents":
+        raise SystemExit(f"buffer: expected tf-agents or replaybuf, got {which!r}")
+    evals = []
+    root = tempfile.mkdtemp(prefix=f"{agent}_{which}_")
+    tf.random.set_seed(seed)
+    start = time.time()
+    if agent == "dqn":
+        from tf_agents.agents.dqn.examples.v2 import train_eval
+
+        compute = train_eval.metric_utils.eager_compute
+
+        def recorded(*args, **kwargs):
+            results = compute(*args, **kwargs)
+            evals.append((int(kwargs["train_step"].numpy()), round(float(results["AverageReturn"]), 1)))
+            return results
+
+        train_eval.metric_utils.eager_compute = recorded
+        never = 10**9
+        train_eval.train_eval(
+            root, num_iterations=iterations, eval_interval=iterations // 2, num_eval_episodes=10,
+            log_interval=never, summary_interval=never, train_checkpoint_interval=never,
+            policy_checkpoint_interval=never, rb_checkpoint_interval=never,
+        )
+    elif agent == "reinforce":
+        from tf_agents.agents.reinforce.examples.v2 import train_eval
+
+        def record(results, step):
+            evals.append((int(step), round(float(results["AverageReturn"]), 1)))
+
+        train_eval.train_eval(
+            root, num_iterations=iterations, eval_interval=iterations // 4, num_eval_episodes=10,
+            eval_metrics_callback=record,
+        )
+    else:
+        raise SystemExit(f"agent: expected dqn or reinforce, got {agent!r}")
+    print(f"RESULT {agent} {which} seed={seed} iterations={iterations} evals={evals} wall={time.time() - start:.0f}s")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
