@@ -29,6 +29,7 @@ ENVIRONMENTS = {
     "torchrl": ["torchrl.txt"],
     "tianshou": ["tianshou.txt"],
     "flashbax": ["flashbax.txt"],
+    "jax": ["jax.txt"],
     "tfagents": ["tfagents.txt", "tfagents-nodeps.txt"],
 }
 

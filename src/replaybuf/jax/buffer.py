@@ -9,6 +9,7 @@ hands the state pytree (and ``.core`` the description) to a user's own jitted lo
 
 from __future__ import annotations
 
+import os
 import threading
 from functools import partial
 from typing import Any
@@ -19,9 +20,12 @@ import numpy as np
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive, unstack_time
 from replaybuf.dataset import DeterministicPass, RandomDataset, plan_deterministic_pass
-from replaybuf.errors import ArgumentError, EmptyBufferError, PriorityError, SpecMismatchError
+from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError, SpecMismatchError
 from replaybuf.jax.core import Buffer, BufferState, make_buffer
+from replaybuf.jax.sumtree import tree_init, tree_update
 from replaybuf.nest import FlatSpec
+from replaybuf.persistence.folder import read_state, write_state
+from replaybuf.persistence.state import check_header, check_items, check_rng_state, first_stored_step, spec_state
 from replaybuf.ring import StreamRing
 
 __all__ = ["JaxUniformReplayBuffer"]
@@ -275,6 +279,121 @@ class JaxUniformReplayBuffer(ReplayBuffer):
             if bad.size:
                 raise PriorityError(f"priorities: expected finite values > 0, got {bad[:5].tolist()}")
             self._state = _update(self._core, self._state, self._to_ids(ids_np), jnp.asarray(values, jnp.float32))
+
+    # -- checkpoints (docs/persistence.md, docs/jax.md) --------------------------------------
+    @property
+    def _twin(self) -> str:
+        """The NumPy class whose checkpoints this buffer writes and reads (same keys)."""
+        return "PrioritizedReplayBuffer" if self._core.priorities is not None else "UniformReplayBuffer"
+
+    def state_dict(self) -> dict:
+        """A plain snapshot with the NumPy twin's keys (``class`` is ``UniformReplayBuffer`` or
+        ``PrioritizedReplayBuffer``): a folder saved here loads into that NumPy buffer of the
+        same spec and geometry, and back. Items come back to the spec's dtypes.
+
+        Raises:
+            ArgumentError: an episode-aware buffer (its index is not checkpointed yet).
+        """
+        if self._core.episodes is not None:
+            raise ArgumentError("state_dict: checkpoints of respect_episodes=True JAX buffers are not supported yet")
+        with self._lock:
+            ring = self._ring
+            ids = ring.stream_ids().T.ravel()  # id order: step by step, streams within a step
+            rows, streams = (ids // ring.batch_size) % ring.max_length, ids % ring.batch_size
+            items = {
+                str(i): np.asarray(leaf)[rows, streams].astype(spec.dtype)
+                for i, (leaf, spec) in enumerate(zip(self._state.storage, self._flat.leaves, strict=True))
+            }
+            state = {
+                "class": self._twin,
+                "spec": spec_state(self._flat),
+                "batch_size": ring.batch_size,
+                "max_length": ring.max_length,
+                "steps": ring.steps,
+                "items": items,
+                "rng": self._rng.bit_generator.state,
+            }
+            priorities = self._state.priorities
+            if priorities is not None:
+                masses = np.asarray(priorities.trees.sums[-1])[ids % ring.capacity].astype(np.float64)
+                state["priorities"] = {"mass": masses, "max_priority": float(priorities.max_priority)}
+            return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a ``state_dict()`` of this class or of its NumPy twin.
+
+        Raises:
+            CheckpointError: a state of another class, data_spec or geometry, or malformed;
+                the buffer is left unchanged.
+            ArgumentError: an episode-aware buffer.
+        """
+        if self._core.episodes is not None:
+            raise ArgumentError("load_state_dict: respect_episodes=True JAX buffers have no checkpoints yet")
+        ring = self._ring
+        geometry = {"batch_size": ring.batch_size, "max_length": ring.max_length}
+        steps = check_header(state, self._twin, self._flat, geometry)
+        leaves = check_items(self._flat, state, range(len(self._flat.leaves)), (np.ndarray,))
+        count = leaves[0].shape[0] if leaves else 0
+        first = first_stored_step(steps, count, ring.batch_size, ring.max_length, crash_safe=False)
+        check_rng_state(self._rng, state.get("rng"))
+        masses = self._check_masses(state, count)
+        rows = np.arange(first, steps) % ring.max_length
+        storage = []
+        for leaf, dtype in zip(leaves, self._core.dtypes, strict=True):
+            stored = np.zeros((ring.max_length, ring.batch_size, *leaf.shape[1:]), dtype)
+            stored[rows] = leaf.reshape(len(rows), ring.batch_size, *leaf.shape[1:])
+            storage.append(stored)
+        fresh = self._core.init()
+        new = fresh._replace(
+            storage=tuple(jnp.asarray(x) for x in storage), steps=jnp.asarray(steps, fresh.steps.dtype)
+        )
+        if masses is not None:
+            mass, largest = masses
+            slots = (np.arange(first * ring.batch_size, steps * ring.batch_size) % ring.capacity).astype(np.int32)
+            branching = self._core.priorities.branching
+            trees = tree_update(tree_init(ring.capacity, branching), jnp.asarray(slots), jnp.asarray(mass), branching)
+            new = new._replace(priorities=new.priorities._replace(trees=trees, max_priority=jnp.float32(largest)))
+        if self._device is not None:
+            new = jax.device_put(new, self._device)
+        with self._lock:
+            self._state = new
+            ring.reset(steps)
+            self._rng.bit_generator.state = state["rng"]
+
+    def _check_masses(self, state: dict, count: int) -> tuple[np.ndarray, float] | None:
+        if self._core.priorities is None:
+            return None
+        saved = state.get("priorities")
+        mass = saved.get("mass") if isinstance(saved, dict) else None
+        largest = saved.get("max_priority") if isinstance(saved, dict) else None
+        is_mass = isinstance(mass, np.ndarray) and mass.ndim == 1 and mass.dtype.kind == "f"
+        if not (is_mass and isinstance(largest, float)):
+            raise CheckpointError("state['priorities']: expected {'mass': 1-d float array, 'max_priority': float}")
+        if mass.shape[0] != count or not (np.isfinite(mass).all() and (mass > 0).all()):
+            raise CheckpointError(
+                f"state['priorities']['mass']: expected {count} finite masses > 0, got {mass.shape[0]} values"
+            )
+        if not (np.isfinite(largest) and largest > 0):
+            raise CheckpointError(f"state['priorities']['max_priority']: expected a finite float > 0, got {largest}")
+        return mass.astype(np.float32), largest
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write ``state_dict()`` to the checkpoint folder ``path`` (the NumPy buffers' format).
+
+        Raises:
+            CheckpointError: ``path`` exists and is not a checkpoint folder.
+        """
+        write_state(path, self.state_dict())
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Replace this buffer's state with the checkpoint at ``path`` (written by this class
+        or its NumPy twin of the same spec and geometry).
+
+        Raises:
+            CheckpointError: no checkpoint there, a damaged file, or a state this buffer
+                cannot take; the buffer is left unchanged.
+        """
+        self.load_state_dict(read_state(path))
 
     # -- internals -----------------------------------------------------------------------------
     def _fresh_state(self) -> BufferState:

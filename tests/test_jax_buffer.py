@@ -1,0 +1,136 @@
+"""JaxUniformReplayBuffer beyond the conformance suite: its prioritized and episode options,
+the state hand-off, 32-bit storage of 64-bit leaves, and checkpoints shared with NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+import replaybuf  # noqa: E402
+from conformance_data import SPEC, as_numpy, assert_items_match_ids, step_batch  # noqa: E402
+from replaybuf import ArraySpec  # noqa: E402
+from replaybuf.jax import JaxUniformReplayBuffer  # noqa: E402
+
+DONE_SPEC = {"x": ArraySpec((), np.int32), "done": ArraySpec((), np.bool_)}
+
+
+def fill(buffer, steps, start=0):
+    for t in range(start, start + steps):
+        buffer.add_batch(step_batch(t, buffer.batch_size))
+
+
+def test_prioritized_update_and_its_errors_change_nothing():
+    rb = JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=4, prioritized=True, alpha=1.0, epsilon=0.0, seed=0)
+    fill(rb, 6)
+    _, info = rb.get_next(8)
+    assert isinstance(info, replaybuf.SampleInfo) and np.asarray(info.weights).shape == (8,)
+    rb.update_priorities(np.array([4, 5]), np.array([3.0, 1.0]))
+    before = np.asarray(rb.state.priorities.trees.sums[0])
+    with pytest.raises(replaybuf.PriorityError, match=r"ids: expected ids of added items \(below 12\), got \[12\]"):
+        rb.update_priorities(np.array([4, 12]), np.array([1.0, 1.0]))
+    with pytest.raises(replaybuf.PriorityError, match="finite values > 0, got \\[nan\\]"):
+        rb.update_priorities(np.array([4]), np.array([np.nan]))
+    with pytest.raises(replaybuf.PriorityError, match="expected 2 values"):
+        rb.update_priorities(np.array([4, 5]), np.array([1.0]))
+    np.testing.assert_array_equal(np.asarray(rb.state.priorities.trees.sums[0]), before)
+    rb.update_priorities(np.array([0]), np.array([50.0]))  # stale (overwritten): ignored
+    np.testing.assert_array_equal(np.asarray(rb.state.priorities.trees.sums[0]), before)
+    _, info = rb.get_next(4000)
+    ids = np.asarray(info.ids)
+    total = 3.0 + 1.0 + 6  # ids 4, 5 and six more of priority 1
+    assert abs(np.mean(ids == 4) - 3.0 / total) < 0.03
+    with pytest.raises(replaybuf.ArgumentError, match="prioritized"):
+        JaxUniformReplayBuffer(SPEC, batch_size=1, max_length=4).update_priorities([0], [1.0])
+
+
+def test_episode_windows_never_cross_an_end_and_errors_when_none_fits():
+    rb = JaxUniformReplayBuffer(DONE_SPEC, batch_size=1, max_length=8, respect_episodes=True,
+                                episode_end_field="done", episode_num_steps=3, seed=0)
+    for t, done in enumerate([0, 1, 0, 0, 1]):  # episodes [0 1] [2 3 4]
+        rb.add_batch({"x": np.array([t], np.int32), "done": np.array([bool(done)])})
+    items, info = rb.get_next(64, 3)
+    np.testing.assert_array_equal(np.asarray(items["x"]), np.tile([2, 3, 4], (64, 1)))
+    np.testing.assert_allclose(np.asarray(info.probabilities), 1.0)
+    with pytest.raises(replaybuf.EmptyBufferError, match="inside one episode"):
+        rb.get_next(4, 4)
+
+
+def test_state_hand_off_to_a_user_loop():
+    rb = JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=4, seed=0)
+    fill(rb, 2)
+    core = rb.core
+    add = jax.jit(core.add, donate_argnums=0)
+    state = rb.state
+    for t in range(2, 5):
+        state = add(state, step_batch(t, 2))
+    rb.state = state
+    assert rb.num_frames() == 8
+    assert_items_match_ids(as_numpy(rb.gather_all(), np.asarray), np.arange(1, 5)[None, :] * 2 + np.arange(2)[:, None])
+    with pytest.raises(replaybuf.ArgumentError, match="state"):
+        rb.state = JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=5).state
+
+
+@pytest.mark.skipif(jax.config.jax_enable_x64, reason="64-bit leaves are stored as such under x64")
+def test_64_bit_integers_that_do_not_fit_32_bit_storage_are_rejected():
+    rb = JaxUniformReplayBuffer(SPEC, batch_size=1, max_length=4)
+    bad = step_batch(0, 1)
+    bad["id"] = np.array([2**40], np.int64)
+    with pytest.raises(replaybuf.SpecMismatchError, match="id.*do not fit the int32 storage"):
+        rb.add_batch(bad)
+    assert rb.num_frames() == 0
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_checkpoints_load_across_numpy_and_jax(tmp_path, prioritized):
+    numpy_class = replaybuf.PrioritizedReplayBuffer if prioritized else replaybuf.UniformReplayBuffer
+    numpy_rb = numpy_class(SPEC, batch_size=3, max_length=5, seed=1)
+    fill(numpy_rb, 8)
+    if prioritized:
+        numpy_rb.update_priorities(np.array([12, 13]), np.array([4.0, 0.5]))
+    numpy_rb.save(tmp_path / "from-numpy")
+    jax_rb = JaxUniformReplayBuffer(SPEC, batch_size=3, max_length=5, prioritized=prioritized, seed=2)
+    jax_rb.load(tmp_path / "from-numpy")
+    assert jax_rb.num_frames() == 15
+    expected_ids = np.arange(3, 8)[None, :] * 3 + np.arange(3)[:, None]
+    assert_items_match_ids(as_numpy(jax_rb.gather_all(), np.asarray), expected_ids)
+    if prioritized:  # the same masses and largest priority, in id order
+        mine, theirs = jax_rb.state_dict()["priorities"], numpy_rb.state_dict()["priorities"]
+        np.testing.assert_allclose(mine["mass"], theirs["mass"], rtol=1e-6)
+        assert mine["max_priority"] == theirs["max_priority"] == 4.0
+        assert np.unique(mine["mass"]).size == 3  # 4.0, 0.5 and the initial priority
+    fill(jax_rb, 2, start=8)
+    jax_rb.save(tmp_path / "from-jax")
+    back = numpy_class(SPEC, batch_size=3, max_length=5, seed=3)
+    back.load(tmp_path / "from-jax")
+    assert back.num_frames() == 15
+    assert_items_match_ids(back.gather_all(), np.arange(5, 10)[None, :] * 3 + np.arange(3)[:, None])
+    if prioritized:
+        mine = jax_rb.state_dict()["priorities"]["mass"]
+        np.testing.assert_allclose(back.state_dict()["priorities"]["mass"], mine, rtol=1e-6)
+        assert back.state_dict()["priorities"]["max_priority"] == 4.0
+
+
+def test_checkpoint_of_another_geometry_is_refused_and_changes_nothing(tmp_path):
+    source = JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=4, seed=0)
+    fill(source, 3)
+    source.save(tmp_path / "ckpt")
+    target = JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=5, seed=0)
+    fill(target, 1)
+    with pytest.raises(replaybuf.CheckpointError, match="max_length.*saved 4, this buffer has 5"):
+        target.load(tmp_path / "ckpt")
+    assert target.num_frames() == 2
+    with pytest.raises(replaybuf.CheckpointError, match="PrioritizedReplayBuffer"):
+        JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=4, prioritized=True).load(tmp_path / "ckpt")
+
+
+def test_same_seed_same_samples_and_restored_rng(tmp_path):
+    a = JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=4, seed=7)
+    fill(a, 5)
+    a.save(tmp_path / "a")
+    b = JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=4, seed=99)
+    b.load(tmp_path / "a")
+    np.testing.assert_array_equal(np.asarray(a.get_next(16, 2)[1].ids), np.asarray(b.get_next(16, 2)[1].ids))
+    assert isinstance(jnp.asarray(a.get_next(2)[0]["id"]), jax.Array)

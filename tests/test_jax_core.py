@@ -1,0 +1,314 @@
+"""The functional JAX core: ids and contents, jit/vmap/scan, no storage copy in a compiled
+step, episode-exact windows against brute force, the recomputed sum tree, defined results
+for bad values inside jit, and errors that name the field."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+import replaybuf  # noqa: E402
+from conformance_data import SPEC, assert_items_match_ids, step_batch  # noqa: E402
+from replaybuf import ArraySpec  # noqa: E402
+from replaybuf.jax import make_buffer  # noqa: E402
+
+SMALL = {"obs": ArraySpec((4,), np.float32), "action": ArraySpec((), np.int32), "done": ArraySpec((), np.bool_)}
+
+
+def filled(buffer, steps, batch_fn=None):
+    state = buffer.init()
+    add = jax.jit(buffer.add, donate_argnums=0)
+    for t in range(steps):
+        state = add(state, (batch_fn or (lambda t: step_batch(t, buffer.batch_size)))(t))
+    return state
+
+
+def as_np(tree):
+    return jax.tree_util.tree_map(np.asarray, tree)
+
+
+def test_description_is_frozen_and_hashable():
+    a, b = make_buffer(SPEC, 3, 5), make_buffer(SPEC, 3, 5)
+    assert a == b and hash(a) == hash(b)
+    assert make_buffer(SPEC, 3, 6) != a
+    with pytest.raises(AttributeError):
+        a.batch_size = 4
+
+
+def test_ids_and_contents_after_wraparound_under_jit():
+    buffer = make_buffer(SPEC, 3, 5)
+    state = filled(buffer, 12)
+    assert int(state.steps) == 12
+    sample = jax.jit(buffer.sample, static_argnums=(2, 3))
+    items, info = sample(state, jax.random.key(1), 64, 3)
+    ids = np.asarray(info.ids)
+    assert ids.shape == (64, 3)
+    np.testing.assert_array_equal(np.diff(ids, axis=1), 3)
+    assert ids.min() >= (12 - 5) * 3 and ids.max() < 12 * 3
+    assert_items_match_ids(as_np(items), ids)
+    np.testing.assert_allclose(np.asarray(info.probabilities), 1 / ((5 - 3 + 1) * 3), rtol=1e-6)
+    assert np.asarray(info.valid).all() and info.weights is None
+    # time-major: row t % max_length holds step t of every stream
+    np.testing.assert_array_equal(np.asarray(state.storage[buffer.paths.index("id")][11 % 5]), [33, 34, 35])
+
+
+def test_sampling_reaches_every_valid_start_and_only_those():
+    buffer = make_buffer(SPEC, 2, 6)
+    state = filled(buffer, 9)
+    seen = set()
+    for i in range(30):
+        _, info = buffer.sample(state, jax.random.key(i), 32, 2)
+        seen.update(np.asarray(info.ids)[:, 0].tolist())
+    assert seen == {t * 2 + s for t in range(3, 8) for s in range(2)}
+
+
+def test_empty_and_too_short_samples_are_marked_invalid_inside_jit():
+    buffer = make_buffer(SPEC, 2, 4)
+    sample = jax.jit(buffer.sample, static_argnums=(2, 3))
+    _, info = sample(buffer.init(), jax.random.key(0), 4, None)
+    assert not np.asarray(info.valid).any()
+    np.testing.assert_array_equal(np.asarray(info.probabilities), 0)
+    state = filled(buffer, 2)
+    assert not bool(buffer.can_sample(state, 3)) and bool(buffer.can_sample(state, 2))
+    _, info = sample(state, jax.random.key(0), 4, 3)
+    assert not np.asarray(info.valid).any()
+
+
+def test_vmap_holds_one_buffer_per_seed():
+    buffer = make_buffer(SMALL, 2, 4)
+    seeds = 3
+    states = jax.vmap(lambda _: buffer.init())(jnp.arange(seeds))
+
+    def batch(t):  # seed k writes obs = 100 k + t
+        obs = (100 * jnp.arange(seeds)[:, None, None] + t) * jnp.ones((seeds, 2, 4))
+        return {"obs": obs, "action": jnp.zeros((seeds, 2), jnp.int32), "done": jnp.zeros((seeds, 2), bool)}
+
+    add = jax.jit(jax.vmap(buffer.add))
+    for t in range(6):
+        states = add(states, batch(t))
+    keys = jax.random.split(jax.random.key(0), seeds)
+    items, info = jax.vmap(lambda s, k: buffer.sample(s, k, 8, 2))(states, keys)
+    obs = np.asarray(items["obs"])[..., 0]  # [seeds, 8, 2]
+    steps = np.asarray(info.ids) // 2
+    np.testing.assert_array_equal(obs, 100 * np.arange(seeds)[:, None, None] + steps)
+    assert steps.min() >= 2
+
+
+def test_lax_scan_collect_add_sample_loop():
+    buffer = make_buffer(SMALL, 2, 8)
+
+    def body(carry, t):
+        state, key = carry
+        key, draw = jax.random.split(key)
+        obs = jnp.full((2, 4), t, jnp.float32) + jnp.arange(2, dtype=jnp.float32)[:, None] * 1000
+        batch = {"obs": obs, "action": jnp.full((2,), t, jnp.int32), "done": jnp.zeros((2,), bool)}
+        state, items, info = buffer.add_and_sample(state, batch, draw, 4, None)
+        return (state, key), (items["action"], info.ids)
+
+    (state, _), (actions, ids) = jax.jit(lambda s: jax.lax.scan(body, (s, jax.random.key(0)), jnp.arange(20)))(
+        buffer.init()
+    )
+    assert int(state.steps) == 20
+    actions, ids = np.asarray(actions), np.asarray(ids)
+    np.testing.assert_array_equal(actions, ids // 2)  # each sampled item is the step stored under its id
+    for t in range(20):  # each step samples only what was added by then, and not yet overwritten
+        assert ids[t].max() < (t + 1) * 2 and ids[t].min() >= max(0, t + 1 - 8) * 2
+
+
+def _storage_copies(compiled_text: str, buffer) -> list[str]:
+    """HLO lines that copy an array shaped like a storage leaf ``[max_length, batch_size, ...]``."""
+    lead = f"{buffer.max_length},{buffer.batch_size}"
+    return [line for line in compiled_text.splitlines() if re.search(rf"\[{lead}(,\d+)*\]\S* copy\(", line)]
+
+
+def test_compiled_training_step_copies_no_storage_leaf():
+    buffer = make_buffer(SMALL, 8, 1000)
+    state = buffer.init()
+    batch = {"obs": jnp.zeros((8, 4)), "action": jnp.zeros((8,), jnp.int32), "done": jnp.zeros((8,), bool)}
+
+    def train_step(state, batch, key):  # the documented order: write, then read
+        state, items, info = buffer.add_and_sample(state, batch, key, 32, 2)
+        return state, items["obs"].mean() + info.probabilities.sum()
+
+    def read_then_write(state, batch, key):
+        items, info = buffer.sample(state, key, 32, 2)
+        return buffer.add(state, batch), items["obs"].mean()
+
+    def lowered(step, donate):
+        return jax.jit(step, donate_argnums=donate).lower(state, batch, jax.random.key(0)).compile().as_text()
+
+    assert _storage_copies(lowered(train_step, (0,)), buffer) == []
+    # the check sees copies where XLA makes them: without donation, and when a read comes first
+    assert len(_storage_copies(lowered(train_step, ()), buffer)) >= 2
+    assert _storage_copies(lowered(read_then_write, (0,)), buffer)
+
+    def scanned(state, key):
+        def body(state, key):
+            state, items, _ = buffer.add_and_sample(state, batch, key, 32, 2)
+            return state, items["obs"].mean()
+
+        return jax.lax.scan(body, state, jax.random.split(key, 4))
+
+    text = jax.jit(scanned, donate_argnums=0).lower(state, jax.random.key(0)).compile().as_text()
+    assert _storage_copies(text, buffer) == []
+
+
+# -- episodes -------------------------------------------------------------------------------
+def _episode_batches(batch_size, steps, seed):
+    rng = np.random.default_rng(seed)
+    done = rng.random((steps, batch_size)) < 0.3
+    return done, lambda t: {
+        "obs": np.full((batch_size, 4), t, np.float32),
+        "action": (t * batch_size + np.arange(batch_size)).astype(np.int32),
+        "done": done[t],
+    }
+
+
+def _brute_force_starts(done, batch_size, max_length, steps, num_steps):
+    """Start ids of windows inside one episode (no done before the last step), stored, before the head."""
+    low = max(0, steps - max_length)
+    starts = set()
+    for s in range(batch_size):
+        for t in range(low, steps - num_steps + 1):
+            if not done[t : t + num_steps - 1, s].any():
+                starts.add(t * batch_size + s)
+    return starts
+
+
+@pytest.mark.parametrize("num_steps", [1, 3])
+@pytest.mark.parametrize("steps", [4, 11, 23])
+def test_episode_windows_match_brute_force(num_steps, steps):
+    batch_size, max_length = 3, 7
+    buffer = make_buffer(SMALL, batch_size, max_length, respect_episodes=True, episode_end_field="done",
+                         episode_num_steps=3)
+    done, batch = _episode_batches(batch_size, steps, seed=steps)
+    state = filled(buffer, steps, batch)
+    expected = _brute_force_starts(done, batch_size, max_length, steps, num_steps)
+    if num_steps == 3:  # the running count kept on add
+        assert int(state.episodes.valid_starts) == len(expected)
+    assert bool(buffer.can_sample(state, num_steps)) == bool(expected)
+    seen = set()
+    sample = jax.jit(buffer.sample, static_argnums=(2, 3))
+    for i in range(40):
+        items, info = sample(state, jax.random.key(i), 16, num_steps)
+        ids = np.asarray(info.ids)
+        if not expected:
+            assert not np.asarray(info.valid).any()
+            return
+        assert np.asarray(info.valid).all()
+        np.testing.assert_array_equal(np.asarray(items["action"]), ids)
+        np.testing.assert_allclose(np.asarray(info.probabilities), 1 / len(expected), rtol=1e-6)
+        seen.update(ids[:, 0].tolist())
+    assert seen == expected
+
+
+def test_episode_markers_from_step_type():
+    spec = {"step_type": ArraySpec((), np.int32), "x": ArraySpec((), np.int32)}
+    buffer = make_buffer(spec, 1, 8, respect_episodes=True, episode_num_steps=2)
+    kinds = [0, 1, 2, 0, 1, 1, 2, 0]  # FIRST MID LAST FIRST MID MID LAST FIRST
+    state = filled(buffer, 8, lambda t: {"step_type": np.array([kinds[t]], np.int32), "x": np.array([t], np.int32)})
+    np.testing.assert_array_equal(np.asarray(state.episodes.position)[:, 0], [0, 1, 2, 0, 1, 2, 3, 0])
+    assert int(state.episodes.valid_starts) == 5  # windows (0,1) (1,2) (3,4) (4,5) (5,6)
+
+
+# -- prioritized ----------------------------------------------------------------------------
+def test_sum_tree_is_recomputed_and_cannot_drift():
+    buffer = make_buffer(SMALL, 4, 50, prioritized=True, alpha=1.0, epsilon=0.0)
+    state = filled(buffer, 60, lambda t: {"obs": np.zeros((4, 4), np.float32), "action": np.zeros(4, np.int32),
+                                          "done": np.zeros(4, bool)})
+    update = jax.jit(buffer.update_priorities, donate_argnums=0)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        ids = rng.integers(40, 240, 32)
+        state = update(state, ids.astype(np.int32), rng.choice([1e-3, 1.0, 1e4], 32).astype(np.float32))
+    leaves = np.asarray(state.priorities.trees.sums[-1], np.float64)
+    sums = state.priorities.trees.sums
+    # every parent is the sum of its children (to float32 rounding in one sum of 8, whatever
+    # the order XLA adds them in): nothing accumulated over the 300 updates
+    for level in range(len(sums) - 1):
+        children = np.asarray(sums[level + 1], np.float64).reshape(-1, 8).sum(-1)
+        np.testing.assert_allclose(np.asarray(sums[level]), children, rtol=1e-6)
+    np.testing.assert_allclose(float(sums[0][0]), leaves.sum(), rtol=1e-6)
+    assert float(state.priorities.trees.mins[0][0]) == pytest.approx(leaves[leaves > 0].min())
+
+
+def test_prioritized_draws_follow_priorities_with_probabilities_and_weights():
+    buffer = make_buffer(SMALL, 2, 8, prioritized=True, alpha=1.0, beta=0.5, epsilon=0.0)
+    state = filled(buffer, 8, lambda t: {"obs": np.zeros((2, 4), np.float32), "action": np.arange(2, dtype=np.int32),
+                                         "done": np.zeros(2, bool)})
+    priorities = np.arange(1, 17, dtype=np.float32)  # id i gets priority i + 1
+    state = buffer.update_priorities(state, jnp.arange(16), priorities)
+    counts = np.zeros(16)
+    sample = jax.jit(buffer.sample, static_argnums=(2, 3))
+    for i in range(100):
+        _, info = sample(state, jax.random.key(i), 64, None)
+        ids = np.asarray(info.ids)
+        np.add.at(counts, ids, 1)
+        np.testing.assert_allclose(np.asarray(info.probabilities), priorities[ids] / priorities.sum(), rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(info.weights), (priorities[ids] / priorities.min()) ** -0.5, rtol=1e-5)
+    expected = priorities / priorities.sum() * counts.sum()
+    assert np.abs(counts - expected).max() < 5 * np.sqrt(expected.max())
+    # windows of 3: the last two steps cannot start one; the rest share the mass
+    _, info = sample(state, jax.random.key(0), 256, 3)
+    ids = np.asarray(info.ids)[:, 0]
+    assert ids.max() < 12
+    np.testing.assert_allclose(np.asarray(info.probabilities), priorities[ids] / priorities[:12].sum(), rtol=1e-5)
+
+
+def test_bad_priority_updates_are_dropped_and_counted_inside_jit():
+    buffer = make_buffer(SMALL, 2, 4, prioritized=True)
+    state = filled(buffer, 6, lambda t: {"obs": np.zeros((2, 4), np.float32), "action": np.zeros(2, np.int32),
+                                         "done": np.zeros(2, bool)})
+    before = np.asarray(state.priorities.trees.sums[-1])
+    ids = jnp.array([0, 5, 12, -1, 6, 7, 8])  # 0: stale; 12, -1: never added; 6/7/8 priorities bad
+    values = jnp.array([9.0, 4.0, 1.0, 1.0, jnp.nan, 0.0, -2.0])
+    state = jax.jit(buffer.update_priorities)(state, ids, values)
+    assert int(state.priorities.dropped) == 5
+    after = np.asarray(state.priorities.trees.sums[-1])
+    changed = np.flatnonzero(after != before)
+    np.testing.assert_array_equal(changed, [5])  # only id 5 (slot 5) changed
+    assert float(state.priorities.max_priority) == 4.0
+    assert np.isfinite(float(state.priorities.trees.sums[0][0]))
+
+
+# -- errors ---------------------------------------------------------------------------------
+def test_add_errors_name_the_field():
+    buffer = make_buffer(SPEC, 2, 4)
+    state = buffer.init()
+    bad = step_batch(0, 2)
+    bad["observation"]["camera"] = np.zeros((2, 2, 3), np.uint8)
+    with pytest.raises(replaybuf.SpecMismatchError, match=r"observation/camera: expected shape \(2, 2, 2\) uint8"):
+        jax.jit(buffer.add)(state, bad)
+    bad = step_batch(0, 2)
+    bad["observation"]["position"] = bad["observation"]["position"].astype(np.int32)
+    with pytest.raises(replaybuf.SpecMismatchError, match="position: expected dtype float32, got int32"):
+        buffer.add(state, bad)
+    bad = step_batch(0, 2)
+    del bad["flag"]
+    with pytest.raises(replaybuf.SpecMismatchError, match="structure"):
+        buffer.add(state, bad)
+
+
+def test_option_errors():
+    with pytest.raises(replaybuf.ArgumentError, match="batch_size"):
+        make_buffer(SPEC, 0, 4)
+    with pytest.raises(replaybuf.ArgumentError, match="episode_end_field"):
+        make_buffer(SPEC, 1, 4, episode_end_field="flag")
+    with pytest.raises(replaybuf.ArgumentError, match="episode_end_field.*nope"):
+        make_buffer(SPEC, 1, 4, respect_episodes=True, episode_end_field="nope")
+    with pytest.raises(replaybuf.ArgumentError, match="step_type"):
+        make_buffer(SPEC, 1, 4, respect_episodes=True)
+    with pytest.raises(replaybuf.ArgumentError, match="beta"):
+        make_buffer(SPEC, 1, 4, prioritized=True, beta=2.0)
+    buffer = make_buffer(SPEC, 1, 4)
+    with pytest.raises(replaybuf.ArgumentError, match="num_steps: expected at most max_length=4, got 5"):
+        buffer.sample(buffer.init(), jax.random.key(0), 2, 5)
+    with pytest.raises(replaybuf.ArgumentError, match="sample_batch_size"):
+        buffer.sample(buffer.init(), jax.random.key(0), 0)
+    with pytest.raises(replaybuf.ArgumentError, match="prioritized"):
+        buffer.update_priorities(buffer.init(), jnp.zeros(1, jnp.int32), jnp.ones(1))
