@@ -159,7 +159,7 @@ def test_prioritized_split_is_exact_and_weights_global():
     p_min = min(p_true.values())
     counts = dict.fromkeys(stored.tolist(), 0)
     draws = 0
-    for _ in range(150):
+    for _ in range(100):
         items, info = buffer.get_next(64)
         assert_items_match_ids(items, info.ids)
         expected = np.array([p_true[i] for i in info.ids.tolist()])
