@@ -225,6 +225,17 @@ def test_writer_errors():
         episodes.writer(0)
 
 
+def test_memmap_shards_get_a_folder_each(tmp_path):
+    buffer = ShardedReplayBuffer(
+        SPEC, shards=2, batch_size=2, max_length=8, buffer_options={"storage": "memmap", "path": str(tmp_path / "rb")}
+    )
+    for t in range(3):
+        buffer.add_batch(step_batch(t, 2))
+    assert sorted(p.name for p in (tmp_path / "rb").iterdir()) == ["shard-000", "shard-001"]
+    items, info = buffer.get_next(8)
+    assert_items_match_ids(items, info.ids)
+
+
 def test_retried_add_never_inserts_twice():
     buffer = ShardedReplayBuffer(SPEC, shards=2, max_length=8)
     shard = buffer.actors[0]

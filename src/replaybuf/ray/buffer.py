@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,8 @@ class ShardedReplayBuffer(ReplayBuffer):
             ``PrioritizedReplayBuffer``, or another ``StreamBuffer`` of batch_size streams
             with a uniform, episode or prioritized sampler.
         buffer_options: keyword arguments for ``buffer_class`` (``alpha``, ``beta``,
-            ``respect_episodes``, ``storage``...), except the geometry and the seed.
+            ``respect_episodes``, ``storage``...), except the geometry and the seed; a
+            memmap storage's ``path`` holds one folder per shard (``path/shard-NNN``).
         seed: seeds the split draws and each shard's generator.
         rate_limiter: a ``MinSize`` / ``SampleToInsertRatio``: its rules and counts are
             moved into one limiter actor that every shard's adds and this object's samples
@@ -139,8 +141,9 @@ class ShardedReplayBuffer(ReplayBuffer):
                     f"buffer_options: {reserved!r} is set by ShardedReplayBuffer itself, got "
                     f"buffer_options[{reserved!r}]={buffer_options[reserved]!r}"
                 )
-        with_options = buffer_class(data_spec, batch_size=1, max_length=1, **buffer_options)  # its errors, here
-        shard_mass(with_options, None)
+        with tempfile.TemporaryDirectory() as scratch:  # the options' errors, here (a memmap in scratch)
+            local = {**buffer_options, **({"path": scratch} if "path" in buffer_options else {})}
+            shard_mass(buffer_class(data_spec, batch_size=1, max_length=1, **local), None)
         limiter = check_rate_limiter(rate_limiter)
         self._limiter_timeout = check_timeout(rate_limiter_timeout, "rate_limiter_timeout")
         self._call_timeout = check_timeout(call_timeout, "call_timeout")
@@ -180,7 +183,7 @@ class ShardedReplayBuffer(ReplayBuffer):
                 int(self._stream_counts[k]),
                 self._max_length,
                 int(shard_seeds[k]),
-                buffer_options,
+                self._shard_options(k),
                 checkpoint_dir,
                 checkpoint_every,
                 self._limiter,
@@ -194,6 +197,13 @@ class ShardedReplayBuffer(ReplayBuffer):
         self._masses: dict[int | None, np.ndarray] = {}
         self._fresh = False
         self._down: dict[int, Any] = {}  # shard -> the ping that tells when it is back
+
+    def _shard_options(self, shard: int) -> dict:
+        """Shard ``shard``'s buffer options: a memmap ``path`` becomes ``path/shard-NNN``."""
+        options = dict(self._buffer_options)
+        if options.get("path") is not None:
+            options["path"] = os.path.join(os.fspath(options["path"]), f"shard-{shard:03d}")
+        return options
 
     # -- geometry -------------------------------------------------------------------------------
     @property
