@@ -392,6 +392,19 @@ def test_checkpoint_and_restore_the_whole_buffer(tmp_path):
         other.restore(tmp_path / "ckpt")
 
 
+def test_a_new_buffer_resumes_from_the_shards_periodic_checkpoints(tmp_path):
+    first = ShardedReplayBuffer(SPEC, shards=2, max_length=50, checkpoint_dir=tmp_path, checkpoint_every=4)
+    for t in range(10):  # checkpoints after adds 4 and 8 of each shard
+        first.add_batch(step_batch(t, 2))
+    first.shutdown()
+    second = ShardedReplayBuffer(SPEC, shards=2, max_length=50, checkpoint_dir=tmp_path, checkpoint_every=4)
+    assert [info["restored"] for info in second.shard_info()] == [True, True]
+    assert second.num_frames() == 16
+    items, info = second.get_next(16)
+    assert_items_match_ids(items, info.ids)
+    assert info.ids.max() < 16
+
+
 def test_dataset_keeps_fan_outs_in_flight_and_deterministic_pass_reads_all():
     buffer = ShardedReplayBuffer(SPEC, shards=2, batch_size=2, max_length=10, seed=7)
     for t in range(6):
