@@ -90,4 +90,4 @@ def test_collect_data_spec_rejects_a_space_without_array_spec():
 
 def test_collect_data_spec_rejects_bad_policy_info_spec():
     with pytest.raises(SpecError, match="policy_info"):
-        collect_data_spec(gym.make("CartPole-v1"), policy_info_spec=[ArraySpec((), np.float32)])
+        collect_data_spec(gym.make("CartPole-v1"), policy_info_spec={"logits": 3})  # 3 is no spec
