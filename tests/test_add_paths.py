@@ -6,6 +6,7 @@ concurrent adds lose nothing."""
 from __future__ import annotations
 
 import collections
+import pickle
 import threading
 
 import numpy as np
@@ -154,3 +155,11 @@ def test_a_checkpoint_of_one_layout_loads_into_the_other(tmp_path, saved, loaded
     np.testing.assert_array_equal(info.ids, want_info.ids)
     for key in DICT_SPEC:
         np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_a_flat_spec_pickles_and_its_generated_fast_path_works_after():
+    flat = pickle.loads(pickle.dumps(FlatSpec(DICT_SPEC)))
+    items = _dict_items(3)
+    assert [id(leaf) for leaf in flat.flatten_batch(items, 3)] == [id(items[k]) for k in ("action", "done", "obs")]
+    with pytest.raises(SpecMismatchError, match="obs"):
+        flat.flatten_batch(_dict_items(3, obs=np.zeros((3, 2), np.float32)), 3)

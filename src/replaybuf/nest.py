@@ -59,6 +59,10 @@ class FlatSpec:
         self._signatures: dict[int, list[tuple]] = {}
         self.flatten_batch = _fast_flatten_batch(self, paths)
 
+    def __reduce__(self) -> tuple:
+        """Pickles as its data_spec (the generated ``flatten_batch`` is rebuilt on load)."""
+        return (FlatSpec, (self.data_spec,))
+
     def unflatten(self, leaves: Sequence[Any]) -> Any:
         """Rebuild a nest shaped like the data_spec from its flat leaves."""
         return optree.tree_unflatten(self.treespec, leaves)
