@@ -12,15 +12,16 @@ from replaybuf.storages import ColumnStorage, RecordStorage
 
 SHAPES = st.sampled_from([(), (1,), (4,), (2, 3), (17,), (3, 1, 2)])
 DTYPES = st.sampled_from([np.float32, np.float64, np.int64, np.uint8, np.bool_, np.int16])
+WRITES = {  # leaves of a storage, its capacity, and writes (start, n, strided source) into it
+    "leaves": st.lists(st.tuples(SHAPES, DTYPES), min_size=1, max_size=4),
+    "capacity": st.integers(1, 9),
+    "writes": st.lists(st.tuples(st.integers(0, 8), st.integers(0, 9), st.booleans()), max_size=6),
+    "seed": st.integers(0, 2**16),
+}
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    leaves=st.lists(st.tuples(SHAPES, DTYPES), min_size=1, max_size=4),
-    capacity=st.integers(1, 9),
-    writes=st.lists(st.tuples(st.integers(0, 8), st.integers(0, 9), st.booleans()), max_size=6),
-    seed=st.integers(0, 2**16),
-)
+@given(**WRITES)
 def test_writes_match_a_plain_array_model(leaves, capacity, writes, seed):
     _writes_match_a_plain_array_model(RecordStorage, leaves, capacity, writes, seed)
 
@@ -46,12 +47,7 @@ def _writes_match_a_plain_array_model(cls, leaves, capacity, writes, seed):
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    leaves=st.lists(st.tuples(SHAPES, DTYPES), min_size=1, max_size=4),
-    capacity=st.integers(1, 9),
-    writes=st.lists(st.tuples(st.integers(0, 8), st.integers(0, 9), st.booleans()), max_size=6),
-    seed=st.integers(0, 2**16),
-)
+@given(**WRITES)
 def test_column_writes_match_a_plain_array_model(leaves, capacity, writes, seed):
     """ColumnStorage's generated write (one row, a run, a wrapping run; strided sources)."""
     storage, model, got = _writes_match_a_plain_array_model(ColumnStorage, leaves, capacity, writes, seed)
