@@ -105,7 +105,7 @@ class Shard:
         self.flat = FlatSpec(data_spec)
         self.lock = threading.RLock()  # the shard's bookkeeping; the buffer has its own lock
         self.cond = threading.Condition(self.lock)
-        self.saving = threading.Lock()
+        self.saving = threading.RLock()
         self.writers: dict[str, dict] = {}  # writer key -> {"applied": seq, "epoch", "busy"}
         self.counts = {"inserts": 0, "samples": 0, "deletes": 0}
         self.limiter, self.limiter_timeout = limiter, limiter_timeout
@@ -150,25 +150,26 @@ class Shard:
             if state["applied"] >= seq:
                 return False
             state["busy"] = True
-        inserted = due = False
+        inserted = False
         try:
             n = self.buffer.batch_size
             items = self.flat.unflatten(leaves)
             if self.limiter is not None:
                 self.flat.flatten_batch(items, n)  # a bad add fails before it is counted
                 call(self.limiter.await_insert, n, self.limiter_timeout)
-            with self.cond:  # the item and its writer's number change together (checkpoints)
-                evicted = n if self.buffer._ring.steps >= self.buffer.max_length else 0
-                self.buffer.add_batch(items)  # copies into the storage
-                inserted = True
-                self.counts["inserts"] += n
-                self.counts["deletes"] += evicted
-                self.since_checkpoint += 1
-                due = self.checkpoint_every is not None and self.since_checkpoint >= self.checkpoint_every
+            with self.saving:  # not during a save; a due save follows before any other add
+                with self.cond:  # the item and its writer's number change together
+                    evicted = n if self.buffer._ring.steps >= self.buffer.max_length else 0
+                    self.buffer.add_batch(items)  # copies into the storage
+                    inserted = True
+                    self.counts["inserts"] += n
+                    self.counts["deletes"] += evicted
+                    self.since_checkpoint += 1
+                    due = self.checkpoint_every is not None and self.since_checkpoint >= self.checkpoint_every
+                    state["applied"], state["busy"] = seq, False
+                    self.cond.notify_all()
                 if due:
-                    self.since_checkpoint = 0
-                state["applied"], state["busy"] = seq, False
-                self.cond.notify_all()
+                    self.save(self.folder)
         except ReplayBufferError:  # a refused add (spec, limiter timeout, closed) is not resent:
             with self.cond:  # the writer's later adds go on
                 state["applied"], state["busy"] = seq, False
@@ -181,8 +182,6 @@ class Shard:
                     self.cond.notify_all()
         if evicted and self.limiter is not None:
             self.limiter.delete.remote(evicted)
-        if due:
-            self.save(self.folder)
         return True
 
     def update_priorities(self, local_ids: np.ndarray, priorities: np.ndarray, lengths: list) -> list[float]:
@@ -257,8 +256,11 @@ class Shard:
     # -- checkpoints ----------------------------------------------------------------------------
     def save(self, folder: str) -> str:
         """Write the buffer's state and the shard's bookkeeping to ``folder`` (a new version)."""
-        with self.saving:  # one save at a time, so versions follow the states they hold
-            with self.lock:  # adds wait only while the state is copied
+        # One save at a time, so versions follow the states they hold; adds wait until it is
+        # written, so no add is acknowledged between a copy and its version on disk (a shard
+        # killed mid-save then loses fewer than checkpoint_every acknowledged adds).
+        with self.saving:
+            with self.lock:
                 state = {
                     "buffer": self.buffer.state_dict(),
                     "shard": {
