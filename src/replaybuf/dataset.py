@@ -10,19 +10,52 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from replaybuf.buffer import check_positive
 from replaybuf.errors import ArgumentError, EmptyBufferError
 from replaybuf.ring import StreamRing
 
-__all__ = ["DeterministicPass", "RandomDataset", "check_pass_arguments", "plan_deterministic_pass"]
+__all__ = [
+    "MAX_SAMPLE_ITEMS",
+    "DeterministicPass",
+    "RandomDataset",
+    "check_pass_arguments",
+    "check_sample_arguments",
+    "plan_deterministic_pass",
+]
+
+MAX_SAMPLE_ITEMS = 2**31 - 1  # items in one sample (sample_batch_size x num_steps): TF's int32 shapes
+
+
+def check_sample_arguments(sample_batch_size: int | None, num_steps: int | None) -> None:
+    """ArgumentError unless ``sample_batch_size`` and ``num_steps`` are positive ints or None
+    and one sample holds at most ``MAX_SAMPLE_ITEMS`` (2**31 - 1) items in all: a larger one
+    could not be allocated (NumPy, torch) or shaped (TensorFlow's int32 shapes) anyway."""
+    check_positive("sample_batch_size", sample_batch_size)
+    check_positive("num_steps", num_steps)
+    for name, value in (("sample_batch_size", sample_batch_size), ("num_steps", num_steps)):
+        if value is not None and value > MAX_SAMPLE_ITEMS:
+            raise ArgumentError(
+                f"{name}: expected a positive int <= {MAX_SAMPLE_ITEMS} (2**31 - 1) or None, got {value}"
+            )
+    if (sample_batch_size or 1) * (num_steps or 1) > MAX_SAMPLE_ITEMS:
+        raise ArgumentError(
+            f"sample_batch_size x num_steps: expected at most {MAX_SAMPLE_ITEMS} (2**31 - 1) items in one sample, "
+            f"got {sample_batch_size} x {num_steps}"
+        )
 
 
 class RandomDataset:
-    """An endless iterable of ``sample()`` results, optionally prefetched by a thread."""
+    """An endless iterable of ``sample()`` results, optionally prefetched by a thread.
+
+    Its iterators may be shared between threads (as TF's are): each ``next`` hands one
+    sample to one caller. ``sample`` must be thread-safe itself (a buffer's ``get_next`` is).
+    """
 
     def __init__(self, sample: Callable[[], Any], prefetch: int | None = None):
         self._sample = sample
@@ -30,45 +63,78 @@ class RandomDataset:
 
     def __iter__(self) -> Iterator[Any]:
         if not self._prefetch:
-            return _call_forever(self._sample)
-        return _prefetched(self._sample, self._prefetch)
+            return _Sampling(self._sample)
+        return _Prefetching(self._sample, self._prefetch)
 
 
-def _call_forever(sample: Callable[[], Any]) -> Iterator[Any]:
-    while True:
-        yield sample()
+class _Sampling:
+    """``sample()`` on every ``next``, from any number of threads at once."""
+
+    def __init__(self, sample: Callable[[], Any]):
+        self._sample = sample
+
+    def __iter__(self) -> _Sampling:
+        return self
+
+    def __next__(self) -> Any:
+        return self._sample()
 
 
-def _prefetched(sample: Callable[[], Any], depth: int) -> Iterator[Any]:
+class _Prefetching:
     """Items from a daemon thread started at the first ``next``; it stops when this iterator
-    is closed or collected (an iterator never advanced starts no thread)."""
-    ready: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
+    is closed or collected (an iterator never advanced starts no thread).
 
-    def produce() -> None:
+    Thread-safe: the queue hands each item to one caller. An error of ``sample`` is raised
+    to the caller that meets it and to every later ``next`` (the thread has stopped).
+    """
+
+    def __init__(self, sample: Callable[[], Any], depth: int):
+        self._sample = sample
+        self._ready: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._start = threading.Lock()
+        self._started = False
+        self._error: BaseException | None = None
+        weakref.finalize(self, self._stop.set)  # the thread holds no reference to the iterator
+
+    def __iter__(self) -> _Prefetching:
+        return self
+
+    def __next__(self) -> Any:
+        if not self._started:
+            with self._start:
+                if not self._started:
+                    args = (self._sample, self._ready, self._stop)
+                    threading.Thread(target=_produce, args=args, name="replaybuf-prefetch", daemon=True).start()
+                    self._started = True
+        if self._error is not None:
+            raise self._error
+        ok, value = self._ready.get()
+        if not ok:
+            self._error = value
+            self._ready.put((False, value))  # wakes any other caller waiting for an item
+            raise value
+        return value
+
+    def close(self) -> None:
+        """Stop the prefetching thread (also done when the iterator is collected)."""
+        self._stop.set()
+
+
+def _produce(sample: Callable[[], Any], ready: queue.Queue, stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            item: Any = (True, sample())
+        except Exception as err:  # handed to the consumer, raised there
+            item = (False, err)
         while not stop.is_set():
             try:
-                item: Any = (True, sample())
-            except Exception as err:  # handed to the consumer, raised there
-                item = (False, err)
-            while not stop.is_set():
-                try:
-                    ready.put(item, timeout=0.05)
-                    break
-                except queue.Full:
-                    continue
-            if not item[0]:
-                return
-
-    try:
-        threading.Thread(target=produce, name="replaybuf-prefetch", daemon=True).start()
-        while True:
-            ok, value = ready.get()
-            if not ok:
-                raise value
-            yield value
-    finally:
-        stop.set()
+                ready.put(item, timeout=0.05)
+                break
+            except queue.Full:
+                continue
+        if not item[0]:
+            return
 
 
 def check_pass_arguments(
@@ -132,12 +198,34 @@ def plan_deterministic_pass(
 
 
 class DeterministicPass:
-    """An iterable that, each time it is iterated, plans one pass and reads it in order."""
+    """An iterable that, each time it is iterated, plans one pass and reads it in order.
+
+    Its iterators may be shared between threads: each element goes to one caller.
+    """
 
     def __init__(self, plan: Callable[[], list[np.ndarray]], read: Callable[[np.ndarray], Any]):
         self._plan = plan
         self._read = read
 
     def __iter__(self) -> Iterator[Any]:
-        plan = self._plan()  # fixed now, when the iterator is created
-        return (self._read(ids) for ids in plan)
+        return _Planned(self._plan(), self._read)  # the plan is fixed now, when the iterator is created
+
+
+class _Planned:
+    """The reads of a planned pass in order; the next plan entry is taken under a lock."""
+
+    def __init__(self, plan: list[np.ndarray], read: Callable[[np.ndarray], Any]):
+        self._plan, self._read = plan, read
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> _Planned:
+        return self
+
+    def __next__(self) -> Any:
+        with self._lock:
+            index = self._next
+            if index >= len(self._plan):
+                raise StopIteration
+            self._next = index + 1
+        return self._read(self._plan[index])

@@ -10,7 +10,8 @@
     ├── PriorityError (ValueError)    a priority that is zero, negative or NaN, or an id
     │                                 that names no stored item
     ├── CheckpointError (ValueError)  a checkpoint or storage folder that is missing, corrupt,
-    │                                 truncated, or made for another buffer; nothing is loaded
+    │                                 truncated, made for another buffer, or holds values no
+    │                                 buffer could have produced; nothing is loaded
     ├── RateLimiterTimeout (TimeoutError)
     │                                 a rate-limited add or sample still blocked after its
     │                                 timeout; nothing was written or counted

@@ -24,6 +24,8 @@ import numpy as np
 import torch
 
 from replaybuf.buffer import check_positive
+from replaybuf.buffers.stream import check_capacity
+from replaybuf.dataset import MAX_SAMPLE_ITEMS
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, SpecMismatchError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.state import check_header, require
@@ -60,8 +62,9 @@ class ReplayBuffer(TorchCheckpoints):
     come from the receiving buffer.
 
     Raises:
-        ArgumentError: batch_size or capacity is not a positive int, or shapes and types
-            differ in length.
+        ArgumentError: batch_size or capacity is not a positive int, batch_size is above
+            2**31 - 1, the rows would take more than 2**62 bytes, shapes or types is not a
+            list, or they differ in length.
         SpecError: a shape or dtype cannot be used (a dtype without a PyTorch equivalent).
     """
 
@@ -77,8 +80,12 @@ class ReplayBuffer(TorchCheckpoints):
         seed: int | None = None,
     ):
         check_positive("batch_size", batch_size, allow_none=False)
+        if batch_size > MAX_SAMPLE_ITEMS:
+            raise ArgumentError(
+                f"batch_size: expected a positive int <= {MAX_SAMPLE_ITEMS} (2**31 - 1), got {batch_size}"
+            )
         check_positive("capacity", capacity, allow_none=False)
-        shapes, types = list(shapes), list(types)
+        shapes, types = _column_list("shapes", shapes), _column_list("types", types)
         if len(shapes) != len(types):
             raise ArgumentError(
                 f"shapes and types: expected one dtype per shape, got {len(shapes)} shapes and {len(types)} types"
@@ -88,6 +95,7 @@ class ReplayBuffer(TorchCheckpoints):
         self._batch_size = int(batch_size)
         self._ordered = bool(ordered)
         self._flat = FlatSpec(tuple(ArraySpec(shape, dtype) for shape, dtype in zip(shapes, types, strict=True)))
+        check_capacity(self._flat, 1, int(capacity), "capacity")
         self._device = as_device(device)
         self._batcher = DeviceBatcher(self._flat, self._device)
         self._ring = StreamRing(1, int(capacity))
@@ -102,15 +110,29 @@ class ReplayBuffer(TorchCheckpoints):
         arguments (device, ordered, seed) are passed on.
 
         Raises:
-            ArgumentError: a required key is missing or an unknown key is present.
+            ArgumentError: ``config`` is not a mapping, a required key is missing or an
+                unknown key is present; the constructor's errors (``data_shape`` for shapes,
+                ``data_type`` for types, ``sample_size`` for batch_size).
         """
+        if not isinstance(config, Mapping):
+            raise ArgumentError(
+                f"config: expected a mapping with the keys {list(_CONFIG_KEYS)}, got {type(config).__name__}"
+            )
         missing = [key for key in _CONFIG_KEYS if key not in config]
         unknown = [key for key in config if key not in _CONFIG_KEYS + _IGNORED_CONFIG_KEYS]
         if missing or unknown:
             raise ArgumentError(
                 f"config: expected the keys {list(_CONFIG_KEYS)}, missing {missing}, unknown {unknown}"
             )
-        return cls(config["sample_size"], config["capacity"], config["data_shape"], config["data_type"], **kwargs)
+        names = {"shapes": "data_shape", "types": "data_type", "batch_size": "sample_size"}
+        try:
+            return cls(config["sample_size"], config["capacity"], config["data_shape"], config["data_type"], **kwargs)
+        except ArgumentError as err:  # name the config's key, not the constructor's argument
+            message = str(err)
+            for argument, key in names.items():
+                if message.startswith(f"{argument}:"):
+                    raise ArgumentError(f"config[{key!r}]{message[len(argument):]}") from None
+            raise
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -244,7 +266,7 @@ class ReplayBuffer(TorchCheckpoints):
         if not isinstance(exp, (list, tuple)) or len(exp) != len(leaves):
             got = f"{len(exp)} tensors" if isinstance(exp, (list, tuple)) else type(exp).__name__
             raise SpecMismatchError(f"insert: expected a list of {len(leaves)} tensors (one per column), got {got}")
-        ndims = [x.dim() if isinstance(x, torch.Tensor) else np.ndim(x) for x in exp]
+        ndims = [_ndim(i, x, spec) for i, (x, spec) in enumerate(zip(exp, leaves, strict=True))]
         rows = [ndim == len(spec.shape) for ndim, spec in zip(ndims, leaves, strict=True)]
         if all(rows):
             for i, (x, spec) in enumerate(zip(exp, leaves, strict=True)):
@@ -267,6 +289,27 @@ class ReplayBuffer(TorchCheckpoints):
             detail = ", ".join(f"tensor {i}: {n}" for i, n in enumerate(sizes))
             raise SpecMismatchError(f"insert: every tensor needs the same number of rows, got {detail}")
         return tuple(exp)
+
+
+def _column_list(name: str, value: Any) -> list:
+    """``shapes`` or ``types`` as a list, one entry per column; ArgumentError otherwise."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ArgumentError(f"{name}: expected a list with one entry per column, got {value!r:.80}")
+    return list(value)
+
+
+def _ndim(index: int, value: Any, spec: ArraySpec) -> int:
+    """The number of dimensions of column ``index``'s ``value``; SpecMismatchError for a ragged
+    nest of lists (rows of different lengths), which is no tensor at all."""
+    if isinstance(value, torch.Tensor):
+        return value.dim()
+    try:
+        return np.ndim(value)
+    except ValueError:  # NumPy refuses an inhomogeneous (ragged) nest of sequences
+        raise SpecMismatchError(
+            f"insert: tensor {index}: expected one row of shape {spec.shape} (or a batch of rows, "
+            f"(n,) + {spec.shape}), got ragged lists (rows of different lengths)"
+        ) from None
 
 
 def _one_row_batch(row: Any) -> Any:

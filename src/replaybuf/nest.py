@@ -35,6 +35,20 @@ def _path_string(path: tuple[Any, ...], spec: ArraySpec) -> str:
     return text
 
 
+def _field_names(spec: Any, path: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``path`` with the positions of namedtuple fields replaced by the fields' names
+    (``Trajectory``'s ``1`` is ``observation``): what a person calls the field."""
+    named, node = [], spec
+    for entry in path:
+        fields = getattr(node, "_fields", None) if isinstance(node, tuple) else None
+        named.append(fields[entry] if fields is not None and isinstance(entry, int) else entry)
+        try:
+            node = node[entry]
+        except (KeyError, IndexError, TypeError):  # a node optree walks some other way: keep the rest
+            return (*named, *path[len(named) :])
+    return tuple(named)
+
+
 def to_numpy(value: Any) -> Any:
     """A NumPy view of a framework tensor (TensorFlow, PyTorch, JAX); other values as given."""
     if isinstance(value, _NDARRAY):
@@ -55,7 +69,9 @@ class FlatSpec:
         self.data_spec = as_data_spec(data_spec)
         paths, leaves, self.treespec = optree.tree_flatten_with_path(self.data_spec)
         self.leaves: list[ArraySpec] = leaves
-        self.paths: list[str] = [_path_string(p, s) for p, s in zip(paths, leaves, strict=True)]
+        self.paths: list[str] = [
+            _path_string(_field_names(self.data_spec, p), s) for p, s in zip(paths, leaves, strict=True)
+        ]
         self._signatures: dict[int, list[tuple]] = {}
         self.flatten_batch = _fast_flatten_batch(self, paths)
 
@@ -127,7 +143,13 @@ class FlatSpec:
     def _coerce(self, index: int, value: Any, batch_size: int | None) -> np.ndarray:
         spec, path = self.leaves[index], self.paths[index]
         outer = "[n]" if batch_size is None else f"[{batch_size}]"
-        array = to_numpy(value)
+        try:
+            array = to_numpy(value)
+        except Exception:  # the framework's own conversion (torch.bfloat16 has no NumPy dtype, ...)
+            got = getattr(value, "dtype", type(value).__name__)
+            raise SpecMismatchError(
+                f"{path}: expected dtype {spec.dtype.name}, got {got} (no NumPy equivalent)"
+            ) from None
         typed = hasattr(array, "dtype")
         try:
             array = np.asarray(array)

@@ -202,14 +202,18 @@ class RateLimiter:
             raise CheckpointError(f"rate limiter state: expected a dict, got {type(state).__name__}")
         for key in _STATE_KEYS:
             value = state.get(key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise CheckpointError(f"rate limiter state[{key!r}]: expected an int >= 0, got {value!r}")
+            # counters live in int64 slots: 2**62 leaves them room to count on
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**62:
+                raise CheckpointError(
+                    f"rate limiter state[{key!r}]: expected an int >= 0, got {value!r:.60} (counters stay <= 2**62)"
+                )
         if state["deletes"] > state["inserts"]:
             raise CheckpointError(f"rate limiter state: {state['deletes']} deletes > {state['inserts']} inserts")
         for key, value in self._config().items():
-            if state.get(key) != value:
+            saved = state.get(key)
+            if isinstance(saved, bool) or not isinstance(saved, (int, float)) or saved != value:
                 raise CheckpointError(
-                    f"rate limiter state[{key!r}]: saved {state.get(key)!r}, this limiter has {value!r}"
+                    f"rate limiter state[{key!r}]: saved {saved!r:.60}, this limiter has {value!r}"
                 )
         return state
 

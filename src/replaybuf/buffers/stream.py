@@ -11,6 +11,7 @@ One lock guards every write and read, so no read sees an item half written.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -19,7 +20,13 @@ from typing import Any
 import numpy as np
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive, unstack_time
-from replaybuf.dataset import DeterministicPass, RandomDataset, plan_deterministic_pass
+from replaybuf.dataset import (
+    MAX_SAMPLE_ITEMS,
+    DeterministicPass,
+    RandomDataset,
+    check_sample_arguments,
+    plan_deterministic_pass,
+)
 from replaybuf.errors import ArgumentError, CheckpointError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import read_state, write_state
@@ -27,7 +34,9 @@ from replaybuf.persistence.state import check_header, check_rng_state, first_sto
 from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
 from replaybuf.ring import StreamRing, append_rows
 
-__all__ = ["Part", "StreamBuffer", "reject_unused"]
+__all__ = ["MAX_STORAGE_BYTES", "Part", "StreamBuffer", "check_capacity", "reject_unused"]
+
+MAX_STORAGE_BYTES = 2**62  # the most bytes one storage may span: offsets stay int64 with room
 
 Part = Callable[[FlatSpec, StreamRing], Any]  # builds a storage or sampler for the spec and ring
 
@@ -71,6 +80,7 @@ class StreamBuffer(ReplayBuffer):
         check_positive("max_length", max_length, allow_none=False)
         check_positive("dataset_window_shift", dataset_window_shift)
         self._flat = FlatSpec(data_spec)
+        check_capacity(self._flat, batch_size, max_length, "capacity" if single_stream else "max_length")
         self._lock = threading.RLock()
         self._drop_remainder = bool(dataset_drop_remainder)
         self._window_shift = dataset_window_shift
@@ -152,13 +162,18 @@ class StreamBuffer(ReplayBuffer):
         Raises:
             EmptyBufferError: nothing is stored, or no stream holds ``num_steps`` items
                 (inside one episode, when the sampler respects episodes).
-            ArgumentError: sample_batch_size or num_steps is not a positive int.
+            ArgumentError: sample_batch_size or num_steps is not a positive int, or a sample
+                of more than 2**31 - 1 items in all (sample_batch_size x num_steps).
             RateLimiterTimeout, BufferClosedError: with a rate limiter, see ``add_batch``.
         """
-        if sample_batch_size is not None and (sample_batch_size.__class__ is not int or sample_batch_size < 1):
-            check_positive("sample_batch_size", sample_batch_size)
-        if num_steps is not None and (num_steps.__class__ is not int or num_steps < 1):
-            check_positive("num_steps", num_steps)
+        if sample_batch_size is not None and (
+            sample_batch_size.__class__ is not int or not 0 < sample_batch_size <= MAX_SAMPLE_ITEMS
+        ):
+            check_sample_arguments(sample_batch_size, num_steps)
+        if num_steps is not None and (
+            num_steps.__class__ is not int or not 0 < num_steps <= MAX_SAMPLE_ITEMS // (sample_batch_size or 1)
+        ):
+            check_sample_arguments(sample_batch_size, num_steps)
         if self._limiter is not None:
             self._limiter.await_sample(sample_batch_size or 1, self._limiter_timeout)
         with self._lock:
@@ -190,14 +205,15 @@ class StreamBuffer(ReplayBuffer):
         samples in a background thread with that many batches queued. With
         ``single_deterministic_pass=True`` every stored item is yielded once, stream by
         stream (``sample_batch_size`` streams at a time) in time order, cut into windows
-        of ``num_steps``; ids are fixed when the iterator is created.
+        of ``num_steps``; ids are fixed when the iterator is created. An iterator may be
+        shared between threads (as TF's may): each ``next`` hands one element to one caller.
 
         Raises:
-            ArgumentError: a non-positive argument; in a deterministic pass,
-                sample_batch_size > batch_size or num_steps > max_length.
+            ArgumentError: a non-positive argument, or samples of more than 2**31 - 1 items
+                (as for ``get_next``); in a deterministic pass, sample_batch_size >
+                batch_size or num_steps > max_length.
         """
-        check_positive("sample_batch_size", sample_batch_size)
-        check_positive("num_steps", num_steps)
+        check_sample_arguments(sample_batch_size, num_steps)
         check_positive("num_parallel_calls", num_parallel_calls)
         if single_deterministic_pass:
 
@@ -259,7 +275,7 @@ class StreamBuffer(ReplayBuffer):
         steps = check_header(state, type(self).__name__, self._flat, geometry)
         count, items = self._storage.check_state(self._flat, state)
         first = first_stored_step(steps, count, ring.batch_size, ring.max_length, self._storage.crash_safe)
-        check_rng_state(self._rng, require(state, "rng", dict))
+        rng_state = check_rng_state(self._rng, require(state, "rng", dict))
         sampler_state = self._sampler.check_state(ring, state, count)
         limiter_state = None if self._limiter is None else self._limiter.check_state(state.get("rate_limiter"))
         with self._lock:
@@ -271,7 +287,7 @@ class StreamBuffer(ReplayBuffer):
                 raise
             ring.reset(steps, first if first > max(0, steps - ring.max_length) else 0)
             self._storage.commit(steps)
-            self._rng.bit_generator.state = state["rng"]
+            self._rng.bit_generator.state = rng_state
             self._sampler.load_state(ring, sampler_state)
             if self._limiter is not None:
                 self._limiter.load_state(limiter_state)
@@ -326,6 +342,21 @@ class StreamBuffer(ReplayBuffer):
     def _wrap_dataset(self, dataset: RandomDataset | DeterministicPass) -> Any:
         """The dataset as this backend hands it out (a torch IterableDataset, ...)."""
         return dataset
+
+
+def check_capacity(flat: FlatSpec, batch_size: int, max_length: int, name: str) -> None:
+    """ArgumentError naming ``name`` when ``batch_size x max_length`` items of ``flat``'s spec
+    would span more than 2**62 bytes (no storage could be allocated or addressed)."""
+    item = max(1, sum(leaf.dtype.itemsize * math.prod(leaf.shape) for leaf in flat.leaves))
+    capacity = int(batch_size) * int(max_length)
+    if capacity * item > MAX_STORAGE_BYTES:
+        geometry = f"{capacity}"
+        if name != "capacity":
+            geometry += f" (batch_size {batch_size} x max_length {max_length})"
+        raise ArgumentError(
+            f"{name}: a capacity of {geometry} items of {item} bytes is more than 2**62 bytes; "
+            "no storage can hold it"
+        )
 
 
 def reject_unused(**options: tuple[Any, Any, str]) -> None:

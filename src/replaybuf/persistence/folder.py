@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -48,7 +49,7 @@ try:  # ISA-L's CRC-32 (the same checksum as zlib's) runs ~7x faster; optional, 
 except ImportError:  # pragma: no cover - depends on the environment
     from zlib import crc32 as _crc32
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "ArrayRun", "StoredArray", "read_state", "write_state"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "ArrayRun", "StoredArray", "read_npy_header", "read_state", "write_state"]
 
 FORMAT = "replaybuf-checkpoint"
 FORMAT_VERSION = 1
@@ -116,11 +117,8 @@ def read_state(path: str | os.PathLike, lazy: Sequence[str] = ()) -> dict:
     root = Path(path)
     expected_crc = None
     if (root / POINTER).is_file():
-        pointer = _json(root / POINTER, (root / POINTER).read_bytes())
-        version = pointer.get("current") if isinstance(pointer, dict) else None
-        if not isinstance(version, str) or not _VERSION.match(version):
-            raise CheckpointError(f"{root / POINTER}: corrupt pointer file {pointer!r}")
-        folder, expected_crc = root / version, pointer.get("manifest_crc32")
+        version, expected_crc = _read_pointer(root / POINTER)
+        folder = root / version
     elif (root / MANIFEST).is_file():
         folder = root
     else:
@@ -134,16 +132,41 @@ def read_state(path: str | os.PathLike, lazy: Sequence[str] = ()) -> dict:
     manifest = _json(folder / MANIFEST, manifest_bytes)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"{folder / MANIFEST}: not a {FORMAT} manifest")
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if type(manifest.get("format_version")) is not int or manifest["format_version"] != FORMAT_VERSION:
         raise CheckpointError(
             f"{folder / MANIFEST}: format_version {manifest.get('format_version')!r}; this replaybuf "
             f"reads version {FORMAT_VERSION}"
         )
+    if set(manifest) != {"format", "format_version", "state"}:
+        raise CheckpointError(f"{folder / MANIFEST}: unexpected keys {sorted(manifest)}; corrupt")
     state = manifest.get("state")
     if not isinstance(state, dict):
         raise CheckpointError(f"{folder / MANIFEST}: the state is not a dict")
     opened = {key: _decode(value, folder) for key, value in state.items()}  # every header checked
     return {key: value if key in lazy else _materialize(value) for key, value in opened.items()}
+
+
+def _read_pointer(path: Path) -> tuple[str, int]:
+    """``(version folder name, manifest CRC-32)`` of a ``CURRENT`` file; CheckpointError
+    unless it is exactly what ``write_state`` writes (format, a version name, a checksum)."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read the pointer file ({err})") from None
+    pointer = _json(path, data)
+    if not isinstance(pointer, dict) or set(pointer) != {"format", "current", "manifest_crc32"}:
+        keys = sorted(pointer) if isinstance(pointer, dict) else type(pointer).__name__
+        raise CheckpointError(
+            f"{path}: corrupt pointer file: expected the keys ['current', 'format', 'manifest_crc32'], got {keys}"
+        )
+    if pointer["format"] != FORMAT:
+        raise CheckpointError(f"{path}: corrupt pointer file: format {pointer['format']!r:.60}, expected {FORMAT!r}")
+    version, crc = pointer["current"], pointer["manifest_crc32"]
+    if not isinstance(version, str) or not _VERSION.match(version):
+        raise CheckpointError(f"{path}: corrupt pointer file: current {version!r:.60} is not a version folder name")
+    if type(crc) is not int or not 0 <= crc < 2**32:
+        raise CheckpointError(f"{path}: corrupt pointer file: manifest_crc32 {crc!r:.60} is not a CRC-32")
+    return version, crc
 
 
 # -- the state tree <-> manifest -------------------------------------------------------------
@@ -398,39 +421,66 @@ def _write_when(f: Any, ready: Future, block: np.ndarray) -> None:
 def _open_npy(folder: Path, entry: dict) -> StoredArray:
     """Check an array file's name, size and header against its manifest entry."""
     name = entry.get(_ARRAY_KEY)
-    if not isinstance(name, str) or "/" in name or name.startswith("."):
-        raise CheckpointError(f"{folder / MANIFEST}: bad array file name {name!r}")
+    if not isinstance(name, str) or "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
+        raise CheckpointError(f"{folder / MANIFEST}: bad array file name {name!r:.80}")
     path = folder / name
+    if set(entry) != {_ARRAY_KEY, "shape", "dtype", "bytes", "crc32"} or not (
+        _is_shape(entry["shape"]) and isinstance(entry["dtype"], str) and _is_count(entry["bytes"])
+        and _is_count(entry["crc32"])
+    ):
+        raise CheckpointError(f"{folder / MANIFEST}: the entry of {name!r} is malformed ({entry!r:.160})")
     try:
         with open(path, "rb", buffering=0) as f:
             size = os.fstat(f.fileno()).st_size
-            if size != entry.get("bytes"):
-                raise CheckpointError(
-                    f"{path}: {size} bytes, the manifest says {entry.get('bytes')}; truncated or corrupt"
-                )
-            try:
-                major, _ = np.lib.format.read_magic(f)
-                read_header = np.lib.format.read_array_header_2_0 if major == 2 else np.lib.format.read_array_header_1_0
-                shape, fortran, dtype = read_header(f)
-            except ValueError as err:
-                raise CheckpointError(f"{path}: corrupt .npy header ({err})") from None
+            if size != entry["bytes"]:
+                raise CheckpointError(f"{path}: {size} bytes, the manifest says {entry['bytes']}; truncated or corrupt")
+            shape, fortran, dtype = read_npy_header(f, path)
             header_size = f.tell()
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read ({err})") from None
-    if fortran or list(shape) != entry.get("shape") or dtype.str != entry.get("dtype"):
+    if fortran or list(shape) != entry["shape"] or dtype.str != entry["dtype"]:
         raise CheckpointError(
             f"{path}: header says {shape} {dtype.str}, the manifest says "
-            f"{entry.get('shape')} {entry.get('dtype')}; corrupt"
+            f"{entry['shape']} {entry['dtype']}; corrupt"
         )
-    if header_size + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != size:
+    if header_size + math.prod(shape) * dtype.itemsize != size:
         raise CheckpointError(f"{path}: size does not match its header; truncated or corrupt")
     return StoredArray(path, entry, header_size, tuple(shape), dtype)
+
+
+def read_npy_header(f: Any, path: Path) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """``(shape, fortran_order, dtype)`` of the ``.npy`` file ``f`` (version 1.0 or 2.0, the
+    ones NumPy writes), of plain data; CheckpointError for anything else or a header NumPy's
+    parser refuses (its errors vary with the damage: ValueError, SyntaxError, TokenError, ...)."""
+    try:
+        version = np.lib.format.read_magic(f)
+        if version not in ((1, 0), (2, 0)):
+            raise ValueError(f"format version {version}, expected 1.0 or 2.0")
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(f)
+    except Exception as err:  # NumPy's header parser: any failure means a damaged header
+        raise CheckpointError(f"{path}: corrupt .npy header ({type(err).__name__}: {err})") from None
+    if not isinstance(dtype, np.dtype) or dtype.hasobject or not dtype.itemsize or not _is_shape(list(shape)):
+        raise CheckpointError(f"{path}: corrupt .npy header (holds {dtype!r:.60} {shape!r:.60}, not plain data)")
+    return tuple(shape), bool(fortran), dtype
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _is_shape(value: Any) -> bool:
+    """A list of at most 64 dims (NumPy's limit) of at most 2**62 elements in all."""
+    return (
+        isinstance(value, list) and len(value) <= 64 and all(_is_count(n) for n in value)
+        and math.prod(value) <= 2**62 and all(n <= 2**62 for n in value)
+    )
 
 
 def _json(path: Path, data: bytes) -> Any:
     try:
         return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as err:
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:
         raise CheckpointError(f"{path}: not valid JSON, truncated or corrupt ({err})") from None
 
 

@@ -19,11 +19,46 @@ from replaybuf.errors import CheckpointError
 from replaybuf.nest import FlatSpec
 
 __all__ = [
-    "check_header", "check_items", "check_rng_state", "check_spec_state", "first_stored_step", "read_run",
-    "require", "ring_views", "spec_state",
+    "ID_ROOM", "MAX_ID", "SPEC_KEYS", "check_header", "check_items", "check_rng_state", "check_spec_state",
+    "first_stored_step", "max_steps", "plain_equal", "read_run", "require", "ring_views", "spec_state",
 ]
 
-_MAX_ID = 2**63 - 1  # ids are int64
+MAX_ID = 2**63 - 1  # ids are int64
+ID_ROOM = 2**62  # a loaded or reopened buffer's ids stay below this: room for 2**62 more
+
+
+def max_steps(streams: int) -> int:
+    """The most ``steps`` a loaded or reopened buffer of ``streams`` streams may hold: its ids
+    (steps x streams) stay below 2**62, so 2**62 more ids fit in int64 before any overflow."""
+    return ID_ROOM // max(1, streams)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(k.__name__ for k in kinds)
+
+
+def plain_equal(value: Any, expected: Any) -> bool:
+    """Whether ``value`` (from a state: anything) equals the plain ``expected`` (dicts, lists,
+    JSON scalars): the same types all the way down, so an array or an object with an odd
+    ``__eq__`` compares unequal instead of raising, and ``True`` is not ``1``."""
+    if isinstance(expected, dict):
+        return (
+            isinstance(value, dict)
+            and value.keys() == expected.keys()
+            and all(plain_equal(value[k], v) for k, v in expected.items())
+        )
+    if isinstance(expected, (list, tuple)):
+        return (
+            isinstance(value, (list, tuple))
+            and len(value) == len(expected)
+            and all(plain_equal(a, b) for a, b in zip(value, expected, strict=True))
+        )
+    if isinstance(expected, bool) or isinstance(value, bool):
+        return type(value) is type(expected) and value == expected
+    if isinstance(expected, (int, float, str)) or expected is None:
+        return type(value) in (int, float, str, type(None)) and type(value) is type(expected) and value == expected
+    return False
 
 
 def require(state: Any, key: str, kind: type | tuple[type, ...]) -> Any:
@@ -34,7 +69,7 @@ def require(state: Any, key: str, kind: type | tuple[type, ...]) -> Any:
         raise CheckpointError(f"state: missing key {key!r}")
     value = state[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise CheckpointError(f"state[{key!r}]: expected {kind}, got {type(value).__name__}")
+        raise CheckpointError(f"state[{key!r}]: expected {_kind_name(kind)}, got {type(value).__name__}")
     return value
 
 
@@ -42,15 +77,18 @@ def check_header(state: Any, class_name: str, flat: FlatSpec, geometry: dict[str
     """The ``steps`` of a state saved by a ``class_name`` buffer of ``flat``'s spec and this
     ``geometry`` (key -> size, e.g. batch_size and max_length); CheckpointError otherwise."""
     if require(state, "class", str) != class_name:
-        raise CheckpointError(f"state: saved from a {state['class']}, cannot load into a {class_name}")
+        raise CheckpointError(f"state['class']: saved from a {state['class']:.80}, cannot load into a {class_name}")
     check_spec_state(flat, require(state, "spec", dict))
     for key, mine in geometry.items():
         if require(state, key, int) != mine:
             raise CheckpointError(f"state[{key!r}]: saved {state[key]}, this buffer has {mine}")
     steps = require(state, "steps", int)
-    largest = _MAX_ID // max(geometry.values(), default=1)  # every id (steps x streams) stays an int64
+    largest = max_steps(geometry.get("batch_size", 1))
     if not 0 <= steps <= largest:
-        raise CheckpointError(f"state['steps']: expected an int in [0, {largest}] (ids are int64), got {steps}")
+        raise CheckpointError(
+            f"state['steps']: expected an int in [0, {largest}] (ids are int64: steps x batch_size "
+            f"stays below 2**62), got {steps}"
+        )
     return steps
 
 
@@ -89,6 +127,9 @@ def first_stored_step(steps: int, count: int, batch_size: int, max_length: int, 
     return first
 
 
+SPEC_KEYS = ("structure", "shapes", "dtypes")  # what must match; paths and names are for people
+
+
 def spec_state(flat: FlatSpec) -> dict:
     """The data_spec as plain values: nest structure, field paths, shapes, dtypes, names."""
     return {
@@ -103,19 +144,76 @@ def spec_state(flat: FlatSpec) -> dict:
 def check_spec_state(flat: FlatSpec, state: Any) -> None:
     """Raise CheckpointError unless ``state`` (from spec_state) describes ``flat``'s spec."""
     mine = spec_state(flat)
-    if not isinstance(state, dict) or any(state.get(k) != mine[k] for k in ("structure", "shapes", "dtypes")):
+    if not isinstance(state, dict) or not all(plain_equal(state.get(k), mine[k]) for k in SPEC_KEYS):
         raise CheckpointError(
-            f"the checkpoint holds items of another data_spec: saved {_describe(state)}, "
+            f"state['spec']: the checkpoint holds items of another data_spec: saved {_describe(state)}, "
             f"this buffer has {_describe(mine)}"
         )
 
 
-def check_rng_state(rng: np.random.Generator, state: Any) -> None:
-    """Raise CheckpointError unless ``state`` is a valid state of ``rng``'s bit generator."""
+def check_rng_state(rng: np.random.Generator, state: Any) -> dict:
+    """``state`` as a state of ``rng``'s bit generator that its setter takes as is (plain
+    ints); CheckpointError unless it is one that generator could have produced.
+
+    PCG64 (every NumPy buffer's generator) is checked value by value: ``state`` and ``inc``
+    in [0, 2**128) with ``inc`` odd, ``has_uint32`` 0 or 1, ``uinteger`` in [0, 2**32).
+    Another bit generator's state must be taken by its own setter and read back equal.
+    """
+    name = type(rng.bit_generator).__name__
+    if not isinstance(state, dict):
+        raise CheckpointError(f"state['rng']: expected a {name} state (a dict), got {type(state).__name__}")
+    if name == "PCG64":
+        return _check_pcg64(state)
+    clean = _plain_ints(state)
     try:
-        type(rng.bit_generator)().state = state
-    except (TypeError, ValueError, KeyError) as err:
-        raise CheckpointError(f"state['rng']: not a {type(rng.bit_generator).__name__} state ({err})") from None
+        probe = type(rng.bit_generator)()
+        probe.state = clean
+        same = plain_equal(probe.state, clean)
+    except Exception as err:  # the bit generator's own setter: any refusal is a corrupt state
+        raise CheckpointError(f"state['rng']: not a {name} state ({err})") from None
+    if not same:
+        raise CheckpointError(f"state['rng']: not a {name} state (a value is out of its range)")
+    return clean
+
+
+_PCG64_FIELDS = {"state": 2**128, "inc": 2**128}
+
+
+def _check_pcg64(state: dict) -> dict:
+    def integer(where: str, value: Any, end: int) -> int:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not 0 <= value < end:
+            raise CheckpointError(f"state['rng']{where}: expected an int in [0, {end}), got {value!r:.60}")
+        return int(value)
+
+    keys = {"bit_generator", "state", "has_uint32", "uinteger"}
+    if set(state) != keys or not plain_equal(state["bit_generator"], "PCG64"):
+        raise CheckpointError(
+            "state['rng']: expected a PCG64 state {'bit_generator': 'PCG64', 'state': {'state', 'inc'}, "
+            f"'has_uint32', 'uinteger'}}, got keys {sorted(map(str, state))} ({state.get('bit_generator')!r:.40})"
+        )
+    inner = state["state"]
+    if not isinstance(inner, dict) or set(inner) != set(_PCG64_FIELDS):
+        raise CheckpointError(f"state['rng']['state']: expected {{'state', 'inc'}}, got {inner!r:.80}")
+    values = {key: integer(f"['state'][{key!r}]", inner[key], end) for key, end in _PCG64_FIELDS.items()}
+    if not values["inc"] % 2:
+        raise CheckpointError(
+            f"state['rng']['state']['inc']: expected an odd int (PCG64's increment), got {values['inc']}"
+        )
+    return {
+        "bit_generator": "PCG64",
+        "state": values,
+        "has_uint32": integer("['has_uint32']", state["has_uint32"], 2),
+        "uinteger": integer("['uinteger']", state["uinteger"], 2**32),
+    }
+
+
+def _plain_ints(value: Any) -> Any:
+    """``value`` with NumPy integers as Python ints (what the bit generators' setters take)."""
+    if isinstance(value, dict):
+        return {k: _plain_ints(v) for k, v in value.items()}
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
 
 
 def read_run(fields: Sequence[np.ndarray], start: int, count: int) -> list[np.ndarray]:
@@ -136,8 +234,26 @@ def ring_views(field: np.ndarray, start: int, count: int) -> list[np.ndarray]:
 
 
 def _describe(spec: Any) -> str:
+    """A data_spec state in words, whatever it holds (never raises: it names a bad one)."""
     if not isinstance(spec, dict):
-        return repr(spec)
-    columns = zip(spec.get("paths", []), spec.get("shapes", []), spec.get("dtypes", []), strict=False)
-    leaves = ", ".join(f"{p}: {tuple(s)} {np.dtype(d).name}" for p, s, d in columns)
-    return f"{spec.get('structure')} [{leaves}]"
+        return f"{spec!r:.120}"
+    columns = [spec.get(key) for key in ("paths", "shapes", "dtypes")]
+    if not all(isinstance(column, list) for column in columns):
+        return f"{spec!r:.200}"
+    leaves = ", ".join(
+        f"{p}: {_describe_shape(s)} {_describe_dtype(d)}" for p, s, d in zip(*columns, strict=False)
+    )
+    return f"{spec.get('structure')!s:.200} [{leaves}]"
+
+
+def _describe_shape(shape: Any) -> str:
+    if isinstance(shape, list) and all(isinstance(n, int) for n in shape):
+        return str(tuple(shape))
+    return f"{shape!r:.40} (not a shape)"
+
+
+def _describe_dtype(dtype: Any) -> str:
+    try:
+        return np.dtype(dtype).name if isinstance(dtype, str) else f"{dtype!r:.40} (not a dtype)"
+    except Exception:  # NumPy's parser of dtype strings: anything it refuses is not a dtype
+        return f"{dtype!r:.40} (not a dtype)"

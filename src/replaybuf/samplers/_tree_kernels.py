@@ -27,6 +27,10 @@ from numba import njit
 __all__ = ["assign", "assign_starts", "draw", "find", "update", "warm_up"]
 
 _BELOW_ONE = 1.0 - 2.0**-50
+# as in replaybuf.samplers.sumtree: masses kept in [MIN_MASS, MAX_MASS], weights >= MIN_WEIGHT
+MIN_MASS = float(np.finfo(np.float64).tiny)
+MAX_MASS = 2.0**960
+MIN_WEIGHT = float(np.finfo(np.float32).tiny)
 
 
 @njit(cache=True, nogil=True)
@@ -192,8 +196,9 @@ def draw(
             ids[i] = ident
             probabilities[i] = mass / valid
             ratio = mass / smallest
-            # float32 pow is ~3x cheaper; float64 where the ratio would overflow float32
-            weights[i] = np.float32(ratio) ** exponent if ratio < 1e30 else ratio**-beta
+            # float32 pow is ~3x cheaper; float64 where the ratio would overflow float32 (and
+            # the weight may fall below float32's range: it then reads as MIN_WEIGHT)
+            weights[i] = np.float32(ratio) ** exponent if ratio < 1e30 else max(ratio**-beta, MIN_WEIGHT)
         else:
             ids[i] = -1
             bad += 1
@@ -223,7 +228,7 @@ def assign(
     for i in range(n):
         if ids[i] >= oldest_id:  # older ids were overwritten: ignored
             slot = ids[i] % capacity
-            mass = (priorities[i] + epsilon) ** alpha
+            mass = min(max((priorities[i] + epsilon) ** alpha, MIN_MASS), MAX_MASS)
             sums[slot] = mass
             mins[slot] = mass
             slots[count] = slot

@@ -21,7 +21,7 @@ import numpy as np
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import EpisodeIndex, pad_windows
-from replaybuf.samplers.sumtree import MinTree, SumTree, kernel_array
+from replaybuf.samplers.sumtree import MAX_MASS, MIN_MASS, MinTree, SumTree, kernel_array, priority_mass
 
 __all__ = ["PrioritizedSampler", "check_beta"]
 
@@ -88,7 +88,17 @@ class PrioritizedSampler:
         self.windows: OrderedDict[int, SumTree] = OrderedDict()  # T -> masses of valid starts
 
     def beta(self) -> float:
-        return float(self.beta_source() if callable(self.beta_source) else self.beta_source)
+        """The exponent of the next sample: the float given, or what the callable returns now.
+
+        Raises:
+            ArgumentError: the callable returned something other than a number in [0, 1].
+        """
+        if not callable(self.beta_source):
+            return float(self.beta_source)
+        value = self.beta_source()
+        if not (_is_number(value) and 0 <= value <= 1):
+            raise ArgumentError(f"beta: expected the callable to return a float in [0, 1], got {value!r:.80}")
+        return float(value)
 
     # -- the sampler protocol (replaybuf.samplers) ------------------------------------------------
     def draw(
@@ -138,7 +148,7 @@ class PrioritizedSampler:
         if self.episodes is not None:
             self.episodes.record(arrays, ring.steps - 1)
         start = ring.slot(ring.steps - 1)
-        mass = (self.max_priority + self.epsilon) ** self.alpha
+        mass = priority_mass(self.max_priority, self.alpha, self.epsilon)
         self.sums.update_range(start, start + ring.batch_size, mass)
         self.mins.update_range(start, start + ring.batch_size, mass)
         if self.windows:
@@ -158,7 +168,7 @@ class PrioritizedSampler:
             self.episodes.recover(fields)
         slots = ring.stream_ids().ravel() % ring.capacity
         if slots.size:
-            mass = np.full(slots.size, (self.max_priority + self.epsilon) ** self.alpha)
+            mass = np.full(slots.size, priority_mass(self.max_priority, self.alpha, self.epsilon))
             self.sums.update(slots, mass)
             self.mins.update(slots, mass)
 
@@ -171,21 +181,37 @@ class PrioritizedSampler:
         return state
 
     def check_state(self, ring: StreamRing, state: dict, count: int) -> tuple[np.ndarray, float, Any]:
-        """``(masses, max_priority, episodes)``: masses finite and > 0, one per stored item."""
+        """``(masses, max_priority, episodes)`` of a ``state()`` holding ``count`` items: one
+        float mass per item in ``[MIN_MASS, MAX_MASS]`` (what ``(p + epsilon) ** alpha`` is kept
+        in) and a finite ``max_priority`` > 0; CheckpointError naming the key otherwise."""
         saved = state.get("priorities")
-        mass = saved.get("mass") if isinstance(saved, dict) else None
-        largest = saved.get("max_priority") if isinstance(saved, dict) else None
-        is_mass = isinstance(mass, np.ndarray) and mass.ndim == 1 and mass.dtype.kind == "f"
-        if not (is_mass and isinstance(largest, float)):
-            raise CheckpointError("state['priorities']: expected {'mass': 1-d float array, 'max_priority': float}")
+        if not isinstance(saved, dict) or set(saved) != {"mass", "max_priority"}:
+            got = sorted(map(str, saved)) if isinstance(saved, dict) else type(saved).__name__
+            raise CheckpointError(f"state['priorities']: expected {{'mass': array, 'max_priority': float}}, got {got}")
+        mass, largest = saved["mass"], saved["max_priority"]
+        if not isinstance(mass, np.ndarray) or mass.ndim != 1 or mass.dtype.kind != "f":
+            got = f"{mass.shape} {mass.dtype}" if isinstance(mass, np.ndarray) else type(mass).__name__
+            raise CheckpointError(f"state['priorities']['mass']: expected a 1-d float array, got {got}")
         if mass.shape != (count,):
-            raise CheckpointError(f"state['priorities']['mass']: expected {count} masses, got shape {mass.shape}")
-        if not (np.isfinite(mass).all() and (mass > 0).all()):
-            raise CheckpointError("state['priorities']['mass']: expected finite masses > 0")
-        if not (np.isfinite(largest) and largest > 0):
-            raise CheckpointError(f"state['priorities']['max_priority']: expected a finite float > 0, got {largest}")
-        episodes = self.episodes.check_state(state.get("episodes")) if self.episodes is not None else None
-        return mass.astype(np.float64), largest, episodes
+            raise CheckpointError(
+                f"state['priorities']['mass']: expected {count} masses (one per item), got {mass.shape[0]}"
+            )
+        with np.errstate(over="ignore", invalid="ignore"):  # a longdouble beyond float64: inf, refused below
+            mass = mass.astype(np.float64)
+        bad = ~((mass >= MIN_MASS) & (mass <= MAX_MASS))  # NaN fails both
+        if bad.any():
+            raise CheckpointError(
+                f"state['priorities']['mass']: expected masses in [{MIN_MASS}, {MAX_MASS}] (finite, > 0), got "
+                f"{mass[bad][:3].tolist()} at rows {np.flatnonzero(bad)[:3].tolist()}"
+            )
+        if not isinstance(largest, float) or not (np.isfinite(largest) and largest > 0):
+            raise CheckpointError(
+                f"state['priorities']['max_priority']: expected a finite float > 0, got {largest!r:.60}"
+            )
+        episodes = None
+        if self.episodes is not None:
+            episodes = self.episodes.check_state(state.get("episodes"), state["steps"], count)
+        return mass, float(largest), episodes
 
     def load_state(self, ring: StreamRing, checked: tuple[np.ndarray, float, Any]) -> None:
         mass, largest, episodes = checked

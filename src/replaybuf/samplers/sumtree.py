@@ -20,9 +20,37 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MinTree", "NumpyKernels", "SumTree", "kernel_array", "kernels"]
+__all__ = [
+    "MAX_MASS",
+    "MIN_MASS",
+    "MIN_WEIGHT",
+    "MinTree",
+    "NumpyKernels",
+    "SumTree",
+    "kernel_array",
+    "kernels",
+    "priority_mass",
+]
 
 _BELOW_ONE = 1.0 - 2.0**-50  # keeps a target strictly below its group's sum despite rounding
+
+# A slot's mass (priority + epsilon) ** alpha is kept in [MIN_MASS, MAX_MASS]: above 0, so
+# every stored item can be drawn and the smallest mass divides the weights; at most 2**960,
+# so the total of any tree (fewer than 2**63 slots) stays finite. Both kernels clamp alike.
+MIN_MASS = float(np.finfo(np.float64).tiny)  # 2.2250738585072014e-308, the smallest normal float64
+MAX_MASS = 2.0**960  # about 9.7e288
+# Importance weights are float32 in (0, 1]: one too small for float32 reads as its smallest normal.
+MIN_WEIGHT = float(np.finfo(np.float32).tiny)  # 1.1754944e-38
+
+
+def priority_mass(priority: float, alpha: float, epsilon: float) -> float:
+    """``(priority + epsilon) ** alpha`` clamped into ``[MIN_MASS, MAX_MASS]`` (as the kernels do),
+    for one finite priority > 0: never an OverflowError, never 0 or inf."""
+    try:
+        mass = (priority + epsilon) ** alpha
+    except OverflowError:  # Python's float power raises where NumPy's gives inf
+        return MAX_MASS
+    return min(max(mass, MIN_MASS), MAX_MASS)
 
 
 def kernel_array(values: object, dtype: type, shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -111,8 +139,8 @@ class NumpyKernels:
         ok = (mass > 0) & (found >= low_id) & (found < high_id)
         ids[:] = np.where(ok, found, -1)
         probabilities[:] = mass / valid
-        with np.errstate(divide="ignore"):
-            weights[:] = (mass / smallest) ** -beta
+        with np.errstate(divide="ignore", over="ignore", under="ignore"):
+            weights[:] = np.maximum((mass / smallest) ** -beta, MIN_WEIGHT)
         return int(n - ok.sum())
 
     @staticmethod
@@ -128,7 +156,8 @@ class NumpyKernels:
         live = ids >= oldest_id
         count = int(live.sum())
         slots[:count] = ids[live] % capacity
-        mass = (priorities[live] + epsilon) ** alpha
+        with np.errstate(over="ignore", under="ignore"):
+            mass = np.clip((priorities[live] + epsilon) ** alpha, MIN_MASS, MAX_MASS)
         NumpyKernels.update(sums, offsets, arity, slots[:count], mass, False)
         NumpyKernels.update(mins, offsets, arity, slots[:count], mass, True)
         return 0, largest, count

@@ -49,7 +49,7 @@ import numpy as np
 from replaybuf.errors import ArgumentError, CheckpointError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import ArrayRun, StoredArray
-from replaybuf.persistence.state import check_items, read_run, ring_views
+from replaybuf.persistence.state import check_items, plain_equal, read_run, ring_views
 from replaybuf.specs import ArraySpec
 from replaybuf.storages.codecs import CODECS, Codec, decode_frames, decode_threads, make_codec
 from replaybuf.storages.records import RecordStorage
@@ -459,16 +459,16 @@ class FrameStorage:
             raise CheckpointError(f"state['frames']: expected a dict, got {type(frames).__name__}")
         pointers, floors = frames.get("pointers"), frames.get("floors")
         m = self._check_pool(frames)
-        if frames.get("axes") != [leaf.axis for leaf in self.stacked]:
+        if not plain_equal(frames.get("axes"), [leaf.axis for leaf in self.stacked]):
             raise CheckpointError(
-                f"state['frames']['axes']: saved stack axes {frames.get('axes')!r}, this buffer has "
+                f"state['frames']['axes']: saved stack axes {frames.get('axes')!r:.80}, this buffer has "
                 f"{[leaf.axis for leaf in self.stacked]}"
             )
         if not isinstance(floors, np.ndarray) or floors.ndim != 1 or floors.dtype != np.int64:
             raise CheckpointError("state['frames']['floors']: expected a 1-d int64 array")
         count = floors.shape[0]
         keys = sorted(str(leaf.index) for leaf in self.stacked)
-        if not isinstance(pointers, dict) or sorted(pointers) != keys:
+        if not isinstance(pointers, dict) or set(pointers) != set(keys):
             raise CheckpointError(f"state['frames']['pointers']: expected arrays for leaves {keys}")
         oldest = np.full(count, m, np.int64)
         for leaf in self.stacked:

@@ -22,6 +22,7 @@ write-back: nothing here calls msync on the add path.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from collections.abc import Sequence
@@ -31,7 +32,8 @@ import numpy as np
 
 from replaybuf.errors import CheckpointError
 from replaybuf.nest import FlatSpec
-from replaybuf.persistence.state import spec_state
+from replaybuf.persistence.folder import read_npy_header
+from replaybuf.persistence.state import SPEC_KEYS, max_steps, plain_equal, spec_state
 from replaybuf.ring import StreamRing
 from replaybuf.specs import ArraySpec
 from replaybuf.storages.records import RecordStorage, record_dtype
@@ -74,23 +76,40 @@ class MemmapStorage(RecordStorage):
             _create(folder, meta, record_dtype(flat.leaves), capacity)
         try:
             saved = json.loads((folder / META).read_bytes())
-            records = np.load(folder / RECORDS, mmap_mode="r+")
-            cursor = np.load(folder / CURSOR, mmap_mode="r+")
-        except (OSError, ValueError) as err:
-            raise CheckpointError(f"{folder}: cannot open the memmap buffer ({err})") from None
+        except (OSError, ValueError, RecursionError) as err:
+            raise CheckpointError(f"{folder}: cannot read {META} ({err}); corrupt") from None
         if not isinstance(saved, dict):
             raise CheckpointError(f"{folder}: {META} holds {type(saved).__name__}, expected an object; corrupt")
-        for key in ("format", "format_version", "spec", "batch_size", "max_length"):
-            if saved.get(key) != meta[key]:
+        for key in ("format", "format_version", "batch_size", "max_length"):
+            if not plain_equal(saved.get(key), meta[key]):
                 raise CheckpointError(
-                    f"{folder}: holds a buffer with {key}={saved.get(key)!r}; this buffer needs "
+                    f"{folder}: holds a buffer with {key}={saved.get(key)!r:.80}; this buffer needs "
                     f"{key}={meta[key]!r} (open it with the same data_spec and geometry, or use a new folder)"
                 )
+        spec = saved.get("spec")
+        if not isinstance(spec, dict) or not all(plain_equal(spec.get(k), meta["spec"][k]) for k in SPEC_KEYS):
+            raise CheckpointError(
+                f"{folder}: holds a buffer with spec={spec!r:.300}; this buffer needs spec={meta['spec']!r} "
+                "(open it with the same data_spec and geometry, or use a new folder)"
+            )
+        records, cursor = _map(folder / RECORDS), _map(folder / CURSOR)
         if records.shape != (capacity,) or records.dtype != record_dtype(flat.leaves):
-            raise CheckpointError(f"{folder}: {RECORDS} does not match {META}; corrupt")
-        committed, pending = (int(v) for v in cursor) if cursor.shape == (2,) else (-1, -1)
-        if cursor.dtype != np.int64 or not 0 <= committed <= pending <= 2**62 // capacity:
-            raise CheckpointError(f"{folder}: {CURSOR} holds {cursor!r}, expected int64 [committed, pending]; corrupt")
+            raise CheckpointError(
+                f"{folder}: {RECORDS} holds {records.shape} {records.dtype}, {META} needs ({capacity},) "
+                f"{record_dtype(flat.leaves)}; corrupt"
+            )
+        if cursor.shape != (2,) or cursor.dtype != np.int64:
+            raise CheckpointError(
+                f"{folder}: {CURSOR} holds {cursor.shape} {cursor.dtype.str}, expected int64 "
+                "[committed, pending]; corrupt"
+            )
+        committed, pending = (int(v) for v in cursor)
+        largest = max_steps(ring.batch_size)  # as for a loaded state: ids stay below 2**62
+        if not 0 <= committed <= pending <= largest:
+            raise CheckpointError(
+                f"{folder}: {CURSOR} holds [committed, pending] = [{committed}, {pending}], expected "
+                f"0 <= committed <= pending <= {largest}; corrupt"
+            )
         floor = min(committed, max(0, pending - ring.max_length)) if pending > committed else 0
         ring.reset(committed, floor)
         return cls(flat.leaves, capacity, records, cursor)
@@ -109,6 +128,26 @@ class MemmapStorage(RecordStorage):
         """As RecordStorage's; the folder reads as empty until the loaded state is committed."""
         self.commit(0)
         super().load_state(start, leaves)
+
+
+def _map(path: Path) -> np.memmap:
+    """The ``.npy`` file at ``path`` mapped read-write; CheckpointError when it is missing, its
+    header is damaged (NumPy's parser raises ValueError, SyntaxError, TokenError, ... then) or
+    its size is not what the header says (``np.load`` would silently extend a cut file)."""
+    try:
+        with open(path, "rb") as f:
+            shape, fortran, dtype = read_npy_header(f, path)
+            offset, size = f.tell(), os.fstat(f.fileno()).st_size
+    except OSError as err:
+        raise CheckpointError(f"{path.parent}: cannot open {path.name} ({err}); corrupt") from None
+    if fortran or offset + math.prod(shape) * dtype.itemsize != size:
+        raise CheckpointError(
+            f"{path.parent}: {path.name} holds {size} bytes, its header says {shape} {dtype.str}; truncated or corrupt"
+        )
+    try:
+        return np.memmap(path, dtype=dtype, mode="r+", offset=offset, shape=shape)
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path.parent}: cannot map {path.name} ({err}); corrupt") from None
 
 
 def _create(folder: Path, meta: dict, dtype: np.dtype, capacity: int) -> None:

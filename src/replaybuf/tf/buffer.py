@@ -27,7 +27,7 @@ import tensorflow as tf
 from tensorflow.python.ops.gen_resource_variable_ops import read_variable_op
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive
-from replaybuf.dataset import check_pass_arguments
+from replaybuf.dataset import check_pass_arguments, check_sample_arguments
 from replaybuf.errors import EmptyBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
@@ -229,8 +229,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
                 ``tf.errors.InvalidArgumentError`` when the graph runs.
             ArgumentError: sample_batch_size or num_steps is not a positive int.
         """
-        check_positive("sample_batch_size", sample_batch_size)
-        check_positive("num_steps", num_steps)
+        check_sample_arguments(sample_batch_size, num_steps)
         if tf.inside_function():
             leaves, ids, probabilities = self._sample(sample_batch_size, num_steps)
         else:
@@ -375,8 +374,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
                 sample_batch_size > batch_size or num_steps > max_length (all data would
                 be dropped, or no window fits).
         """
-        check_positive("sample_batch_size", sample_batch_size)
-        check_positive("num_steps", num_steps)
+        check_sample_arguments(sample_batch_size, num_steps)
         if num_parallel_calls != tf.data.AUTOTUNE:
             check_positive("num_parallel_calls", num_parallel_calls)
         if single_deterministic_pass:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from replaybuf.errors import SpecMismatchError
 from replaybuf.mismatch import unbatched, unsafe_cast, wrong_shape
 from replaybuf.nest import FlatSpec
 
@@ -35,7 +36,18 @@ def _graph_leaf(flat: FlatSpec, index: int, value: Any, batch_size: int) -> tf.T
     spec, path = flat.leaves[index], flat.paths[index]
     want = tf.as_dtype(spec.dtype)
     if not tf.is_tensor(value):
-        value = tf.convert_to_tensor(value, dtype_hint=want)
+        try:
+            value = tf.convert_to_tensor(value, dtype_hint=want)
+        except Exception as err:  # TF's or the source framework's conversion (torch.bfloat16, ragged lists)
+            got = getattr(value, "dtype", None)
+            if got is not None:
+                raise SpecMismatchError(
+                    f"{path}: expected dtype {spec.dtype.name}, got {got} (no TensorFlow equivalent)"
+                ) from None
+            raise SpecMismatchError(
+                f"{path}: expected a batch [{batch_size}] + {spec.describe()}, got {value!r:.80} "
+                f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+            ) from None
     got = value.dtype
     if got != want:
         if not np.can_cast(got.as_numpy_dtype, spec.dtype, casting="safe"):

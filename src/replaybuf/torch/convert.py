@@ -93,7 +93,11 @@ def _check_tensor(path: str, spec: ArraySpec, tensor: torch.Tensor, batch_size: 
     try:
         got = as_numpy_dtype(tensor.dtype)
     except SpecError:
-        raise SpecMismatchError(f"{path}: expected dtype {spec.dtype.name}, got {tensor.dtype}") from None
+        got = None
+    if got is None or (got.kind == "V" and got != spec.dtype):
+        # no NumPy dtype (torch.bfloat16 maps to one only once ml_dtypes is imported, by
+        # TensorFlow or JAX): refused alike whatever was imported, as by the NumPy buffers
+        raise SpecMismatchError(f"{path}: expected dtype {spec.dtype.name}, got {tensor.dtype}")
     if got != spec.dtype and not np.can_cast(got, spec.dtype, casting="safe"):
         raise unsafe_cast(path, spec, tensor.dtype)
     shape = tuple(tensor.shape)

@@ -63,10 +63,16 @@ class TorchCheckpoints:
             return as_torch_dtype(spec.dtype), spec.dtype
 
         leaves = check_items(self._flat, state, range(len(self._flat.leaves)), kinds, dtypes)
+        for path, leaf in zip(self._flat.paths, leaves, strict=True):
+            if isinstance(leaf, torch.Tensor) and (leaf.layout != torch.strided or leaf.is_meta):
+                raise CheckpointError(
+                    f"state['items'] {path}: expected a dense tensor with data, got a {leaf.layout} "
+                    f"{'meta ' if leaf.is_meta else ''}tensor"
+                )
         count = leaves[0].shape[0] if leaves else 0
         first = first_stored_step(steps, count, ring.batch_size, ring.max_length, crash_safe=False)
         rng = _generator_state(state.get("rng"), self._device)
-        with self._lock:
+        with self._lock, torch.no_grad():  # a state's tensor that requires grad copies as data
             ring.reset()  # stays empty if a file fails its checksum while read in
             start = ring.slot(first)
             for tensor, leaf in zip(self._storage.tensors, leaves, strict=True):
@@ -136,13 +142,21 @@ def _fill(views: list[torch.Tensor], rows: Any) -> None:
 
 def _generator_state(state: Any, device: torch.device) -> torch.Tensor:
     """``state`` as a generator state for ``device``; CheckpointError when it is not one."""
-    if isinstance(state, np.ndarray):
-        state = torch.from_numpy(state)
+    if isinstance(state, np.ndarray) and state.dtype == np.uint8:
+        state = torch.from_numpy(np.array(state))  # a writable copy of an array in any layout
     if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.dim() != 1:
         raise CheckpointError(f"state['rng']: expected torch.Generator.get_state() (a uint8 tensor), got {state!r:.80}")
-    state = state.cpu()
+    if state.layout != torch.strided or state.is_meta:
+        raise CheckpointError(f"state['rng']: expected a dense uint8 tensor, got a {state.layout} tensor")
+    state = state.cpu().contiguous()
     try:
-        torch.Generator(device=device).set_state(state)
-    except RuntimeError as err:
+        probe = torch.Generator(device=device)
+        probe.set_state(state)
+        # a CPU state that set_state takes but normalises (a flipped byte in a field it
+        # recomputes) does not read back: no generator wrote it
+        same = device.type != "cpu" or torch.equal(probe.get_state(), state)
+    except Exception as err:  # torch's own check of the state (size, mt19937 validity, ...)
         raise CheckpointError(f"state['rng']: not a state of a {device.type} generator ({err})") from None
+    if not same:
+        raise CheckpointError(f"state['rng']: not a state of a {device.type} generator (it does not read back)")
     return state
