@@ -437,3 +437,41 @@ def test_checkpoints_and_memmap_folders_of_namedtuple_specs_still_match(tmp_path
     del buffer
     reopened = replaybuf.UniformReplayBuffer(_trajectory_spec(), 2, 4, storage="memmap", path=tmp_path / "rb")
     assert reopened.num_frames() == 2
+
+
+def _other_backends():
+    """The shared-memory and JAX buffers (Ray's shards take the same check, untested here:
+    starting a Ray session costs seconds)."""
+    def shared():
+        return replaybuf.SharedReplayBuffer(SPEC, writers=1, batch_size=2, max_length=5, seed=5)
+
+    yield "shared", shared
+    jax_buffers = pytest.importorskip("replaybuf.jax")
+    yield "jax", lambda: jax_buffers.JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=5, seed=5)
+
+
+def test_the_shared_and_jax_buffers_refuse_huge_sample_sizes():
+    """Issue 18's class on the other backends: NumPy's "array is too big" (shared) and an XLA
+    abort of the whole process (JAX) before."""
+    import optree
+
+    from hostile_buffers import assert_equal_trees, plain
+
+    def numpy_tree(value):
+        return plain(optree.tree_map(np.asarray, value, none_is_leaf=True))
+
+    for _, make in _other_backends():
+        buffer, twin = make(), make()
+        try:
+            for b in (buffer, twin):
+                for t in range(4):
+                    b.add_batch(step_batch(t, 2))
+            for (size, steps), match in HUGE_SAMPLES:
+                _refused(ArgumentError, match, lambda b=buffer, size=size, steps=steps: b.get_next(size, steps))
+                _refused(ArgumentError, match, lambda b=buffer, size=size, steps=steps: b.as_dataset(size, steps))
+            assert_equal_trees(numpy_tree(buffer.gather_all()), numpy_tree(twin.gather_all()))
+            assert_equal_trees(numpy_tree(buffer.get_next(3)), numpy_tree(twin.get_next(3)))
+        finally:
+            for b in (buffer, twin):
+                if hasattr(b, "close"):  # the shared buffer's memory block
+                    b.close()

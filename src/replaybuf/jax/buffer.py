@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive, unstack_time
-from replaybuf.dataset import DeterministicPass, RandomDataset, plan_deterministic_pass
+from replaybuf.dataset import DeterministicPass, RandomDataset, check_sample_arguments, plan_deterministic_pass
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError, SpecMismatchError
 from replaybuf.jax.core import Buffer, BufferState, make_buffer
 from replaybuf.jax.sumtree import tree_init, tree_update
@@ -189,8 +189,7 @@ class JaxUniformReplayBuffer(ReplayBuffer):
                 ``num_steps`` fits inside an episode (known after the draw: one sync).
             ArgumentError: sample_batch_size or num_steps is not a positive int.
         """
-        check_positive("sample_batch_size", sample_batch_size)
-        check_positive("num_steps", num_steps)
+        check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
         key = np.array(divmod(self._rng.bit_generator.random_raw(), 2**32), np.uint32)
         with self._lock:
             self._ring.window_starts(num_steps or 1)  # raises EmptyBufferError
@@ -226,8 +225,7 @@ class JaxUniformReplayBuffer(ReplayBuffer):
             ArgumentError: a non-positive argument; in a deterministic pass,
                 sample_batch_size > batch_size or num_steps > max_length.
         """
-        check_positive("sample_batch_size", sample_batch_size)
-        check_positive("num_steps", num_steps)
+        check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
         check_positive("num_parallel_calls", num_parallel_calls)
         if single_deterministic_pass:
 

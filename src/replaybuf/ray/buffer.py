@@ -36,7 +36,7 @@ import ray
 from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive, unstack_time
 from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.buffers.uniform import UniformReplayBuffer
-from replaybuf.dataset import DeterministicPass, plan_deterministic_pass
+from replaybuf.dataset import DeterministicPass, check_sample_arguments, plan_deterministic_pass
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError, ReplayBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.rate_limiters import check_rate_limiter, check_timeout
@@ -370,8 +370,7 @@ class ShardedReplayBuffer(ReplayBuffer):
             RateLimiterTimeout: the limiter held the sample back past rate_limiter_timeout.
             ShardUnavailableError: every shard with items stayed down past call_timeout.
         """
-        check_positive("sample_batch_size", sample_batch_size)
-        check_positive("num_steps", num_steps)
+        check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
         return self._collect(self._submit(sample_batch_size, num_steps), time_stacked)
 
     def _submit(self, sample_batch_size: int | None, num_steps: int | None) -> dict:
@@ -558,8 +557,7 @@ class ShardedReplayBuffer(ReplayBuffer):
             ArgumentError: a non-positive argument; in a deterministic pass as for
                 UniformReplayBuffer, or shards holding different steps.
         """
-        check_positive("sample_batch_size", sample_batch_size)
-        check_positive("num_steps", num_steps)
+        check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
         check_positive("num_parallel_calls", num_parallel_calls)
         if single_deterministic_pass:
             return DeterministicPass(lambda: self._plan(sample_batch_size, num_steps), self._read_ids)

@@ -15,7 +15,7 @@ import numpy as np
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive
 from replaybuf.buffers.stream import reject_unused
-from replaybuf.dataset import DeterministicPass, RandomDataset, plan_deterministic_pass
+from replaybuf.dataset import DeterministicPass, RandomDataset, check_sample_arguments, plan_deterministic_pass
 from replaybuf.errors import ArgumentError, BufferClosedError, CheckpointError, EmptyBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import read_state, write_state
@@ -243,8 +243,7 @@ class SharedReplayBuffer(ReplayBuffer):
             RateLimiterTimeout: the rate limiter held the sample back past the timeout.
             BufferClosedError: the buffer was closed (also while waiting).
         """
-        check_positive("sample_batch_size", sample_batch_size)
-        check_positive("num_steps", num_steps)
+        check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
         self._check_open()
         count = sample_batch_size or 1
         if self._limiter is not None:
@@ -431,8 +430,7 @@ class SharedReplayBuffer(ReplayBuffer):
             ArgumentError: a non-positive argument; in a deterministic pass,
                 sample_batch_size > batch_size or num_steps > max_length.
         """
-        check_positive("sample_batch_size", sample_batch_size)
-        check_positive("num_steps", num_steps)
+        check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
         check_positive("num_parallel_calls", num_parallel_calls)
         if single_deterministic_pass:
             return DeterministicPass(lambda: self._plan(sample_batch_size, num_steps), self._read_ids)
