@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops.gen_resource_variable_ops import read_variable_op
 
-from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive
+from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive, unstack_time
 from replaybuf.dataset import check_pass_arguments, check_sample_arguments
 from replaybuf.errors import EmptyBufferError
 from replaybuf.nest import FlatSpec
@@ -235,9 +235,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         else:
             leaves, ids, probabilities = self._eager("sample", sample_batch_size, num_steps)
         if not time_stacked and num_steps is not None:
-            axis = 0 if sample_batch_size is None else 1
-            per_leaf = [tf.unstack(leaf, num=num_steps, axis=axis) for leaf in leaves]
-            items = tuple(self._flat.unflatten([steps[t] for steps in per_leaf]) for t in range(num_steps))
+            items = unstack_time(self._flat.unflatten, leaves, num_steps, batched=sample_batch_size is not None)
         else:
             items = self._flat.unflatten(leaves)
         return items, BufferInfo(ids, probabilities)
