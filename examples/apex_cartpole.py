@@ -102,7 +102,7 @@ def main():
     if args.address:
         ray.init(address=args.address)
     else:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     spec = collect_data_spec(gym.make_vec("CartPole-v1", num_envs=1, vectorization_mode="sync"))
     rb = ShardedReplayBuffer(
         spec,

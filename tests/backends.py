@@ -153,7 +153,7 @@ def _ray_session():
     ray = pytest.importorskip("ray")
     pytest.importorskip("replaybuf.ray")
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
         atexit.register(ray.shutdown)
         _RAY_BUFFERS.clear()  # buffers of an earlier session (shut down by another module) are gone
     return ray

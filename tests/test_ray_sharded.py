@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(300)
 def ray_session():
     if ray.is_initialized():  # the conformance suite's session, if it ran before
         ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     # Ray workers cannot import the modules beside the tests: ship them by value
     for name in ("conformance_data", __name__):
         ray.cloudpickle.register_pickle_by_value(sys.modules[name])

@@ -45,6 +45,7 @@ from replaybuf.ray.remote import SHARD_DOWN, Limiter, ShardUnavailableError, cal
 from replaybuf.ray.shard import Shard, shard_mass
 from replaybuf.ray.writer import ShardWriter
 from replaybuf.ring import StreamRing
+from replaybuf.samplers.prioritized import priority_update
 
 __all__ = ["ShardedReplayBuffer"]
 
@@ -304,25 +305,13 @@ class ShardedReplayBuffer(ReplayBuffer):
             raise ArgumentError(
                 f"update_priorities: expected shards of a prioritized buffer_class, got {self._buffer_class.__name__}"
             )
-        ids = np.asarray(ids)
-        try:
-            priorities = np.asarray(priorities, dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise ArgumentError(f"priorities: expected numbers, got {priorities!r:.80} ({err})") from None
-        if ids.ndim == priorities.ndim + 1:
-            ids = ids[..., 0]
-        if ids.shape != priorities.shape or ids.dtype.kind not in "iu":
-            raise ArgumentError(
-                f"update_priorities: expected integer ids shaped like priorities {priorities.shape} "
-                f"(or with one more time axis), got ids {ids.shape} {ids.dtype}"
-            )
+        ids, priorities = priority_update(ids, priorities)
         bad = ~(np.isfinite(priorities) & (priorities > 0))
         if bad.any():
             raise PriorityError(
                 f"priorities: expected finite values > 0, got {priorities[bad][:5].tolist()} "
                 f"at positions {np.flatnonzero(bad)[:5].tolist()}"
             )
-        ids, priorities = ids.ravel().astype(np.int64), priorities.ravel()
         if (ids < 0).any():
             raise PriorityError(f"ids: expected ids of added items (>= 0), got {ids[ids < 0][:5].tolist()}")
         shard, local = self._route(ids)

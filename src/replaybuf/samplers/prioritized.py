@@ -23,7 +23,7 @@ from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import EpisodeIndex, pad_windows
 from replaybuf.samplers.sumtree import MAX_MASS, MIN_MASS, MinTree, SumTree, kernel_array, priority_mass
 
-__all__ = ["PrioritizedSampler", "check_beta"]
+__all__ = ["PrioritizedSampler", "check_beta", "priority_update"]
 
 _WINDOW_TREES = 4  # window lengths whose episode-aware sum trees are kept (least recently used dropped)
 _REDRAWS = 64  # rounds of redraws (rounding onto a zero slot, a window into the head) before giving up
@@ -31,6 +31,30 @@ _REDRAWS = 64  # rounds of redraws (rounding onto a zero slot, a window into the
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def priority_update(ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(ids, priorities)`` of an ``update_priorities`` call as flat, contiguous int64
+    and float64 arrays; ids of windows (``[B, T]``) count by their first id. Every buffer with
+    priorities (this sampler's, the shared and the Ray ones) checks them here.
+
+    Raises:
+        ArgumentError: priorities that are not numbers, or ids that are not integers shaped
+            like them (or with one more time axis).
+    """
+    ids = np.asarray(ids)
+    try:
+        priorities = np.asarray(priorities, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ArgumentError(f"priorities: expected numbers, got {priorities!r:.80} ({err})") from None
+    if ids.ndim == priorities.ndim + 1:
+        ids = ids[..., 0]
+    if ids.shape != priorities.shape or ids.dtype.kind not in "iu":
+        raise ArgumentError(
+            f"update_priorities: expected integer ids shaped like priorities {priorities.shape} "
+            f"(or with one more time axis), got ids {ids.shape} {ids.dtype}"
+        )
+    return kernel_array(ids, np.int64), kernel_array(priorities, np.float64)
 
 
 def check_beta(value: Any) -> None:
@@ -227,19 +251,7 @@ class PrioritizedSampler:
     def update_priorities(self, ring: StreamRing, ids: Any, priorities: Any) -> None:
         """Set the priorities of the items (or windows) with logical ``ids``; see
         ``PrioritizedReplayBuffer.update_priorities``. The caller holds the buffer's lock."""
-        ids = np.asarray(ids)
-        try:
-            priorities = np.asarray(priorities, dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise ArgumentError(f"priorities: expected numbers, got {priorities!r:.80} ({err})") from None
-        if ids.ndim == priorities.ndim + 1:
-            ids = ids[..., 0]
-        if ids.shape != priorities.shape or ids.dtype.kind not in "iu":
-            raise ArgumentError(
-                f"update_priorities: expected integer ids shaped like priorities {priorities.shape} "
-                f"(or with one more time axis), got ids {ids.shape} {ids.dtype}"
-            )
-        ids, priorities = kernel_array(ids, np.int64), kernel_array(priorities, np.float64)
+        ids, priorities = priority_update(ids, priorities)
         head = ring.steps * ring.batch_size
         oldest = ring.first_valid_step() * ring.batch_size
         sums = self.sums

@@ -21,6 +21,7 @@ from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import read_state, write_state
 from replaybuf.persistence.state import check_rng_state, check_spec_state, spec_state
 from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
+from replaybuf.samplers.prioritized import priority_update
 from replaybuf.shared.layout import FLOOR, STEPS, WRITING, Layout
 from replaybuf.shared.priorities import SegmentPriorities
 from replaybuf.shared.writer import SharedWriter
@@ -319,19 +320,7 @@ class SharedReplayBuffer(ReplayBuffer):
         """
         if self._priorities is None:
             raise ArgumentError("update_priorities: this buffer samples uniformly; build it with sampler='prioritized'")
-        ids = np.asarray(ids)
-        try:
-            priorities = np.asarray(priorities, dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise ArgumentError(f"priorities: expected numbers, got {priorities!r:.80} ({err})") from None
-        if ids.ndim == priorities.ndim + 1:
-            ids = ids[..., 0]
-        if ids.shape != priorities.shape or ids.dtype.kind not in "iu":
-            raise ArgumentError(
-                f"update_priorities: expected integer ids shaped like priorities {priorities.shape} "
-                f"(or with one more time axis), got ids {ids.shape} {ids.dtype}"
-            )
-        ids, priorities = ids.reshape(-1).astype(np.int64), priorities.reshape(-1)
+        ids, priorities = priority_update(ids, priorities)
         step, column = np.divmod(ids, self._streams)
         writer, stream = np.divmod(column, self._batch_size)
         with self._lock:
