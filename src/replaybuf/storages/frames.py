@@ -394,10 +394,9 @@ class FrameStorage:
     def check_state(self, flat: FlatSpec, state: dict) -> tuple[int, tuple[list, dict]]:
         """``(count, (small leaves, frames))`` of a ``state()``; CheckpointError when it does not fit."""
         count = self._check_frames(state.get("frames"))
-        items = {  # a file handed over lazily is read here, before anything changes
-            key: value.read() if isinstance(value, StoredArray) else value
-            for key, value in (state.get("items") or {}).items()
-        } if isinstance(state.get("items"), dict) else state.get("items")
+        items = state.get("items")
+        if isinstance(items, dict):  # files handed over lazily (read_state(lazy=...)) are read here, first
+            items = {key: value.read() if isinstance(value, StoredArray) else value for key, value in items.items()}
         small = check_items(flat, dict(state, items=items), self._small, (np.ndarray,))
         if small and small[0].shape[0] != count:
             raise CheckpointError(f"state['items']: {small[0].shape[0]} items, but state['frames'] holds {count}")
