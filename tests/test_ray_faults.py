@@ -137,3 +137,28 @@ def test_node_removed_then_replaced(cluster, tmp_path):
         seen.update((info.ids % 2).tolist())
     assert seen == {0, 1}  # it rejoined the draws
     assert 20 - 5 < buffer.shard_info()[lost]["num_frames"] <= 20  # what its last checkpoint held
+
+
+def test_restarted_shard_asks_for_a_resend_across_a_gap(cluster, tmp_path):
+    # The bug behind a lost-too-much flake: a restarted shard took a writer's first add as
+    # where the writer stood, so adds still in flight before it were skipped as applied.
+    buffer = ShardedReplayBuffer(
+        SPEC, shards=1, batch_size=1, max_length=100, seed=0,
+        checkpoint_dir=tmp_path, checkpoint_every=10, call_timeout=5, retry_timeout=60,
+    )
+    actor = buffer.actors[0]
+    flat = lambda t: buffer._flat.flatten_batch(fields_for_ids(np.array([t])), 1)  # noqa: E731
+    for seq in range(1, 13):  # adds 1-10 checkpointed, 11-12 acknowledged after it
+        assert rb_ray.remote.get(actor.add.remote(flat(seq), "w", seq))
+    ray.kill(actor, no_restart=False)
+    wait_for(lambda: (buffer.shard_info()[0] or {}).get("restored"), 120, "the shard to restart")
+    # add 15 (old epoch) past the gap 11-14: 11-12 were lost, 13-14 may still come
+    with pytest.raises(rb_ray.remote.ResendRequested, match="restarted: writer w must resend"):
+        rb_ray.remote.get(actor.add.remote(flat(15), "w", 15))
+    assert buffer.num_frames() == 10  # nothing inserted
+    # the writer resends from its first unacknowledged add (13) under a new epoch
+    for seq in (13, 14, 15):
+        assert rb_ray.remote.get(actor.add.remote(flat(seq), "w", seq, 1, 13))
+    ids = buffer.gather_shards()[0]["id"].ravel().tolist()
+    assert ids == list(range(1, 11)) + [13, 14, 15]
+    buffer.shutdown()

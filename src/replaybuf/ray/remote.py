@@ -12,14 +12,32 @@ from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayT
 from replaybuf.errors import ReplayBufferError
 from replaybuf.rate_limiters import RateLimiter
 
-__all__ = ["SHARD_DOWN", "Limiter", "ShardUnavailableError", "call", "get", "limiter_config", "reconstructed"]
+__all__ = [
+    "SHARD_DOWN",
+    "Limiter",
+    "ResendRequested",
+    "ShardUnavailableError",
+    "call",
+    "get",
+    "limiter_config",
+    "reconstructed",
+]
 
-# what a call to a shard that is dead, restarting or on a removed node raises
-SHARD_DOWN = (RayActorError, GetTimeoutError, ObjectLostError)
 
 
 class ShardUnavailableError(ReplayBufferError, TimeoutError):
     """A shard (or the limiter) stayed unreachable past the deadline; the call was not made."""
+
+
+class ResendRequested(ReplayBufferError):
+    """A restarted shard got an add past a gap from a writer it has not heard since: the
+    writer must resend from its first unacknowledged add (under a new epoch), because only
+    the writer knows whether the adds in the gap were acknowledged (then lost with the
+    shard) or are still to come. Handled by ``ShardWriter``; users never see it."""
+
+
+# what a call to a shard that is dead, restarting or on a removed node raises
+SHARD_DOWN = (RayActorError, GetTimeoutError, ObjectLostError)
 
 
 def reconstructed() -> bool:

@@ -35,7 +35,7 @@ from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, ReplayBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import POINTER, read_state, write_state
-from replaybuf.ray.remote import call, reconstructed
+from replaybuf.ray.remote import ResendRequested, call, reconstructed
 from replaybuf.samplers import EpisodeSampler, PrioritizedSampler, UniformSampler
 
 __all__ = ["Shard", "shard_mass"]
@@ -113,8 +113,8 @@ class Shard:
         self.checkpoint_every = checkpoint_every
         self.since_checkpoint = 0
         self.restored = False
-        self.seen: set[str] = set()  # writers heard from since this actor (re)started
-        self.resync = reconstructed()
+        self.renewed: set[str] = set()  # writers that resent under a new epoch since this restart
+        self.restarted = reconstructed()
         if self.folder is not None and os.path.exists(os.path.join(self.folder, POINTER)):
             self.load(self.folder)  # a restarted actor: back to its latest checkpoint
             self.restored = True
@@ -128,18 +128,22 @@ class Shard:
         inserted (returns False). After a failure the writer resends its unacknowledged adds
         under a new ``epoch`` starting at ``start``; adds before ``start`` that this shard
         lost (it restarted from an older checkpoint) are then skipped, not waited for. A
-        restarted shard also takes each writer's first add as where that writer stands.
+        restarted shard answers an add past a gap, from a writer that has not resent since,
+        with ``ResendRequested``: it cannot tell lost adds from ones still in flight.
         Returns True when inserted.
         """
         with self.cond:
             state = self.writers.setdefault(key, {"applied": 0, "epoch": 0, "busy": False})
-            if self.resync and key not in self.seen:
-                state["applied"] = max(state["applied"], seq - 1)
-            self.seen.add(key)
-            if epoch > state["epoch"]:
+            if epoch > state["epoch"]:  # every add before ``start`` was acknowledged to the writer
                 state["epoch"] = epoch
                 state["applied"] = max(state["applied"], start - 1)
+                self.renewed.add(key)
                 self.cond.notify_all()
+            if self.restarted and key not in self.renewed and seq > state["applied"] + 1:
+                raise ResendRequested(
+                    f"shard {self.index} restarted: writer {key} must resend from its first "
+                    f"unacknowledged add (this is add {seq}; the checkpoint holds up to {state['applied']})"
+                )
             turn = lambda: state["applied"] >= seq or (state["applied"] == seq - 1 and not state["busy"])  # noqa: E731
             while not self.cond.wait_for(turn, _ORDER_WAIT):
                 if state["applied"] < seq - 1 and not state["busy"]:  # (a busy one may be rate limited)

@@ -7,7 +7,8 @@ the oldest). Adds carry ``(writer key, sequence number)``: the shard applies the
 and ignores one it has already applied, so a resend after a failure never inserts twice.
 When the shard dies, the writer waits for Ray to restart it and resends its unacknowledged
 adds (a shard restarted from its last checkpoint has lost what came after it; those adds
-are not resent). It gives up with ``ShardUnavailableError`` after ``retry_timeout``.
+are not resent). A restarted shard that gets an add past such a gap asks for that resend.
+It gives up with ``ShardUnavailableError`` after ``retry_timeout``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ray.exceptions import GetTimeoutError
 from replaybuf.buffer import check_positive
 from replaybuf.nest import FlatSpec
 from replaybuf.rate_limiters import check_timeout
-from replaybuf.ray.remote import SHARD_DOWN, ShardUnavailableError, get
+from replaybuf.ray.remote import SHARD_DOWN, ResendRequested, ShardUnavailableError, get
 
 __all__ = ["ShardWriter"]
 
@@ -132,7 +133,7 @@ class ShardWriter:
             entry = self._in_flight[0]
             try:
                 inserted = get(entry[2], timeout=self._call_timeout)
-            except SHARD_DOWN as err:
+            except (*SHARD_DOWN, ResendRequested) as err:
                 if isinstance(err, GetTimeoutError) and self._alive():
                     continue  # slow (e.g. held by the rate limiter), not down: keep waiting
                 now = time.monotonic()
