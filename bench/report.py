@@ -15,6 +15,9 @@ from common import ROW_BY_KEY, ROWS, Row
 OURS = "replaybuf"
 #: hand-written notes on what bounds the rows that fall short (profiles), shown after the targets
 ANALYSIS = Path(__file__).resolve().parent / "analysis.md"
+# docs/benchmarks.md below this line is written by hand (the other bench/ scripts' results);
+# a new report keeps it as it is
+HAND_WRITTEN = "<!-- Below: results of the other bench/ scripts, kept as they are by bench/run.py. -->"
 
 
 def is_peer(lib: str) -> bool:
@@ -88,6 +91,13 @@ def collect(records: list[dict]) -> tuple[dict[str, dict[str, float]], dict[str,
         if key == "*" or lib not in figures[key]:
             notes[(lib, key)] = reason
     return figures, versions, notes
+
+
+def with_hand_written(generated: str, previous: str) -> str:
+    """The new report followed by ``previous``'s hand-written part (from the marker on), if any."""
+    at = previous.find(HAND_WRITTEN)
+    tail = previous[at:] if at >= 0 else HAND_WRITTEN + "\n"
+    return generated.rstrip("\n") + "\n\n" + tail
 
 
 def markdown(records: list[dict], meta: dict[str, str]) -> str:

@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
 def write_report(records: list[dict], meta: dict, args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report.markdown(records, meta))
+    previous = out.read_text() if out.exists() else ""
+    out.write_text(report.with_hand_written(report.markdown(records, meta), previous))
     if args.png:
         report.plot(records, Path(args.png))
     print(f"wrote {out}" + (f" and {args.png}" if args.png else ""))

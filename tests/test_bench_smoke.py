@@ -45,6 +45,19 @@ def test_runner_writes_rows_and_table(run_module, tmp_path):
     assert "--tiny" in table  # the command is recorded
 
 
+def test_a_new_report_keeps_the_hand_written_sections(run_module, tmp_path):
+    out = tmp_path / "bench.md"
+    marker = run_module.report.HAND_WRITTEN
+    out.write_text(f"# old generated report\n\n{marker}\n\n## Many writers\n\nmeasured by hand\n")
+    args = ["--tiny", "--libs", "replaybuf", "--rows", "w1_add256", "--out", str(out), "--png", "",
+            "--results", str(tmp_path / "results.json")]
+    assert run_module.main(args) == 0
+    text = out.read_text()
+    assert "old generated report" not in text
+    assert text.index("| W1b") < text.index(marker)  # the new tables, then the hand-written part
+    assert text.endswith(f"{marker}\n\n## Many writers\n\nmeasured by hand\n")
+
+
 def test_unknown_library_is_refused(run_module, tmp_path):
     with pytest.raises(SystemExit):
         run_module.main(["--tiny", "--libs", "nosuchlib", "--out", str(tmp_path / "x.md"), "--png", ""])
