@@ -67,8 +67,8 @@ MB = 1e6
 TF_AGENTS = "tf-agents TFUniform"
 
 ROWS = [
-    Row("w1_add1", "W1a single add (45-byte transition)", "items/s", 1, "numpy-loop", "reference", 0.5),
-    Row("w1_add256", "W1b add 256 at once", "items/s", BATCH, "numpy-slice", "best peer", 2),
+    Row("w1_add1", "W1a single add (45-byte transition)", "items/s", 1, "numpy-loop", "best peer", 1.0),
+    Row("w1_add256", "W1b add 256 at once", "items/s", BATCH, "numpy-slice", "best peer", 1.0),
     Row("w1_sample256", "W1c sample 256 of 200k stored", "batches/s", 1, "numpy-fancy", "reference", 1.5),
     Row("w2_sample32", "W2 sample 32 x 84x84x4 uint8", "MB/s", 32 * IMAGE_ITEM_BYTES / MB, "numpy-memcpy",
         "reference", 0.75),
