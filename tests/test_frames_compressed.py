@@ -11,7 +11,7 @@ import pytest
 
 import replaybuf
 from replaybuf import FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer
-from replaybuf.errors import ArgumentError, CheckpointError
+from replaybuf.errors import ArgumentError, CheckpointError, ReplayBufferError
 from replaybuf.storages import codecs
 from replaybuf.storages.codecs import make_codec
 from test_frames import assert_same, episodes, filled_pair, spec, use_path
@@ -78,23 +78,52 @@ def test_frames_are_held_compressed_and_decoded_exactly(compression):
         np.testing.assert_array_equal(items["next_observation"][0, t], np.stack(frames[t + 1 : t + 5]))
 
 
-def test_threaded_decoding_equals_one_thread(monkeypatch):
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+@pytest.mark.parametrize("axis", [-1, 0])  # decoded into a scratch pool / straight into the batch
+def test_threaded_decoding_equals_one_thread(monkeypatch, compression, axis):
     """Batches of many distinct frames are decoded by several threads into the same bytes."""
     monkeypatch.setattr(codecs, "PARALLEL_FRAMES", 8)
-    data_spec = spec(4, -1)
-    one = FrameStackReplayBuffer(data_spec, 2, 30, seed=1, stack_axis=-1, compression="zstd")
-    many = FrameStackReplayBuffer(data_spec, 2, 30, seed=1, stack_axis=-1, compression="zstd")
+    data_spec = spec(4, axis)
+    one = FrameStackReplayBuffer(data_spec, 2, 30, seed=1, stack_axis=axis, compression=compression)
+    many = FrameStackReplayBuffer(data_spec, 2, 30, seed=1, stack_axis=axis, compression=compression)
+    assert one._storage._decode_in_place == (axis == 0)
     one._storage.decode_threads, many._storage.decode_threads = 1, 3
-    for item in episodes(np.random.default_rng(2), 2, 40, 4, -1, True, levels=200):
+    for item in episodes(np.random.default_rng(2), 2, 40, 4, axis, True, levels=200):
         one.add_batch(item)
         many.add_batch(item)
-    calls = []
-    run = codecs._decode_run
-    monkeypatch.setattr(codecs, "_decode_run", lambda *args: calls.append(args[3:]) or run(*args))
+    calls = []  # (start, stop) of each run, whichever decoder the codec uses
+    for name in ("_decode_run", "_decode_many"):
+        run = getattr(codecs, name)
+        monkeypatch.setattr(codecs, name, lambda *args, run=run: calls.append(args[-2:]) or run(*args))
     for _ in range(3):
         assert_same(one.get_next(40, 2), many.get_next(40, 2))
     assert len(calls) == 3 * 4  # one run for the single thread, three for the threaded buffer
     assert len({start for start, _ in calls}) > 1
+
+
+def test_lz4_without_the_direct_decoder_reads_the_same_bytes():
+    """Without numba, or where the lz4 package exports no LZ4_decompress_safe, frames decode
+    through lz4.block.decompress and a copy, into the same bytes."""
+    data_spec = spec(4, 0)
+    raw = FrameStackReplayBuffer(data_spec, 2, 20, seed=4, stack_axis=0)
+    packed = FrameStackReplayBuffer(data_spec, 2, 20, seed=4, stack_axis=0, compression="lz4")
+    assert packed._storage.codec.decode_many is not None  # numba, and the pinned lz4 wheel exports it
+    packed._storage.codec.decode_many = None
+    for item in episodes(np.random.default_rng(6), 2, 30, 4, 0, True, levels=50):
+        raw.add_batch(item)
+        packed.add_batch(item)
+    for _ in range(3):
+        assert_same(raw.get_next(9, 2), packed.get_next(9, 2))
+
+
+def test_a_damaged_blob_in_memory_raises_instead_of_returning_garbage():
+    packed = FrameStackReplayBuffer(spec(4, 0), 1, 20, seed=4, stack_axis=0, compression="lz4")
+    for item in episodes(np.random.default_rng(6), 1, 10, 4, 0, True, levels=50):
+        packed.add_batch(item)
+    storage = packed._storage
+    storage.blobs = [None if blob is None else blob[: len(blob) // 2] for blob in storage.blobs]
+    with pytest.raises(ReplayBufferError, match=r"frame pool: \d+ lz4 blob\(s\) did not decode to one frame"):
+        packed.get_next(4)
 
 
 def test_prioritized_samples_and_updates_equal_the_uncompressed_buffer():

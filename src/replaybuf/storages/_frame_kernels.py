@@ -19,7 +19,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["deinterleave", "deinterleave4_after", "gather", "interleave4", "interleave4_pair", "match", "same"]
+__all__ = [
+    "copy_rows",
+    "deinterleave",
+    "deinterleave4_after",
+    "gather",
+    "interleave4",
+    "interleave4_pair",
+    "match",
+    "same",
+]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -44,6 +53,14 @@ def gather(frames, pool_size, pointers, out):  # pragma: no cover - compiled
                 for p in range(pre):
                     start = (p * k + j) * post
                     dst[start : start + post] = src[p]
+
+
+@njit(cache=True, nogil=True)
+def copy_rows(block, targets, sources):  # pragma: no cover - compiled
+    """``block[targets[i]] = block[sources[i]]`` row by row, without NumPy's temporary copy of
+    the source rows (no row is both a source and a target)."""
+    for i in range(targets.shape[0]):
+        block[targets[i]] = block[sources[i]]
 
 
 @njit(cache=True, nogil=True, inline="always")

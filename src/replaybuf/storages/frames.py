@@ -191,6 +191,8 @@ class FrameStorage:
             s.length == 4 and post == 1 and little for s, (_, post) in zip(self.stacked, self._layout, strict=True)
         ]
         self._packs4 = packs4  # built as one uint32 word per pixel
+        # compressed frames that lie whole in their stacks are decoded straight into the batch
+        self._decode_in_place = codec is not None and all(pre == 1 for pre, _ in self._layout)
         self._pair = [i for i, ok in enumerate(packs4) if ok][:2]  # observation and next, in one pass
         self.clear()
 
@@ -525,14 +527,49 @@ class FrameStorage:
             np.ascontiguousarray(rows[name]).reshape(-1, leaf.length)
             for leaf, name in zip(self.stacked, self._pointer_names, strict=True)
         ]
-        frames, size, pointers = self._pool_for(pointers)
-        if self.kernels is not None:
-            stacks = self._gather_compiled(pointers, frames, size)
+        if self._decode_in_place:
+            stacks = self._decoded_stacks(pointers)
         else:
-            stacks = self._gather_numpy(pointers, frames, size)
+            stacks = self._stacks(pointers)
         for leaf, stack in zip(self.stacked, stacks, strict=True):
             out[leaf.index] = stack.reshape(slots.shape + self.leaves[leaf.index].shape)
         return out
+
+    def _stacks(self, pointers: list[np.ndarray]) -> list[np.ndarray]:
+        """The stacks of ``pointers`` gathered from the frame ring, or from the frames decoded
+        into a scratch pool (compressed frames interleaved in their stacks)."""
+        frames, size, pointers = self._pool_for(pointers)
+        if self.kernels is not None:
+            return self._gather_compiled(pointers, frames, size)
+        return self._gather_numpy(pointers, frames, size)
+
+    def _decoded_stacks(self, pointers: list[np.ndarray]) -> list[np.ndarray]:
+        """The stacks of ``pointers`` (compressed, frames whole in their stacks): each distinct
+        frame decoded once straight into the first place of the batch that holds it, then
+        copied to its other places; no scratch pool to gather from (a third less copying).
+        The stacked leaves returned are views of one block."""
+        n = pointers[0].shape[0]
+        every = pointers[0].reshape(-1) if len(pointers) == 1 else np.concatenate([p.reshape(-1) for p in pointers])
+        block = np.empty((every.size, self.codec.frame_bytes), np.uint8)  # type: ignore[union-attr]
+        counters, first, inverse = np.unique(every, return_index=True, return_inverse=True)
+        live = counters >= 0
+        rows = (counters[live] % self.pool_size).tolist()
+        blobs = self.blobs
+        decode_frames(self.codec, [blobs[row] for row in rows], block, first[live].tolist(), self.decode_threads)  # type: ignore[arg-type]
+        zero = every < 0
+        block[zero] = 0
+        source = first[inverse]
+        copies = np.flatnonzero((source != np.arange(every.size)) & ~zero)
+        if self.kernels is not None:
+            self.kernels.copy_rows(block, copies, source[copies])
+        else:
+            block[copies] = block[source[copies]]
+        stacks, at = [], 0
+        for leaf in self.stacked:
+            count = n * leaf.length
+            stacks.append(block[at : at + count].view(self.frame_dtype).reshape(n, *self.leaves[leaf.index].shape))
+            at += count
+        return stacks
 
     def _pool_for(self, pointers: list[np.ndarray]) -> tuple[np.ndarray, int, list[np.ndarray]]:
         """``(frames, size, pointers)``: a frame pool holding every frame ``pointers`` name
@@ -550,7 +587,9 @@ class FrameStorage:
         held = self._held[: size + 1]
         held[n:] = 0
         blobs, pool_size = self.blobs, self.pool_size
-        decode_frames(self.codec, [blobs[row] for row in (counters % pool_size).tolist()], held, self.decode_threads)
+        decode_frames(
+            self.codec, [blobs[row] for row in (counters % pool_size).tolist()], held, range(n), self.decode_threads
+        )
         renumbered = [np.where(p >= 0, np.searchsorted(counters, p), ZERO) for p in pointers]
         return held.view(self.frame_dtype).reshape(size + 1, *self.frame_shape), size, renumbered
 
