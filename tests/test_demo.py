@@ -51,13 +51,13 @@ def test_unavailable_backend_fails_with_a_clear_message(tmp_path, capsys, monkey
 def test_make_buffer_rejects_unknown_backend():
     spec = collect_data_spec(_cartpole())
     with pytest.raises(ArgumentError, match="backend: expected one of"):
-        loop.make_buffer("jax", spec, 1, 10)
+        loop.make_buffer("mxnet", spec, 1, 10)
     assert isinstance(loop.make_buffer("numpy", spec, 2, 10), UniformReplayBuffer)
 
 
 def test_unknown_backend_is_a_usage_error():
     with pytest.raises(SystemExit) as exit_info:
-        main(["demo", "--backend", "jax"])
+        main(["demo", "--backend", "mxnet"])
     assert exit_info.value.code == 2
 
 

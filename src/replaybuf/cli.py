@@ -4,11 +4,14 @@ The demo collects with a StepDriver into a replay buffer (NumPy by default; ``--
 tf`` or ``torch`` picks another), trains a PyTorch DQN from ``as_dataset(B, num_steps=2)``,
 shows the running return in a progress bar, evaluates the greedy policy over 20 fresh
 episodes, prints the mean, and writes a learning-curve PNG whose path it prints.
+``--backend jax`` runs ``replaybuf.agents.jax_dqn`` instead: the whole collect-add-sample-
+train loop in JAX on gymnax's CartPole-v1, ``--seeds`` agents at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -25,18 +28,18 @@ def _parser() -> argparse.ArgumentParser:
         "--steps",
         type=int,
         default=None,
-        help="most env steps to train (default 100000; stops early once solved or after 240 s)",
+        help="most env steps to train (default 100000, stops early once solved or after 240 s; jax: 500000 per agent)",
     )
     demo.add_argument("--seed", type=int, default=1, help="seed of envs, networks and sampling")
     demo.add_argument(
-        "--backend", choices=["numpy", "tf", "torch"], default="numpy", help="replay buffer backend"
+        "--backend",
+        choices=["numpy", "tf", "torch", "jax"],
+        default="numpy",
+        help="replay buffer backend (jax: the whole loop in JAX on gymnax's CartPole, several seeds at once)",
     )
-    demo.add_argument(
-        "--out", type=Path, default=Path("replaybuf-demo"), help="folder for the learning-curve PNG"
-    )
-    demo.add_argument(
-        "--eval-episodes", type=int, default=20, help="greedy episodes per evaluation"
-    )
+    demo.add_argument("--seeds", type=int, default=4, help="jax backend: agents trained at once under jax.vmap")
+    demo.add_argument("--out", type=Path, default=Path("replaybuf-demo"), help="folder for the learning-curve PNG")
+    demo.add_argument("--eval-episodes", type=int, default=20, help="greedy episodes per evaluation")
     demo.add_argument(
         "--min-return",
         type=float,
@@ -48,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     """Train, evaluate and plot; returns the figures it printed (for tests and scripts)."""
+    if args.backend == "jax":
+        return run_jax_demo(args)
     import torch
     from tqdm import tqdm
 
@@ -59,9 +64,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         config.total_steps = args.steps
         config.eval_every = min(config.eval_every, max(1, args.steps))
         config.learning_starts = min(config.learning_starts, max(1, args.steps // 2))
-    bar = tqdm(
-        total=config.total_steps, unit="step", desc=f"DQN {config.env_id} [{config.backend}]"
-    )
+    bar = tqdm(total=config.total_steps, unit="step", desc=f"DQN {config.env_id} [{config.backend}]")
 
     def progress(run: Any) -> None:
         bar.update(run.steps - bar.n)
@@ -76,18 +79,11 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         run = train_dqn(config, progress)
     finally:
         bar.close()
-    scores = evaluate(
-        config.env_id, run.agent.greedy_policy, args.eval_episodes, seed=1_000_000 + args.seed
-    )
+    scores = evaluate(config.env_id, run.agent.greedy_policy, args.eval_episodes, seed=1_000_000 + args.seed)
     mean_return = sum(scores) / len(scores)
     loss = run.losses[-1] if run.losses else math.nan
-    plot = _plot(
-        run, mean_return, args.out / f"dqn_{config.env_id}_{config.backend}_seed{args.seed}.png"
-    )
-    print(
-        f"env steps: {run.steps}, train steps: {run.agent.train_steps}, "
-        f"wall time: {run.wall_time:.1f} s"
-    )
+    plot = _plot(run, mean_return, args.out / f"dqn_{config.env_id}_{config.backend}_seed{args.seed}.png")
+    print(f"env steps: {run.steps}, train steps: {run.agent.train_steps}, wall time: {run.wall_time:.1f} s")
     print(f"final loss: {loss:.4f}")
     print(f"mean greedy return over {len(scores)} episodes: {mean_return:.1f}")
     print(f"learning curve: {plot}")
@@ -100,19 +96,65 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _plot(run: Any, mean_return: float, path: Path) -> Path:
-    import matplotlib
+def run_jax_demo(args: argparse.Namespace) -> dict[str, Any]:
+    """The JAX demo: ``args.seeds`` agents trained at once inside jitted ``lax.scan`` chunks."""
+    from replaybuf.agents.jax_dqn import JaxDqnConfig, train_jax_dqn
+    from replaybuf.buffer import check_positive
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    check_positive("seeds", args.seeds, allow_none=False)
+    check_positive("steps", args.steps)
+    config = JaxDqnConfig(seed=args.seed, seeds=args.seeds, eval_episodes=args.eval_episodes)
+    if args.steps is not None:
+        chunk = min(config.chunk_steps, args.steps)
+        config = dataclasses.replace(
+            config, total_steps=args.steps, chunk_steps=chunk, learning_starts=min(config.learning_starts, chunk)
+        )
+
+    def progress(steps: int, figures: dict) -> None:
+        print(
+            f"DQN {config.env_id} [jax, {config.seeds} seeds] {steps} steps: training return "
+            f"{figures['train_return'].mean():.0f}, greedy {' '.join(f'{r:.0f}' for r in figures['eval_return'])}",
+            flush=True,
+        )
+
+    run = train_jax_dqn(config, progress)
+    final = run.final_returns
+    mean_return = float(final.mean())
+    loss = float(run.losses[-1].mean())
+    plot = _plot_seeds(run, args.out / f"dqn_{config.env_id}_jax_seed{args.seed}x{config.seeds}.png")
+    print(f"env steps: {run.steps[-1]} per agent x {config.seeds} agents, wall time: {run.wall_time:.1f} s")
+    print(f"final loss: {loss:.4f}")
+    print(
+        f"greedy return per agent, best network kept ({config.eval_episodes} fresh episodes each): "
+        f"{' '.join(f'{r:.1f}' for r in final)}"
+    )
+    print(f"mean greedy return over {config.seeds} agents: {mean_return:.1f}")
+    print(f"learning curve: {plot}")
+    return {
+        "mean_return": mean_return,
+        "loss": loss,
+        "steps": run.steps[-1],
+        "wall_time": run.wall_time,
+        "plot": plot,
+        "returns": final,
+    }
+
+
+def _plot_seeds(run: Any, path: Path) -> Path:
+    plt, fig, ax = _figure(path)
+    for seed in range(run.eval_returns.shape[1]):
+        ax.plot(run.steps, run.eval_returns[:, seed], "o-", ms=3, alpha=0.7, label=f"agent {seed}: greedy evaluation")
+    ax.plot(run.steps, run.train_returns.mean(axis=1), "k--", label="training episodes (mean over agents)")
+    title = "DQN in JAX (one jitted lax.scan, vmapped agents) from a replaybuf JAX buffer"
+    return _save(plt, fig, ax, path, "environment steps per agent", title)
+
+
+def _plot(run: Any, mean_return: float, path: Path) -> Path:
     import numpy as np
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(7, 4))
+    plt, fig, ax = _figure(path)
     if run.episode_returns:
-        ax.plot(
-            run.episode_steps, run.episode_returns, ".", alpha=0.3, label="training episode return"
-        )
+        ax.plot(run.episode_steps, run.episode_returns, ".", alpha=0.3, label="training episode return")
         window = min(20, len(run.episode_returns))
         smooth = np.convolve(run.episode_returns, np.ones(window) / window, mode="valid")
         ax.plot(run.episode_steps[window - 1 :], smooth, label=f"moving mean ({window} episodes)")
@@ -120,9 +162,25 @@ def _plot(run: Any, mean_return: float, path: Path) -> Path:
         steps, scores = zip(*run.evaluations, strict=True)
         ax.plot(steps, scores, "o-", label="greedy evaluation")
     ax.axhline(mean_return, color="k", ls="--", lw=1, label=f"final greedy mean {mean_return:.0f}")
-    ax.set_xlabel("environment steps")
+    return _save(plt, fig, ax, path, "environment steps", "DQN on CartPole-v1 from a replaybuf buffer")
+
+
+def _figure(path: Path) -> tuple[Any, Any, Any]:
+    """``(pyplot, figure, axes)`` of a learning curve to be written to ``path`` (headless)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    return plt, fig, ax
+
+
+def _save(plt: Any, fig: Any, ax: Any, path: Path, xlabel: str, title: str) -> Path:
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("return")
-    ax.set_title("DQN on CartPole-v1 from a replaybuf buffer")
+    ax.set_title(title)
     ax.legend(loc="upper left", fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
