@@ -11,7 +11,7 @@ import pytest
 
 from conformance_data import SPEC, assert_items_match_ids, fields_for_ids
 from replaybuf import SampleInfo
-from replaybuf.errors import ArgumentError, PriorityError
+from replaybuf.errors import ArgumentError, CheckpointError, PriorityError
 from replaybuf.shared import SharedReplayBuffer
 from shared_workers import buffers, no_leaked_segments, write, write_steps  # noqa: F401 (fixtures)
 
@@ -134,3 +134,70 @@ def test_prioritized_sampling_while_writer_processes_wrap(buffers):
             if proc.is_alive():
                 proc.kill()
             proc.join(10)
+
+
+def _prioritized(buffers, seed: int = 3, **kwargs):
+    return buffers(SPEC, writers=2, batch_size=2, max_length=6, sampler="prioritized", alpha=1.0, epsilon=0.0,
+                   seed=seed, **kwargs)
+
+
+def _filled_with_priorities(buffers):
+    buffer = _prioritized(buffers)
+    write(buffer.writer(0), range(9))  # wrapped: steps 3-8 held
+    write(buffer.writer(1), range(4))
+    _, info = buffer.get_next(16)
+    buffer.update_priorities(info.ids, np.arange(1, 17, dtype=np.float64))
+    write(buffer.writer(1), [4])  # committed after the last draw: taken in at the max priority on save
+    return buffer
+
+
+def test_a_checkpoint_keeps_the_priorities(buffers, tmp_path):
+    original = _filled_with_priorities(buffers)
+    original.save(tmp_path / "ckpt")
+    restored = _prioritized(buffers, seed=99)
+    restored.load(tmp_path / "ckpt")
+    for _ in range(3):  # the same draws, probabilities and weights: the masses and the RNG came back
+        (_, info_a), (b, info_b) = original.get_next(32), restored.get_next(32)
+        np.testing.assert_array_equal(info_a.ids, info_b.ids)
+        np.testing.assert_array_equal(info_a.probabilities, info_b.probabilities)
+        np.testing.assert_array_equal(info_a.weights, info_b.weights)
+        assert_items_match_ids(b, info_b.ids)
+    state = original.state_dict()
+    assert state["priorities"]["max_priority"] == 16.0
+    probabilities = {}
+    for _ in range(20):
+        _, info = restored.get_next(64)
+        probabilities.update(zip(info.ids.tolist(), info.probabilities.tolist(), strict=True))
+    assert max(probabilities.values()) / min(probabilities.values()) > 2  # not all equal: priorities were kept
+    newest = 4 * 4 + 2  # writer 1's step 4, stream 0: added after the draw, at the max priority
+    assert probabilities[newest] == pytest.approx(16.0 / state["priorities"]["mass"].sum(), rel=1e-6)
+
+
+def test_bad_saved_priorities_are_refused_and_change_nothing(buffers):
+    state = _filled_with_priorities(buffers).state_dict()
+    target = _prioritized(buffers)
+    write(target.writer(0), range(2))
+    before = target.state_dict()
+    for change, match in (
+        (lambda s: s["priorities"]["mass"].__setitem__(0, np.nan), r"state\['priorities'\]\['mass'\]: expected masses"),
+        (lambda s: s["priorities"].__setitem__("mass", s["priorities"]["mass"][:-1]), "one per item"),
+        (lambda s: s["priorities"].__setitem__("max_priority", -1.0), r"\['max_priority'\]: expected a finite"),
+    ):
+        bad = {**state, "priorities": dict(state["priorities"], mass=state["priorities"]["mass"].copy())}
+        change(bad)
+        with pytest.raises(CheckpointError, match=match):
+            target.load_state_dict(bad)
+        after = target.state_dict()
+        np.testing.assert_array_equal(after["priorities"]["mass"], before["priorities"]["mass"])
+        assert after["segments"]["0"]["steps"] == 2 and after["segments"]["1"]["steps"] == 0
+
+
+def test_a_uniform_buffers_checkpoint_loads_with_every_priority_one(buffers):
+    uniform = buffers(SPEC, writers=2, batch_size=2, max_length=6, seed=3)
+    write(uniform.writer(0), range(3))
+    state = uniform.state_dict()
+    assert "priorities" not in state
+    prioritized = _filled_with_priorities(buffers)
+    prioritized.load_state_dict(state)
+    _, info = prioritized.get_next(64)
+    np.testing.assert_allclose(info.probabilities, 1 / 6, rtol=1e-6)

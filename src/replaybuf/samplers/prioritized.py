@@ -23,7 +23,7 @@ from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import EpisodeIndex, pad_windows
 from replaybuf.samplers.sumtree import MAX_MASS, MIN_MASS, MinTree, SumTree, kernel_array, priority_mass
 
-__all__ = ["PrioritizedSampler", "check_beta", "priority_update"]
+__all__ = ["PrioritizedSampler", "check_beta", "check_priority_state", "priority_update"]
 
 _WINDOW_TREES = 4  # window lengths whose episode-aware sum trees are kept (least recently used dropped)
 _REDRAWS = 64  # rounds of redraws (rounding onto a zero slot, a window into the head) before giving up
@@ -61,6 +61,36 @@ def check_beta(value: Any) -> None:
     """Raise ArgumentError unless ``value`` is a float in [0, 1] or a zero-argument callable."""
     if not callable(value) and not (_is_number(value) and 0 <= value <= 1):
         raise ArgumentError(f"beta: expected a float in [0, 1] or a callable, got {value!r}")
+
+
+def check_priority_state(saved: Any, count: int) -> tuple[np.ndarray, float]:
+    """``(masses, max_priority)`` of a saved ``{"mass": [count] floats, "max_priority": float}``:
+    one mass per item in ``[MIN_MASS, MAX_MASS]`` (what ``(p + epsilon) ** alpha`` is kept in)
+    and a finite ``max_priority`` > 0; CheckpointError naming the key otherwise."""
+    if not isinstance(saved, dict) or set(saved) != {"mass", "max_priority"}:
+        got = sorted(map(str, saved)) if isinstance(saved, dict) else type(saved).__name__
+        raise CheckpointError(f"state['priorities']: expected {{'mass': array, 'max_priority': float}}, got {got}")
+    mass, largest = saved["mass"], saved["max_priority"]
+    if not isinstance(mass, np.ndarray) or mass.ndim != 1 or mass.dtype.kind != "f":
+        got = f"{mass.shape} {mass.dtype}" if isinstance(mass, np.ndarray) else type(mass).__name__
+        raise CheckpointError(f"state['priorities']['mass']: expected a 1-d float array, got {got}")
+    if mass.shape != (count,):
+        raise CheckpointError(
+            f"state['priorities']['mass']: expected {count} masses (one per item), got {mass.shape[0]}"
+        )
+    with np.errstate(over="ignore", invalid="ignore"):  # a longdouble beyond float64: inf, refused below
+        mass = mass.astype(np.float64)
+    bad = ~((mass >= MIN_MASS) & (mass <= MAX_MASS))  # NaN fails both
+    if bad.any():
+        raise CheckpointError(
+            f"state['priorities']['mass']: expected masses in [{MIN_MASS}, {MAX_MASS}] (finite, > 0), got "
+            f"{mass[bad][:3].tolist()} at rows {np.flatnonzero(bad)[:3].tolist()}"
+        )
+    if not isinstance(largest, float) or not (np.isfinite(largest) and largest > 0):
+        raise CheckpointError(
+            f"state['priorities']['max_priority']: expected a finite float > 0, got {largest!r:.60}"
+        )
+    return mass, float(largest)
 
 
 class PrioritizedSampler:
@@ -205,37 +235,13 @@ class PrioritizedSampler:
         return state
 
     def check_state(self, ring: StreamRing, state: dict, count: int) -> tuple[np.ndarray, float, Any]:
-        """``(masses, max_priority, episodes)`` of a ``state()`` holding ``count`` items: one
-        float mass per item in ``[MIN_MASS, MAX_MASS]`` (what ``(p + epsilon) ** alpha`` is kept
-        in) and a finite ``max_priority`` > 0; CheckpointError naming the key otherwise."""
-        saved = state.get("priorities")
-        if not isinstance(saved, dict) or set(saved) != {"mass", "max_priority"}:
-            got = sorted(map(str, saved)) if isinstance(saved, dict) else type(saved).__name__
-            raise CheckpointError(f"state['priorities']: expected {{'mass': array, 'max_priority': float}}, got {got}")
-        mass, largest = saved["mass"], saved["max_priority"]
-        if not isinstance(mass, np.ndarray) or mass.ndim != 1 or mass.dtype.kind != "f":
-            got = f"{mass.shape} {mass.dtype}" if isinstance(mass, np.ndarray) else type(mass).__name__
-            raise CheckpointError(f"state['priorities']['mass']: expected a 1-d float array, got {got}")
-        if mass.shape != (count,):
-            raise CheckpointError(
-                f"state['priorities']['mass']: expected {count} masses (one per item), got {mass.shape[0]}"
-            )
-        with np.errstate(over="ignore", invalid="ignore"):  # a longdouble beyond float64: inf, refused below
-            mass = mass.astype(np.float64)
-        bad = ~((mass >= MIN_MASS) & (mass <= MAX_MASS))  # NaN fails both
-        if bad.any():
-            raise CheckpointError(
-                f"state['priorities']['mass']: expected masses in [{MIN_MASS}, {MAX_MASS}] (finite, > 0), got "
-                f"{mass[bad][:3].tolist()} at rows {np.flatnonzero(bad)[:3].tolist()}"
-            )
-        if not isinstance(largest, float) or not (np.isfinite(largest) and largest > 0):
-            raise CheckpointError(
-                f"state['priorities']['max_priority']: expected a finite float > 0, got {largest!r:.60}"
-            )
+        """``(masses, max_priority, episodes)`` of a ``state()`` holding ``count`` items (see
+        ``check_priority_state``); CheckpointError naming the key otherwise."""
+        mass, largest = check_priority_state(state.get("priorities"), count)
         episodes = None
         if self.episodes is not None:
             episodes = self.episodes.check_state(state.get("episodes"), state["steps"], count)
-        return mass, float(largest), episodes
+        return mass, largest, episodes
 
     def load_state(self, ring: StreamRing, checked: tuple[np.ndarray, float, Any]) -> None:
         mass, largest, episodes = checked

@@ -21,7 +21,7 @@ from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import read_state, write_state
 from replaybuf.persistence.state import check_rng_state, check_spec_state, spec_state
 from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
-from replaybuf.samplers.prioritized import priority_update
+from replaybuf.samplers.prioritized import check_priority_state, priority_update
 from replaybuf.shared.layout import FLOOR, STEPS, WRITING, Layout
 from replaybuf.shared.priorities import SegmentPriorities
 from replaybuf.shared.writer import SharedWriter
@@ -501,7 +501,20 @@ class SharedReplayBuffer(ReplayBuffer):
             state = {**self._geometry_state(), "segments": segments, "rng": self._rng.bit_generator.state}
             if self._limiter is not None:
                 state["rate_limiter"] = self._limiter.state()
+            if self._priorities is not None:
+                state["priorities"] = self._priority_state(low, high, segments)
             return state
+
+    def _priority_state(self, low: np.ndarray, high: np.ndarray, segments: dict) -> dict:
+        """The tree masses of the saved items (segment by segment, step-major) and the max priority."""
+        priorities = self._priorities
+        priorities.take_in(low.tolist(), high.tolist())  # steps committed since the last draw: max priority
+        masses = []
+        for w in range(self._writers):
+            stop = segments[str(w)]["steps"]
+            count = segments[str(w)]["items"]["0"].shape[0]
+            masses.append(priorities.masses(w, stop - count, stop))
+        return {"mass": np.concatenate(masses), "max_priority": float(priorities.max_priority)}
 
     def _geometry_state(self) -> dict:
         return {
@@ -551,6 +564,10 @@ class SharedReplayBuffer(ReplayBuffer):
         if self._limiter is not None:
             self._limiter.check_state(limiter_state)
         check_rng_state(self._rng, state.get("rng"))
+        masses = None
+        if self._priorities is not None and "priorities" in state:  # (a uniform buffer's checkpoint has none)
+            total = sum(count for _, count, _ in checked) * self._batch_size
+            masses = check_priority_state(state["priorities"], total)
         with self._lock:
             for w, (steps, count, leaves) in enumerate(checked):
                 cursor = self._cursors[w]
@@ -564,7 +581,11 @@ class SharedReplayBuffer(ReplayBuffer):
             self._rng.bit_generator.state = state["rng"]
             if self._limiter is not None:
                 self._limiter.load_state(limiter_state)
-            if self._priorities is not None:  # priorities are not saved: every loaded item starts at 1.0
+            if masses is not None:
+                bounds = [(steps - count, steps) for steps, count, _ in checked]
+                cuts = np.cumsum([count * self._batch_size for _, count, _ in checked])[:-1]
+                self._priorities.load(bounds, np.split(masses[0], cuts), masses[1])
+            elif self._priorities is not None:  # from a uniform buffer's checkpoint: every item at 1.0
                 self._priorities.cleared()
 
     def save(self, path: str | os.PathLike) -> None:

@@ -16,23 +16,11 @@ import numpy as np
 
 from replaybuf.errors import ArgumentError, EmptyBufferError, PriorityError
 from replaybuf.samplers.prioritized import check_beta
-from replaybuf.samplers.sumtree import MinTree, SumTree
+from replaybuf.samplers.sumtree import MIN_WEIGHT, MinTree, SumTree, priority_mass
 
 __all__ = ["SegmentPriorities"]
 
 _REDRAWS = 64
-_MIN_MASS = float(np.finfo(np.float64).tiny)  # masses stay finite and > 0, as the trees expect
-_MAX_MASS = 2.0**960
-_MIN_WEIGHT = float(np.finfo(np.float32).tiny)  # float32 weights in (0, 1]
-
-
-def priority_mass(priority: float, alpha: float, epsilon: float) -> float:
-    """``(priority + epsilon) ** alpha`` kept inside ``[_MIN_MASS, _MAX_MASS]``."""
-    try:
-        mass = (priority + epsilon) ** alpha
-    except OverflowError:
-        return _MAX_MASS
-    return min(max(mass, _MIN_MASS), _MAX_MASS)
 
 
 class SegmentPriorities:
@@ -133,7 +121,7 @@ class SegmentPriorities:
         step = low_of[writer] + (row - low_of[writer]) % self.max_length
         probabilities = values / (total - excluded)
         smallest = self.mins.root()
-        weights = np.maximum((values / smallest) ** -self.beta(), _MIN_WEIGHT) if np.isfinite(smallest) else values
+        weights = np.maximum((values / smallest) ** -self.beta(), MIN_WEIGHT) if np.isfinite(smallest) else values
         return writer, step, stream, probabilities.astype(np.float32), weights.astype(np.float32)
 
     def _head_slots(self, num_steps: int, lows: list[int], highs: list[int]) -> np.ndarray:
@@ -146,6 +134,26 @@ class SegmentPriorities:
             rows = (steps % self.max_length)[:, None] * self.batch_size + np.arange(self.batch_size)
             parts.append((w * self.segment + rows).ravel())
         return np.concatenate(parts)
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def masses(self, w: int, first: int, stop: int) -> np.ndarray:
+        """The tree masses of writer ``w``'s steps ``[first, stop)``, ``[(stop - first) * batch_size]``
+        (step-major); the caller has taken in the current bounds."""
+        return self.sums.values(self._slots(w, first, stop))
+
+    def load(self, bounds: list[tuple[int, int]], masses: list[np.ndarray], max_priority: float) -> None:
+        """Start over from checked masses: writer ``w``'s steps ``bounds[w]`` get ``masses[w]``."""
+        self.cleared()
+        for w, ((first, stop), mass) in enumerate(zip(bounds, masses, strict=True)):
+            slots = self._slots(w, first, stop)
+            self.sums.update(slots, mass)
+            self.mins.update(slots, mass)
+            self.held[w] = (first, stop)
+        self.max_priority = max_priority
+
+    def _slots(self, w: int, first: int, stop: int) -> np.ndarray:
+        rows = (np.arange(first, stop) % self.max_length)[:, None] * self.batch_size + np.arange(self.batch_size)
+        return (w * self.segment + rows).ravel()
 
     # -- priorities -------------------------------------------------------------------------
     def update(
