@@ -3,13 +3,15 @@
     .venv-tf-agents/bin/python tests/tf_agents_suite/compare_example.py dqn replaybuf 10000 1
 
 Arguments: the agent (``dqn``: agents/dqn/examples/v2/train_eval.py on CartPole-v0;
-``reinforce``: agents/reinforce/examples/v2/train_eval.py on CartPole-v0), the buffer
+``reinforce``: agents/reinforce/examples/v2/train_eval.py on CartPole-v0; ``ddpg`` and
+``sac``: their examples/v2/train_eval.py on Pendulum-v1, evaluated every quarter), the buffer
 (``tf-agents`` or ``replaybuf``: the import swapped as tests/tf_agents_suite/conftest.py does),
 the iterations and a seed for ``tf.random.set_seed``. It prints the evaluations the script
 makes (average return of 10 episodes, at the start, halfway and at the end for DQN; every
 quarter for REINFORCE) and the wall time. docs/tf_agents.md quotes its runs.
 """
 
+import importlib
 import sys
 import tempfile
 import time
@@ -56,8 +58,28 @@ def main(agent: str, which: str, iterations: int, seed: int) -> None:
             root, num_iterations=iterations, eval_interval=iterations // 4, num_eval_episodes=10,
             eval_metrics_callback=record,
         )
+    elif agent in ("ddpg", "sac"):  # their MuJoCo default is not installed: Pendulum-v1 through suite_gym
+        from tf_agents.environments import suite_gym
+
+        train_eval = importlib.import_module(f"tf_agents.agents.{agent}.examples.v2.train_eval")
+
+        def record(results, step):
+            evals.append((int(step), round(float(results["AverageReturn"]), 1)))
+
+        never = 10**9
+        extra = {}
+        if agent == "sac":  # (its defaults: 10k initial steps and a 1M buffer, sized for HalfCheetah)
+            extra = dict(
+                initial_collect_steps=1000, replay_buffer_capacity=100_000, train_checkpoint_interval=never,
+                policy_checkpoint_interval=never, rb_checkpoint_interval=never,
+            )
+        train_eval.train_eval(
+            root, env_name="Pendulum-v1", env_load_fn=suite_gym.load, num_iterations=iterations,
+            eval_interval=iterations // 4, num_eval_episodes=10, log_interval=never, summary_interval=never,
+            eval_metrics_callback=record, **extra,
+        )
     else:
-        raise SystemExit(f"agent: expected dqn or reinforce, got {agent!r}")
+        raise SystemExit(f"agent: expected dqn, reinforce, ddpg or sac, got {agent!r}")
     print(f"RESULT {agent} {which} seed={seed} iterations={iterations} evals={evals} wall={time.time() - start:.0f}s")
 
 
