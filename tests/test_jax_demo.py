@@ -16,8 +16,16 @@ from replaybuf.agents import jax_dqn
 from replaybuf.cli import main
 
 TINY = jax_dqn.JaxDqnConfig(
-    seeds=2, total_steps=2_000, chunk_steps=1_000, num_envs=4, buffer_size=800, batch_size=32,
-    learning_starts=400, target_every=100, eval_episodes=3, hidden=(16, 16),
+    seeds=2,
+    total_steps=2_000,
+    chunk_steps=1_000,
+    num_envs=4,
+    buffer_size=800,
+    batch_size=32,
+    learning_starts=400,
+    target_every=100,
+    eval_episodes=3,
+    hidden=(16, 16),
 )
 
 
@@ -41,6 +49,21 @@ def test_a_chunk_collects_adds_and_learns_per_agent():
     assert set(np.unique(rewards)) == {1.0}
 
 
+def test_a_chunk_is_one_scan_carrying_the_buffer():
+    """Collect, add, sample and train all run inside the chunk's one ``lax.scan`` (what is
+    outside it only averages the figures), and the buffer travels in its carry."""
+    init, chunk, _ = jax_dqn._builders(TINY)
+    carry = jax.vmap(init)(jax.random.split(jax.random.key(0), TINY.seeds))
+    jaxpr = jax.make_jaxpr(jax.vmap(chunk))(carry).jaxpr
+    scans = [eqn for eqn in jaxpr.eqns if eqn.primitive.name == "scan"]
+    assert len(scans) == 1 and scans[0].params["length"] == TINY.chunk_steps // TINY.num_envs
+    outside = {eqn.primitive.name for eqn in jaxpr.eqns} - {"scan"}
+    assert not outside & {"dot_general", "random_bits", "scatter", "dynamic_update_slice", "gather"}, outside
+    carried = [var.aval.shape for var in scans[0].outvars]
+    for leaf in carry.buffer.storage:
+        assert leaf.shape in carried
+
+
 def test_the_compiled_chunk_copies_no_buffer_storage():
     """The chunk runs with its carry donated and the write before the read (add_and_sample):
     XLA updates every agent's buffer in place. Without donation it must copy them."""
@@ -57,8 +80,21 @@ def test_the_compiled_chunk_copies_no_buffer_storage():
 
 
 def test_the_command_trains_vmapped_agents_and_writes_the_plot(tmp_path, capsys):
-    argv = ["demo", "--backend", "jax", "--steps", "2000", "--seeds", "2", "--eval-episodes", "2",
-            "--out", str(tmp_path), "--seed", "5"]
+    argv = [
+        "demo",
+        "--backend",
+        "jax",
+        "--steps",
+        "2000",
+        "--seeds",
+        "2",
+        "--eval-episodes",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--seed",
+        "5",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     returns = re.search(r"greedy return per agent, best network kept \(2 fresh episodes each\): (\S+) (\S+)\n", out)
@@ -69,8 +105,21 @@ def test_the_command_trains_vmapped_agents_and_writes_the_plot(tmp_path, capsys)
 
 
 def test_an_unmet_min_return_fails_the_jax_demo(tmp_path, capsys):
-    argv = ["demo", "--backend", "jax", "--steps", "1000", "--seeds", "1", "--eval-episodes", "1",
-            "--out", str(tmp_path), "--min-return", "1000"]
+    argv = [
+        "demo",
+        "--backend",
+        "jax",
+        "--steps",
+        "1000",
+        "--seeds",
+        "1",
+        "--eval-episodes",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--min-return",
+        "1000",
+    ]
     assert main(argv) == 1
     assert "below --min-return 1000" in capsys.readouterr().err
 
@@ -79,3 +128,17 @@ def test_an_unmet_min_return_fails_the_jax_demo(tmp_path, capsys):
 def test_a_bad_seed_count_is_refused(tmp_path, seeds, capsys):
     assert main(["demo", "--backend", "jax", "--seeds", str(seeds), "--out", str(tmp_path)]) == 2
     assert f"seeds: expected a positive int, got {seeds}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("backend", ["jax", "numpy"])
+@pytest.mark.parametrize(("flag", "name"), [("--eval-episodes", "eval_episodes"), ("--steps", "steps")])
+def test_a_non_positive_count_is_refused_before_training(tmp_path, backend, flag, name, capsys):
+    assert main(["demo", "--backend", backend, flag, "0", "--out", str(tmp_path)]) == 2
+    assert f"{name}: expected a positive int" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing trained, nothing written
+
+
+def test_steps_are_rounded_up_to_whole_vectorised_steps(tmp_path, capsys):
+    argv = ["demo", "--backend", "jax", "--steps", "15", "--seeds", "1", "--eval-episodes", "1", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    assert "env steps: 20 per agent x 1 agents" in capsys.readouterr().out  # 2 steps of the 10 envs

@@ -51,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     """Train, evaluate and plot; returns the figures it printed (for tests and scripts)."""
+    from replaybuf.buffer import check_positive
+
+    check_positive("steps", args.steps)
+    check_positive("eval_episodes", args.eval_episodes, allow_none=False)
     if args.backend == "jax":
         return run_jax_demo(args)
     import torch
@@ -102,12 +106,15 @@ def run_jax_demo(args: argparse.Namespace) -> dict[str, Any]:
     from replaybuf.buffer import check_positive
 
     check_positive("seeds", args.seeds, allow_none=False)
-    check_positive("steps", args.steps)
     config = JaxDqnConfig(seed=args.seed, seeds=args.seeds, eval_episodes=args.eval_episodes)
-    if args.steps is not None:
-        chunk = min(config.chunk_steps, args.steps)
+    if args.steps is not None:  # equal chunks of whole vectorised steps, at least args.steps in all
+        chunks = -(-args.steps // config.chunk_steps)
+        chunk = -(-args.steps // (chunks * config.num_envs)) * config.num_envs
         config = dataclasses.replace(
-            config, total_steps=args.steps, chunk_steps=chunk, learning_starts=min(config.learning_starts, chunk)
+            config,
+            total_steps=chunks * chunk,
+            chunk_steps=chunk,
+            learning_starts=min(config.learning_starts, max(config.num_envs, chunks * chunk // 2)),
         )
 
     def progress(steps: int, figures: dict) -> None:
@@ -121,7 +128,7 @@ def run_jax_demo(args: argparse.Namespace) -> dict[str, Any]:
     final = run.final_returns
     mean_return = float(final.mean())
     loss = float(run.losses[-1].mean())
-    plot = _plot_seeds(run, args.out / f"dqn_{config.env_id}_jax_seed{args.seed}x{config.seeds}.png")
+    plot = _plot_seeds(run, mean_return, args.out / f"dqn_{config.env_id}_jax_seed{args.seed}x{config.seeds}.png")
     print(f"env steps: {run.steps[-1]} per agent x {config.seeds} agents, wall time: {run.wall_time:.1f} s")
     print(f"final loss: {loss:.4f}")
     print(
@@ -140,13 +147,14 @@ def run_jax_demo(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _plot_seeds(run: Any, path: Path) -> Path:
+def _plot_seeds(run: Any, mean_return: float, path: Path) -> Path:
     plt, fig, ax = _figure(path)
     for seed in range(run.eval_returns.shape[1]):
         ax.plot(run.steps, run.eval_returns[:, seed], "o-", ms=3, alpha=0.7, label=f"agent {seed}: greedy evaluation")
     ax.plot(run.steps, run.train_returns.mean(axis=1), "k--", label="training episodes (mean over agents)")
-    title = "DQN in JAX (one jitted lax.scan, vmapped agents) from a replaybuf JAX buffer"
-    return _save(plt, fig, ax, path, "environment steps per agent", title)
+    ax.axhline(mean_return, color="k", ls=":", lw=1, label=f"final greedy mean, best networks {mean_return:.0f}")
+    title = "DQN in JAX on CartPole-v1: one jitted lax.scan, vmapped agents"
+    return _save(plt, fig, ax, path, "environment steps per agent", title, legend="lower right")
 
 
 def _plot(run: Any, mean_return: float, path: Path) -> Path:
@@ -177,11 +185,11 @@ def _figure(path: Path) -> tuple[Any, Any, Any]:
     return plt, fig, ax
 
 
-def _save(plt: Any, fig: Any, ax: Any, path: Path, xlabel: str, title: str) -> Path:
+def _save(plt: Any, fig: Any, ax: Any, path: Path, xlabel: str, title: str, legend: str = "upper left") -> Path:
     ax.set_xlabel(xlabel)
     ax.set_ylabel("return")
     ax.set_title(title)
-    ax.legend(loc="upper left", fontsize="small")
+    ax.legend(loc=legend, fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
