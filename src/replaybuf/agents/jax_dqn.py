@@ -101,7 +101,7 @@ def _transition_spec(obs_shape: tuple[int, ...]) -> dict:
         "obs": ArraySpec(obs_shape, np.float32),
         "action": ArraySpec((), np.int32),
         "reward": ArraySpec((), np.float32),
-        "done": ArraySpec((), np.bool_),
+        "terminal": ArraySpec((), np.bool_),
         "next_obs": ArraySpec(obs_shape, np.float32),
     }
 
@@ -119,6 +119,20 @@ def _builders(config: JaxDqnConfig) -> tuple[Callable, Callable, Callable]:
     sizes = [int(np.prod(obs_shape)), *config.hidden, actions]
     env_step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     env_reset = jax.vmap(env.reset, in_axes=(0, None))
+
+    @jax.vmap
+    def collect_step(key: jax.Array, env_state: Any, action: jax.Array) -> tuple:
+        """gymnax's ``step`` with its reset written out, so that the transition keeps the true
+        next observation and tells termination from the time limit. Returns ``(next_obs, obs,
+        env_state, reward, done, terminal)``: ``obs`` the next step's (reset where done);
+        ``terminal`` is done before the step limit, where the target must not bootstrap (the
+        limit is no state of CartPole: the PyTorch demo bootstraps there too)."""
+        step_key, reset_key = jax.random.split(key)
+        next_obs, next_state, reward, done, _ = env.step_env(step_key, env_state, action, env_params)
+        reset_obs, reset_state = env.reset_env(reset_key, env_params)
+        env_state = jax.tree.map(lambda new, old: jnp.where(done, new, old), reset_state, next_state)
+        terminal = done & (next_state.time < env_params.max_steps_in_episode)
+        return next_obs, jnp.where(done, reset_obs, next_obs), env_state, reward, done, terminal
 
     def init(key: jax.Array) -> _Carry:
         key, net_key, env_key = jax.random.split(key, 3)
@@ -139,7 +153,7 @@ def _builders(config: JaxDqnConfig) -> tuple[Callable, Callable, Callable]:
     def td_loss(params: list, target: list, batch: dict) -> jax.Array:
         q = jnp.take_along_axis(_q_values(params, batch["obs"]), batch["action"][:, None], axis=1)[:, 0]
         bootstrap = jnp.max(_q_values(target, batch["next_obs"]), axis=1)
-        goal = batch["reward"] + config.gamma * (1.0 - batch["done"].astype(jnp.float32)) * bootstrap
+        goal = batch["reward"] + config.gamma * (1.0 - batch["terminal"].astype(jnp.float32)) * bootstrap
         return jnp.mean((q - lax.stop_gradient(goal)) ** 2)
 
     def update(carry: _Carry, _: None) -> tuple[_Carry, tuple[jax.Array, jax.Array, jax.Array]]:
@@ -149,12 +163,10 @@ def _builders(config: JaxDqnConfig) -> tuple[Callable, Callable, Callable]:
         greedy = jnp.argmax(_q_values(carry.params, carry.obs), axis=1).astype(jnp.int32)
         random = jax.random.randint(act_key, (config.num_envs,), 0, actions, jnp.int32)
         action = jnp.where(jax.random.uniform(explore_key, (config.num_envs,)) < epsilon, random, greedy)
-        next_obs, env_state, reward, done, _ = env_step(
-            jax.random.split(env_key, config.num_envs), carry.env_state, action, env_params
+        next_obs, obs, env_state, reward, done, terminal = collect_step(
+            jax.random.split(env_key, config.num_envs), carry.env_state, action
         )
-        transition = {"obs": carry.obs, "action": action, "reward": reward, "done": done, "next_obs": next_obs}
-        # (gymnax resets an ended episode in step: next_obs is then the new episode's first
-        # observation, which the done flag keeps out of the target)
+        transition = {"obs": carry.obs, "action": action, "reward": reward, "terminal": terminal, "next_obs": next_obs}
         state, batch, info = buffer.add_and_sample(carry.buffer, transition, sample_key, config.batch_size)
         step = carry.step + config.num_envs
 
@@ -173,7 +185,7 @@ def _builders(config: JaxDqnConfig) -> tuple[Callable, Callable, Callable]:
         episode_return = carry.episode_return + reward
         ended = (jnp.sum(jnp.where(done, episode_return, 0.0)), jnp.sum(done))
         carry = _Carry(
-            params, target, opt_state, state, env_state, next_obs, key, step, jnp.where(done, 0.0, episode_return)
+            params, target, opt_state, state, env_state, obs, key, step, jnp.where(done, 0.0, episode_return)
         )
         return carry, (loss, *ended)
 
