@@ -330,35 +330,35 @@ class Buffer:
     def _draw_prioritized(self, state, key, size, num_steps):
         options, trees = self.priorities, state.priorities.trees
         low, high = self._starts(state, num_steps)
-        leaves = trees.sums[-1]
         # The mass of starts whose window would pass the head (the last num_steps - 1 steps).
         late_steps = state.steps - 1 - jnp.arange(num_steps - 1, dtype=state.steps.dtype)
         late = (late_steps[:, None] * self.batch_size + jnp.arange(self.batch_size, dtype=low.dtype)).ravel()
-        late_leaves = leaves[(late % self.capacity).astype(jnp.int32)]
+        late_leaves = trees.sums[-1][(late % self.capacity).astype(jnp.int32)]
         late_mass = jnp.sum(jnp.where(late >= low * self.batch_size, late_leaves, 0))
         total = trees.sums[0][0]
         mass = jnp.maximum(total - late_mass, 0.0)
         fine = (high > low) & (mass > 0)
 
-        def accept(slots):
+        def accept(slots, masses):
             ids = self._slot_ids(state, slots)
             step = ids // self.batch_size
-            return ids, (step >= low) & (step < high) & (leaves[slots] > 0)
+            return ids, masses, (step >= low) & (step < high) & (masses > 0)
 
         strata = (jnp.arange(size, dtype=jnp.float32) + jax.random.uniform(jax.random.fold_in(key, 0), (size,))) / size
-        first, found = accept(tree_descend(trees.sums, strata * total, options.branching))
+        first, drawn, found = accept(*tree_descend(trees.sums, strata * total, options.branching))
 
         def more(carry):
-            return jnp.any(~carry[1]) & fine
+            return jnp.any(~carry[2]) & fine
 
         def again(carry):
-            first, found, round_ = carry
+            first, drawn, found, round_ = carry
             targets = jax.random.uniform(jax.random.fold_in(key, round_), (size,)) * total
-            new_first, new_found = accept(tree_descend(trees.sums, targets, options.branching))
-            return jnp.where(found, first, new_first), found | new_found, round_ + 1
+            new_first, new_drawn, new_found = accept(*tree_descend(trees.sums, targets, options.branching))
+            return (
+                jnp.where(found, first, new_first), jnp.where(found, drawn, new_drawn), found | new_found, round_ + 1
+            )
 
-        first, found, _ = lax.while_loop(more, again, (first, found, jnp.ones((), jnp.int32)))
-        drawn = leaves[(first % self.capacity).astype(jnp.int32)]
+        first, drawn, found, _ = lax.while_loop(more, again, (first, drawn, found, jnp.ones((), jnp.int32)))
         probabilities = jnp.where(fine, drawn / jnp.where(mass > 0, mass, 1.0), 0.0)
         smallest = trees.mins[0][0]
         weights = jnp.where(fine, (drawn / smallest) ** -options.beta, 0.0)
