@@ -18,6 +18,8 @@ Inside jit nothing can raise on values, so bad values have defined results:
   priorities and counts them in ``state.priorities.dropped``; ids already overwritten are
   ignored (a stale id names nothing), as in the NumPy buffer.
 Errors found while tracing (structure, shapes, dtypes) raise replaybuf's own exceptions.
+With ``checked=True`` the two value faults above are also ``checkify`` checks, and
+``replaybuf.jax.checked(fn)`` raises them as replaybuf's errors outside jit (checked.py).
 
 Donation (docs/jax.md): jit ``add`` / ``add_and_sample`` / a training step with the state
 donated (``donate_argnums``), and write before you read in one step; otherwise XLA copies
@@ -33,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.experimental import checkify
 
 from replaybuf.errors import ArgumentError, SpecMismatchError
 from replaybuf.jax.sumtree import Trees, tree_descend, tree_init, tree_update
@@ -117,6 +120,7 @@ class Buffer:
     max_length: int
     episodes: EpisodeOptions | None = None
     priorities: PriorityOptions | None = None
+    checked: bool = False  # emit checkify checks for the value faults (see checked.py)
 
     @property
     def capacity(self) -> int:
@@ -223,6 +227,14 @@ class Buffer:
         else:
             first, probabilities, valid = self._draw_uniform(state, key, size, steps_wanted)
             weights = None
+        if self.checked:
+            where = ", inside one episode" if self.episodes is not None else ""
+            checkify.check(
+                jnp.all(valid),
+                f"EmptyBufferError: sample: expected a stored window of num_steps={steps_wanted}{where}, got none "
+                f"({{steps}} steps added to each stream, at most max_length={self.max_length} kept)",
+                steps=state.steps,
+            )
         ids = first
         if num_steps is not None:
             ids = first[:, None] + jnp.arange(steps_wanted, dtype=first.dtype) * self.batch_size
@@ -381,6 +393,17 @@ class Buffer:
         low = jnp.maximum(state.steps - self.max_length, 0) * self.batch_size
         bad = (ids < 0) | (ids >= state.steps * self.batch_size) | ~jnp.isfinite(values) | (values <= 0)
         keep = ~bad & (ids >= low)
+        if self.checked:
+            first_bad = jnp.argmax(bad)
+            checkify.check(
+                ~jnp.any(bad),
+                "PriorityError: update_priorities: expected ids of added items (below {added}) with finite "
+                f"priorities > 0, got {{count}} bad of {ids.shape[0]} (the first: id {{id}}, priority {{value}})",
+                added=state.steps * self.batch_size,
+                count=jnp.sum(bad, dtype=jnp.int32),
+                id=ids[first_bad],
+                value=values[first_bad],
+            )
         outside = current.trees.sums[-1].shape[0]  # an out-of-range slot: the update drops it
         slots = jnp.where(keep, ids % self.capacity, outside)
         masses = (jnp.where(keep, values, 1.0) + options.epsilon) ** options.alpha
@@ -430,6 +453,7 @@ def make_buffer(
     beta: float = 0.4,
     epsilon: float = 1e-6,
     branching: int = 8,
+    checked: bool = False,
 ) -> Buffer:
     """A ``Buffer`` for items of ``data_spec`` in ``batch_size`` streams of ``max_length``.
 
@@ -437,6 +461,8 @@ def make_buffer(
     ``episode_end_field``, else a ``step_type`` or ``next_step_type`` field); the count of
     valid starts is kept for windows of ``episode_num_steps``. ``prioritized``: sampling by
     priority with ``alpha``/``beta``/``epsilon`` on a ``branching``-ary sum tree.
+    ``checked``: a sample with no valid window and bad priority updates are also checkify
+    checks; call the functions that use the buffer through ``replaybuf.jax.checked``.
 
     64-bit leaves are stored in JAX's canonical dtype (32-bit unless ``jax_enable_x64``).
 
@@ -450,6 +476,8 @@ def make_buffer(
             raise ArgumentError(f"{name}: expected a positive int, got {value!r}")
     if not isinstance(branching, int) or branching < 2:
         raise ArgumentError(f"branching: expected an int >= 2, got {branching!r}")
+    if not isinstance(checked, bool):
+        raise ArgumentError(f"checked: expected a bool, got {checked!r}")
     flat = FlatSpec(data_spec)
     specs = flat.leaves
     leaves, treedef = jax.tree_util.tree_flatten(flat.data_spec)
@@ -484,6 +512,7 @@ def make_buffer(
         max_length=int(max_length),
         episodes=episodes,
         priorities=priorities,
+        checked=checked,
     )
 
 
