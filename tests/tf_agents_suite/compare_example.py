@@ -4,11 +4,14 @@
 
 Arguments: the agent (``dqn``: agents/dqn/examples/v2/train_eval.py on CartPole-v0;
 ``reinforce``: agents/reinforce/examples/v2/train_eval.py on CartPole-v0; ``ddpg`` and
-``sac``: their examples/v2/train_eval.py on Pendulum-v1, evaluated every quarter), the buffer
+``sac``: their examples/v2/train_eval.py on Pendulum-v1, evaluated every quarter; ``ppo``:
+agents/ppo/examples/v2/train_eval_clip_agent.py on CartPole-v0 with 4 parallel environments,
+iterations counting environment steps), the buffer
 (``tf-agents`` or ``replaybuf``: the import swapped as tests/tf_agents_suite/conftest.py does),
 the iterations and a seed for ``tf.random.set_seed``. It prints the evaluations the script
 makes (average return of 10 episodes, at the start, halfway and at the end for DQN; every
-quarter for REINFORCE) and the wall time. docs/tf_agents.md quotes its runs.
+quarter for REINFORCE, DDPG and SAC; every 500 train steps for PPO) and the wall time.
+docs/tf_agents.md quotes its runs.
 """
 
 import importlib
@@ -18,6 +21,19 @@ import time
 
 import tensorflow as tf
 from tf_agents.replay_buffers import tf_uniform_replay_buffer
+
+
+def record_evals(metric_utils, evals: list) -> None:
+    """Append ``(train step, average return)`` to ``evals`` on every evaluation a script makes
+    through ``metric_utils.eager_compute`` (DQN and PPO report no callback of their own)."""
+    compute = metric_utils.eager_compute
+
+    def recorded(*args, **kwargs):
+        results = compute(*args, **kwargs)
+        evals.append((int(kwargs["train_step"].numpy()), round(float(results["AverageReturn"]), 1)))
+        return results
+
+    metric_utils.eager_compute = recorded
 
 
 def main(agent: str, which: str, iterations: int, seed: int) -> None:
@@ -34,14 +50,7 @@ def main(agent: str, which: str, iterations: int, seed: int) -> None:
     if agent == "dqn":
         from tf_agents.agents.dqn.examples.v2 import train_eval
 
-        compute = train_eval.metric_utils.eager_compute
-
-        def recorded(*args, **kwargs):
-            results = compute(*args, **kwargs)
-            evals.append((int(kwargs["train_step"].numpy()), round(float(results["AverageReturn"]), 1)))
-            return results
-
-        train_eval.metric_utils.eager_compute = recorded
+        record_evals(train_eval.metric_utils, evals)
         never = 10**9
         train_eval.train_eval(
             root, num_iterations=iterations, eval_interval=iterations // 2, num_eval_episodes=10,
@@ -78,8 +87,22 @@ def main(agent: str, which: str, iterations: int, seed: int) -> None:
             eval_interval=iterations // 4, num_eval_episodes=10, log_interval=never, summary_interval=never,
             eval_metrics_callback=record, **extra,
         )
+    elif agent == "ppo":  # its MuJoCo default is not installed: CartPole-v0 through suite_gym
+        from tf_agents.agents.ppo.examples.v2 import train_eval_clip_agent as train_eval
+        from tf_agents.environments import suite_gym
+        from tf_agents.system import system_multiprocessing
+
+        record_evals(train_eval.metric_utils, evals)
+        system_multiprocessing.enable_interactive_mode()
+        never = 10**9
+        train_eval.train_eval(
+            root, env_name="CartPole-v0", env_load_fn=suite_gym.load, random_seed=seed,
+            num_environment_steps=iterations, collect_episodes_per_iteration=4, num_parallel_environments=4,
+            num_eval_episodes=10, eval_interval=500, log_interval=never, summary_interval=never,
+            train_checkpoint_interval=never, policy_checkpoint_interval=never,
+        )
     else:
-        raise SystemExit(f"agent: expected dqn, reinforce, ddpg or sac, got {agent!r}")
+        raise SystemExit(f"agent: expected dqn, reinforce, ddpg, sac or ppo, got {agent!r}")
     print(f"RESULT {agent} {which} seed={seed} iterations={iterations} evals={evals} wall={time.time() - start:.0f}s")
 
 
