@@ -113,6 +113,74 @@ def test_checkpoints_load_across_numpy_and_jax(tmp_path, prioritized):
         assert back.state_dict()["priorities"]["max_priority"] == 4.0
 
 
+def add_done_steps(buffers, dones, start):
+    for t, row in enumerate(dones, start):
+        for buffer in buffers:
+            buffer.add_batch({"x": np.array([10 * t, 10 * t + 1], np.int32), "done": np.array(row, bool)})
+
+
+def valid_window_starts(dones, steps, max_length, size):
+    """Brute force: the ids of stored windows of ``size`` steps with no end before their last."""
+    low = max(steps - max_length, 0)
+    return {
+        t * 2 + s
+        for t in range(low, steps - size + 1)
+        for s in range(2)
+        if not any(dones[u][s] for u in range(t, t + size - 1))
+    }
+
+
+def test_episode_checkpoints_load_across_numpy_and_jax(tmp_path):
+    rng = np.random.default_rng(4)
+    dones = (rng.random((14, 2)) < 0.3).tolist()
+    options = dict(batch_size=2, max_length=6, respect_episodes=True, episode_end_field="done")
+    numpy_rb = replaybuf.UniformReplayBuffer(DONE_SPEC, seed=1, **options)
+    add_done_steps([numpy_rb], dones[:9], 0)
+    numpy_rb.save(tmp_path / "from-numpy")
+    jax_rb = JaxUniformReplayBuffer(DONE_SPEC, seed=2, episode_num_steps=3, **options)
+    jax_rb.load(tmp_path / "from-numpy")
+    for key, want in numpy_rb.state_dict()["episodes"].items():
+        np.testing.assert_array_equal(jax_rb.state_dict()["episodes"][key], want, err_msg=key)
+    for steps, more in ((9, 0), (14, 5)):  # right after the load, then after adds to both
+        add_done_steps([numpy_rb, jax_rb], dones[steps - more : steps], steps - more)
+        expected = valid_window_starts(dones, steps, 6, 3)
+        _, info = jax_rb.get_next(400, num_steps=3)
+        drawn = np.asarray(info.ids)[:, 0]
+        assert set(drawn.tolist()) == expected  # every valid start reachable, nothing else
+        np.testing.assert_allclose(np.asarray(info.probabilities), 1 / len(expected), rtol=1e-6)
+        np.testing.assert_allclose(numpy_rb.get_next(4, num_steps=3)[1].probabilities, 1 / len(expected))
+    jax_rb.save(tmp_path / "from-jax")
+    back = replaybuf.UniformReplayBuffer(DONE_SPEC, seed=3, **options)
+    back.load(tmp_path / "from-jax")
+    for key, want in numpy_rb.state_dict()["episodes"].items():
+        np.testing.assert_array_equal(back.state_dict()["episodes"][key], want, err_msg=key)
+
+
+def test_episode_checkpoint_without_or_with_broken_positions_is_refused(tmp_path):
+    plain = replaybuf.UniformReplayBuffer(DONE_SPEC, batch_size=2, max_length=6, seed=0)
+    add_done_steps([plain], [[0, 1], [1, 0], [0, 0]], 0)
+    plain.save(tmp_path / "plain")
+    target = JaxUniformReplayBuffer(
+        DONE_SPEC, batch_size=2, max_length=6, respect_episodes=True, episode_end_field="done", seed=0
+    )
+    add_done_steps([target], [[0, 0]], 0)
+    before = target.state_dict()
+    with pytest.raises(replaybuf.CheckpointError, match=r"state\['episodes'\]: expected the keys"):
+        target.load(tmp_path / "plain")
+    source = JaxUniformReplayBuffer(
+        DONE_SPEC, batch_size=2, max_length=6, respect_episodes=True, episode_end_field="done", seed=0
+    )
+    add_done_steps([source], [[0, 1], [1, 0], [0, 0]], 0)
+    broken = source.state_dict()
+    broken["episodes"]["position"][2 * 2] = 5  # step 2, stream 0: position 5 after position 1
+    with pytest.raises(replaybuf.CheckpointError, match="positions of step 2 .* do not follow"):
+        target.load_state_dict(broken)
+    after = target.state_dict()
+    assert target.num_frames() == 2 and after["steps"] == before["steps"] == 1
+    for key, want in before["episodes"].items():
+        np.testing.assert_array_equal(after["episodes"][key], want)
+
+
 def test_checkpoint_of_another_geometry_is_refused_and_changes_nothing(tmp_path):
     source = JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=4, seed=0)
     fill(source, 3)

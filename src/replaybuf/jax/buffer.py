@@ -21,12 +21,13 @@ import numpy as np
 from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive, unstack_time
 from replaybuf.dataset import DeterministicPass, RandomDataset, check_sample_arguments, plan_deterministic_pass
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError, SpecMismatchError
-from replaybuf.jax.core import Buffer, BufferState, make_buffer
+from replaybuf.jax.core import Buffer, BufferState, EpisodeState, make_buffer
 from replaybuf.jax.sumtree import tree_init, tree_update
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import read_state, write_state
 from replaybuf.persistence.state import check_header, check_items, check_rng_state, first_stored_step, spec_state
 from replaybuf.ring import StreamRing
+from replaybuf.samplers.episodes import check_episode_state
 
 __all__ = ["JaxUniformReplayBuffer"]
 
@@ -287,13 +288,10 @@ class JaxUniformReplayBuffer(ReplayBuffer):
     def state_dict(self) -> dict:
         """A plain snapshot with the NumPy twin's keys (``class`` is ``UniformReplayBuffer`` or
         ``PrioritizedReplayBuffer``): a folder saved here loads into that NumPy buffer of the
-        same spec and geometry, and back. Items come back to the spec's dtypes.
-
-        Raises:
-            ArgumentError: an episode-aware buffer (its index is not checkpointed yet).
+        same spec and geometry, and back. Items come back to the spec's dtypes; an
+        episode-aware buffer adds the NumPy index's ``episodes`` (each slot's position in its
+        episode, each stream's last position and whether its episode ended).
         """
-        if self._core.episodes is not None:
-            raise ArgumentError("state_dict: checkpoints of respect_episodes=True JAX buffers are not supported yet")
         with self._lock:
             ring = self._ring
             ids = ring.stream_ids().T.ravel()  # id order: step by step, streams within a step
@@ -315,18 +313,27 @@ class JaxUniformReplayBuffer(ReplayBuffer):
             if priorities is not None:
                 masses = np.asarray(priorities.trees.sums[-1])[ids % ring.capacity].astype(np.float64)
                 state["priorities"] = {"mass": masses, "max_priority": float(priorities.max_priority)}
+            if self._state.episodes is not None:
+                state["episodes"] = self._episode_state(self._state.episodes)
             return state
+
+    def _episode_state(self, episodes: Any) -> dict:
+        """The episode state in the NumPy ``EpisodeIndex``'s keys (positions by slot)."""
+        ring = self._ring
+        position = np.asarray(episodes.position).reshape(-1).astype(np.int64)
+        last = np.full(ring.batch_size, -1, np.int64)
+        if ring.steps:
+            last = position[ring.slot(ring.steps - 1) + np.arange(ring.batch_size)]
+        return {"position": position, "last": last, "ended": np.asarray(episodes.next_position) == 0}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a ``state_dict()`` of this class or of its NumPy twin.
 
         Raises:
-            CheckpointError: a state of another class, data_spec or geometry, or malformed;
-                the buffer is left unchanged.
-            ArgumentError: an episode-aware buffer.
+            CheckpointError: a state of another class, data_spec or geometry, or malformed
+                (for an episode-aware buffer: ``episodes`` missing or not what adds could
+                have produced); the buffer is left unchanged.
         """
-        if self._core.episodes is not None:
-            raise ArgumentError("load_state_dict: respect_episodes=True JAX buffers have no checkpoints yet")
         ring = self._ring
         geometry = {"batch_size": ring.batch_size, "max_length": ring.max_length}
         steps = check_header(state, self._twin, self._flat, geometry)
@@ -335,6 +342,10 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         first = first_stored_step(steps, count, ring.batch_size, ring.max_length, crash_safe=False)
         check_rng_state(self._rng, state.get("rng"))
         masses = self._check_masses(state, count)
+        episodes = None
+        if self._core.episodes is not None:
+            saved = check_episode_state(ring, state.get("episodes"), steps, count)
+            episodes = self._loaded_episodes(saved, first, steps)
         rows = np.arange(first, steps) % ring.max_length
         storage = []
         for leaf, dtype in zip(leaves, self._core.dtypes, strict=True):
@@ -343,7 +354,9 @@ class JaxUniformReplayBuffer(ReplayBuffer):
             storage.append(stored)
         fresh = self._core.init()
         new = fresh._replace(
-            storage=tuple(jnp.asarray(x) for x in storage), steps=jnp.asarray(steps, fresh.steps.dtype)
+            storage=tuple(jnp.asarray(x) for x in storage),
+            steps=jnp.asarray(steps, fresh.steps.dtype),
+            episodes=episodes,
         )
         if masses is not None:
             mass, largest = masses
@@ -357,6 +370,20 @@ class JaxUniformReplayBuffer(ReplayBuffer):
             self._state = new
             ring.reset(steps)
             self._rng.bit_generator.state = state["rng"]
+
+    def _loaded_episodes(self, checked: dict, first: int, steps: int) -> EpisodeState:
+        """The core's episode state from checked ``episodes`` arrays: positions of the stored
+        steps (others 0), the next position of each stream, and the count of valid starts of
+        ``episode_num_steps`` (kept on every add from here)."""
+        ring, span = self._ring, self._core.episodes.num_steps - 1
+        saved = checked["position"].reshape(ring.max_length, ring.batch_size)
+        rows = np.arange(first, steps) % ring.max_length
+        position = np.zeros((ring.max_length, ring.batch_size), np.int32)
+        position[rows] = saved[rows]  # at most the step: fits the steps counter's dtype
+        ends = np.arange(first + span, steps) % ring.max_length  # windows that start at a stored step
+        valid = int((position[ends] >= span).sum())
+        following = np.where(checked["ended"], 0, checked["last"] + 1).astype(np.int32)
+        return EpisodeState(jnp.asarray(position), jnp.asarray(following), jnp.asarray(valid, jnp.int32))
 
     def _check_masses(self, state: dict, count: int) -> tuple[np.ndarray, float] | None:
         if self._core.priorities is None:

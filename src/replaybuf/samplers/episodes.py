@@ -24,7 +24,7 @@ from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.uniform import filled_probabilities
 
-__all__ = ["EpisodeIndex", "EpisodeSampler", "episode_markers", "pad_windows"]
+__all__ = ["EpisodeIndex", "EpisodeSampler", "check_episode_state", "episode_markers", "pad_windows"]
 
 FIRST, LAST = 0, 2
 Markers = Callable[[Sequence[np.ndarray]], "tuple[np.ndarray | None, np.ndarray]"]
@@ -158,64 +158,68 @@ class EpisodeIndex:
         self._last, self._ended = position[-1].copy(), ends[-1].copy()
 
     def check_state(self, state: Any, steps: int, count: int) -> dict:
-        """The arrays of a ``state_dict()`` saved with ``steps`` steps and ``count`` stored
-        items, as this index could have kept them; CheckpointError naming the key when one
-        is missing, misshaped, of another kind (integer positions, bool ends) or holds values
-        no add could have produced:
-
-        - every ``position`` >= 0; along each stream's stored steps, each position is 0 (an
-          episode starts) or the previous one + 1, and at most its step;
-        - ``last`` is each stream's newest stored position (-1 when nothing is stored);
-        - ``ended`` is all True when nothing is stored.
-        """
-        arrays = {k: state.get(k) if isinstance(state, dict) else None for k in ("position", "last", "ended")}
-        if not isinstance(state, dict) or set(state) != set(arrays):
-            got = sorted(map(str, state)) if isinstance(state, dict) else type(state).__name__
-            raise CheckpointError(f"state['episodes']: expected the keys ['ended', 'last', 'position'], got {got}")
-        shapes = {"position": self.position.shape, "last": self._last.shape, "ended": self._ended.shape}
-        kinds = {"position": ("iu", "integer"), "last": ("iu", "integer"), "ended": ("b", "bool")}
-        for key, array in arrays.items():
-            kind, name = kinds[key]
-            if not isinstance(array, np.ndarray) or array.shape != shapes[key] or array.dtype.kind not in kind:
-                got = f"{array.shape} {array.dtype}" if isinstance(array, np.ndarray) else type(array).__name__
-                raise CheckpointError(
-                    f"state['episodes'][{key!r}]: expected a {name} array shaped {shapes[key]}, got {got}"
-                )
-        position, last = arrays["position"], arrays["last"]
-        if position.size and not (position.min() >= 0 and position.max() <= np.iinfo(np.int64).max):
-            raise CheckpointError(
-                f"state['episodes']['position']: expected positions in [0, 2**63), got values in "
-                f"[{position.min()}, {position.max()}]"
-            )
-        ring = self.ring
-        batch, first = ring.batch_size, steps - count // ring.batch_size
-        expected_last = np.full(batch, -1, np.int64)
-        if count:
-            t = np.arange(first, steps, dtype=np.int64)
-            stored = position[((t % ring.max_length) * batch)[:, None] + np.arange(batch)].astype(np.int64)
-            beyond = stored > t[:, None]
-            broken = (stored[1:] != 0) & (stored[1:] != stored[:-1] + 1)
-            if beyond.any() or broken.any():
-                step = t[np.flatnonzero(beyond.any(axis=1) | np.append(False, broken.any(axis=1)))[0]]
-                raise CheckpointError(
-                    f"state['episodes']['position']: the positions of step {step} ({stored[step - first].tolist()}) "
-                    "do not follow the step before (each is 0 or the previous position + 1, at most the step)"
-                )
-            expected_last = stored[-1]
-        if not np.array_equal(last, expected_last):
-            raise CheckpointError(
-                f"state['episodes']['last']: expected each stream's newest position {expected_last.tolist()}, "
-                f"got {last.tolist()}"
-            )
-        if not count and not arrays["ended"].all():
-            raise CheckpointError("state['episodes']['ended']: expected all True when nothing is stored")
-        return arrays
+        """``check_episode_state`` for this index's ring."""
+        return check_episode_state(self.ring, state, steps, count)
 
     def load_state_dict(self, checked: dict) -> None:
         """Restore the arrays returned by ``check_state``."""
         self.position[:] = checked["position"]
         self._last, self._ended = checked["last"].astype(np.int64), checked["ended"].astype(bool)
         self._counts = {}
+
+
+def check_episode_state(ring: StreamRing, state: Any, steps: int, count: int) -> dict:
+    """The arrays of an ``EpisodeIndex.state_dict()`` (or the JAX buffer's episode state) saved
+    with ``steps`` steps and ``count`` stored items of ``ring``'s geometry, as an index could
+    have kept them; CheckpointError naming the key when one is missing, misshaped, of another
+    kind (integer positions, bool ends) or holds values no add could have produced:
+
+    - every ``position`` >= 0; along each stream's stored steps, each position is 0 (an
+      episode starts) or the previous one + 1, and at most its step;
+    - ``last`` is each stream's newest stored position (-1 when nothing is stored);
+    - ``ended`` is all True when nothing is stored.
+    """
+    arrays = {k: state.get(k) if isinstance(state, dict) else None for k in ("position", "last", "ended")}
+    if not isinstance(state, dict) or set(state) != set(arrays):
+        got = sorted(map(str, state)) if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(f"state['episodes']: expected the keys ['ended', 'last', 'position'], got {got}")
+    shapes = {"position": (ring.capacity,), "last": (ring.batch_size,), "ended": (ring.batch_size,)}
+    kinds = {"position": ("iu", "integer"), "last": ("iu", "integer"), "ended": ("b", "bool")}
+    for key, array in arrays.items():
+        kind, name = kinds[key]
+        if not isinstance(array, np.ndarray) or array.shape != shapes[key] or array.dtype.kind not in kind:
+            got = f"{array.shape} {array.dtype}" if isinstance(array, np.ndarray) else type(array).__name__
+            raise CheckpointError(
+                f"state['episodes'][{key!r}]: expected a {name} array shaped {shapes[key]}, got {got}"
+            )
+    position, last = arrays["position"], arrays["last"]
+    if position.size and not (position.min() >= 0 and position.max() <= np.iinfo(np.int64).max):
+        raise CheckpointError(
+            f"state['episodes']['position']: expected positions in [0, 2**63), got values in "
+            f"[{position.min()}, {position.max()}]"
+        )
+    batch, first = ring.batch_size, steps - count // ring.batch_size
+    expected_last = np.full(batch, -1, np.int64)
+    if count:
+        t = np.arange(first, steps, dtype=np.int64)
+        stored = position[((t % ring.max_length) * batch)[:, None] + np.arange(batch)].astype(np.int64)
+        beyond = stored > t[:, None]
+        broken = (stored[1:] != 0) & (stored[1:] != stored[:-1] + 1)
+        if beyond.any() or broken.any():
+            step = t[np.flatnonzero(beyond.any(axis=1) | np.append(False, broken.any(axis=1)))[0]]
+            raise CheckpointError(
+                f"state['episodes']['position']: the positions of step {step} ({stored[step - first].tolist()}) "
+                "do not follow the step before (each is 0 or the previous position + 1, at most the step)"
+            )
+        expected_last = stored[-1]
+    if not np.array_equal(last, expected_last):
+        raise CheckpointError(
+            f"state['episodes']['last']: expected each stream's newest position {expected_last.tolist()}, "
+            f"got {last.tolist()}"
+        )
+    if not count and not arrays["ended"].all():
+        raise CheckpointError("state['episodes']['ended']: expected all True when nothing is stored")
+    return arrays
 
 
 class _StepLeaves(Sequence):
