@@ -156,6 +156,34 @@ def test_episode_checkpoints_load_across_numpy_and_jax(tmp_path):
         np.testing.assert_array_equal(back.state_dict()["episodes"][key], want, err_msg=key)
 
 
+def test_prioritized_episode_checkpoints_load_across_numpy_and_jax(tmp_path):
+    rng = np.random.default_rng(8)
+    dones = (rng.random((11, 2)) < 0.3).tolist()
+    options = dict(batch_size=2, max_length=6, respect_episodes=True, episode_end_field="done", alpha=1.0, epsilon=0.0)
+    numpy_rb = replaybuf.PrioritizedReplayBuffer(DONE_SPEC, seed=1, **options)
+    add_done_steps([numpy_rb], dones, 0)
+    numpy_rb.update_priorities(np.arange(10, 22), rng.uniform(0.5, 4.0, 12))
+    numpy_rb.save(tmp_path / "from-numpy")
+    jax_rb = JaxUniformReplayBuffer(DONE_SPEC, seed=2, prioritized=True, episode_num_steps=3, **options)
+    jax_rb.load(tmp_path / "from-numpy")
+    saved = numpy_rb.state_dict()
+    mass = dict(zip(range(10, 22), saved["priorities"]["mass"], strict=True))  # id order
+    expected = valid_window_starts(dones, 11, 6, 3)
+    total = sum(mass[i] for i in expected)
+    _, info = jax_rb.get_next(500, num_steps=3)
+    drawn = np.asarray(info.ids)[:, 0]
+    assert set(drawn.tolist()) == expected
+    np.testing.assert_allclose(np.asarray(info.probabilities), [mass[i] / total for i in drawn], rtol=1e-5)
+    _, theirs = numpy_rb.get_next(50, num_steps=3)
+    np.testing.assert_allclose(theirs.probabilities, [mass[i] / total for i in theirs.ids[:, 0]], rtol=1e-5)
+    jax_rb.save(tmp_path / "from-jax")
+    back = replaybuf.PrioritizedReplayBuffer(DONE_SPEC, seed=3, **options)
+    back.load(tmp_path / "from-jax")
+    np.testing.assert_allclose(back.state_dict()["priorities"]["mass"], saved["priorities"]["mass"], rtol=1e-6)
+    for key, want in saved["episodes"].items():
+        np.testing.assert_array_equal(back.state_dict()["episodes"][key], want, err_msg=key)
+
+
 def test_episode_checkpoint_without_or_with_broken_positions_is_refused(tmp_path):
     plain = replaybuf.UniformReplayBuffer(DONE_SPEC, batch_size=2, max_length=6, seed=0)
     add_done_steps([plain], [[0, 1], [1, 0], [0, 0]], 0)

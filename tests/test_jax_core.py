@@ -276,6 +276,68 @@ def test_bad_priority_updates_are_dropped_and_counted_inside_jit():
     assert np.isfinite(float(state.priorities.trees.sums[0][0]))
 
 
+# -- episodes and priorities together ---------------------------------------------------------
+def _episodes_with_priorities(steps, seed):
+    """A buffer of 3 streams x 7 steps with random episode ends, filled, then given random
+    priorities in two rounds (one before and one after more adds, stale ids included)."""
+    batch_size, max_length = 3, 7
+    buffer = make_buffer(SMALL, batch_size, max_length, respect_episodes=True, episode_end_field="done",
+                         episode_num_steps=3, prioritized=True, alpha=1.0, beta=0.5, epsilon=0.0)
+    done, batch = _episode_batches(batch_size, steps, seed=seed)
+    rng = np.random.default_rng(seed)
+    add = jax.jit(buffer.add, donate_argnums=0)
+    update = jax.jit(buffer.update_priorities, donate_argnums=0)
+    state = buffer.init()
+    for t in range(steps):
+        state = add(state, batch(t))
+        if t in (steps // 2, steps - 2):
+            ids = rng.integers(0, (t + 1) * batch_size, 12)
+            state = update(state, ids.astype(np.int32), rng.uniform(0.1, 5.0, 12).astype(np.float32))
+    return buffer, state, done
+
+
+@pytest.mark.parametrize("num_steps", [3, 2, 1])  # 3: the window tree; 2: one pass, then rejection
+@pytest.mark.parametrize("steps", [5, 12, 23])
+def test_prioritized_episode_windows_match_brute_force(num_steps, steps):
+    buffer, state, done = _episodes_with_priorities(steps, seed=steps)
+    expected = sorted(_brute_force_starts(done, 3, 7, steps, num_steps))
+    leaves = np.asarray(state.priorities.trees.sums[-1], np.float64)
+    slots = np.array(expected, np.int64) % buffer.capacity
+    mass = {i: leaves[slot] for i, slot in zip(expected, slots, strict=True)}
+    total, smallest = sum(mass.values()), leaves[leaves > 0].min()
+    sample = jax.jit(buffer.sample, static_argnums=(2, 3))
+    counts = dict.fromkeys(expected, 0)
+    for i in range(60):
+        _, info = sample(state, jax.random.key(i), 32, num_steps)
+        if not expected:
+            assert not np.asarray(info.valid).any()
+            return
+        assert np.asarray(info.valid).all()
+        ids = np.asarray(info.ids)[:, 0]
+        assert set(ids.tolist()) <= set(expected)  # no window crosses an end or passes the head
+        want = np.array([mass[i] for i in ids])
+        np.testing.assert_allclose(np.asarray(info.probabilities), want / total, rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(info.weights), (want / smallest) ** -0.5, rtol=1e-5)
+        for i in ids.tolist():
+            counts[i] += 1
+    drawn = np.array([counts[i] for i in expected], np.float64)
+    frequencies = np.array([mass[i] for i in expected]) / total * drawn.sum()
+    assert np.abs(drawn - frequencies).max() < 5 * np.sqrt(frequencies.max()) + 2
+
+
+def test_window_tree_holds_exactly_the_valid_starts_masses():
+    buffer, state, done = _episodes_with_priorities(23, seed=5)
+    leaves = np.asarray(state.priorities.trees.sums[-1])[: buffer.capacity]
+    want = np.zeros(buffer.capacity, np.float32)
+    for i in _brute_force_starts(done, 3, 7, 23, 3):
+        want[i % buffer.capacity] = leaves[i % buffer.capacity]
+    windows = state.priorities.windows.sums
+    np.testing.assert_allclose(np.asarray(windows[-1])[: buffer.capacity], want, rtol=1e-6)
+    np.testing.assert_allclose(float(windows[0][0]), want.sum(), rtol=1e-5)
+    rebuilt = buffer.rebuild_windows(state._replace(priorities=state.priorities._replace(windows=None)))
+    np.testing.assert_allclose(np.asarray(rebuilt.priorities.windows.sums[-1]), np.asarray(windows[-1]), rtol=1e-6)
+
+
 # -- errors ---------------------------------------------------------------------------------
 def test_add_errors_name_the_field():
     buffer = make_buffer(SPEC, 2, 4)

@@ -364,6 +364,7 @@ class JaxUniformReplayBuffer(ReplayBuffer):
             branching = self._core.priorities.branching
             trees = tree_update(tree_init(ring.capacity, branching), jnp.asarray(slots), jnp.asarray(mass), branching)
             new = new._replace(priorities=new.priorities._replace(trees=trees, max_priority=jnp.float32(largest)))
+            new = self._core.rebuild_windows(new)
         if self._device is not None:
             new = jax.device_put(new, self._device)
         with self._lock:

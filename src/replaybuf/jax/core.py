@@ -29,6 +29,7 @@ every storage leaf on every add.
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -59,6 +60,9 @@ class PriorityState(NamedTuple):
     trees: Trees  # sum and min trees of (priority + epsilon) ** alpha per slot
     max_priority: jax.Array  # float32 []: what new items get
     dropped: jax.Array  # int32 []: update_priorities entries dropped as invalid
+    # with episodes (episode_num_steps > 1): a sum tree whose leaf is the slot's mass when a
+    # window of episode_num_steps starting there is stored inside one episode, else 0
+    windows: Trees | None = None
 
 
 class BufferState(NamedTuple):
@@ -141,8 +145,11 @@ class Buffer:
                 jnp.zeros((), jnp.int32),
             )
         if self.priorities is not None:
-            trees = tree_init(self.capacity, self.priorities.branching)
-            priorities = PriorityState(trees, jnp.ones((), jnp.float32), jnp.zeros((), jnp.int32))
+            branching = self.priorities.branching
+            windows = tree_init(self.capacity, branching, with_mins=False) if self._window_tree else None
+            priorities = PriorityState(
+                tree_init(self.capacity, branching), jnp.ones((), jnp.float32), jnp.zeros((), jnp.int32), windows
+            )
         return BufferState(storage, jnp.zeros((), _id_dtype()), episodes, priorities)
 
     def add(self, state: BufferState, batch: Any) -> BufferState:
@@ -166,7 +173,39 @@ class Buffer:
             slots = row * self.batch_size + jnp.arange(self.batch_size, dtype=jnp.int32)
             trees = tree_update(priorities.trees, slots, jnp.full((self.batch_size,), mass), options.branching)
             priorities = priorities._replace(trees=trees)
+            if self._window_tree:
+                priorities = priorities._replace(windows=self._decide_starts(priorities, episodes, t, slots))
         return BufferState(storage, t + 1, episodes, priorities)
+
+    @property
+    def _window_tree(self) -> bool:
+        """Whether the state keeps a window tree (episodes, priorities, windows longer than 1)."""
+        return self.priorities is not None and self.episodes is not None and self.episodes.num_steps > 1
+
+    def _decide_starts(self, priorities: PriorityState, episodes: EpisodeState, t: jax.Array, new: jax.Array):
+        """The window tree after adding step ``t`` (slots ``new``): the new slots are no start
+        yet (0); the starts whose window ends at step ``t`` are decided (their mass when the
+        window lies inside one episode, else 0)."""
+        branching, span = self.priorities.branching, self.episodes.num_steps - 1
+        windows = tree_update(priorities.windows, new, jnp.zeros((self.batch_size,), jnp.float32), branching)
+        first = t - span
+        starts = (first % self.max_length).astype(jnp.int32) * self.batch_size + jnp.arange(self.batch_size)
+        inside = lax.dynamic_index_in_dim(episodes.position, (t % self.max_length).astype(jnp.int32), 0, False) >= span
+        masses = jnp.where(inside, priorities.trees.sums[-1][starts], 0.0)
+        outside = priorities.trees.sums[-1].shape[0]  # an out-of-range slot: the update drops it
+        return tree_update(windows, jnp.where(first >= 0, starts, outside), masses, branching)
+
+    def rebuild_windows(self, state: BufferState) -> BufferState:
+        """``state`` with its window tree recomputed from the positions and the priorities (one
+        pass over the buffer; after a checkpoint is loaded). Unchanged without a window tree."""
+        if not self._window_tree:
+            return state
+        mask = self._start_mask(state, self.episodes.num_steps).ravel()
+        leaves = state.priorities.trees.sums[-1][: self.capacity]
+        empty = tree_init(self.capacity, self.priorities.branching, with_mins=False)
+        slots = jnp.arange(self.capacity, dtype=jnp.int32)
+        windows = tree_update(empty, slots, jnp.where(mask, leaves, 0.0), self.priorities.branching)
+        return state._replace(priorities=state.priorities._replace(windows=windows))
 
     def _add_episodes(self, state: BufferState, leaves: list, row: jax.Array) -> EpisodeState:
         options, episodes, t = self.episodes, state.episodes, state.steps
@@ -293,6 +332,17 @@ class Buffer:
         ends = (step >= low + num_steps - 1) & (step >= 0)
         return jnp.sum(ends[:, None] & (episodes.position >= num_steps - 1), dtype=jnp.int32)
 
+    def _start_mask(self, state: BufferState, num_steps: int) -> jax.Array:
+        """bool ``[max_length, batch_size]``: the slots where a stored window of ``num_steps``
+        starts inside one episode and before the head (one pass over the positions)."""
+        rows = jnp.arange(self.max_length, dtype=state.steps.dtype)
+        last = state.steps - 1
+        step = last - ((last - rows) % self.max_length)  # the step each row holds (< 0: none yet)
+        low, high = self._starts(state, num_steps)
+        position = state.episodes.position
+        tail = jnp.roll(position, -(num_steps - 1), axis=0)  # row r: the position of row r + T - 1
+        return ((step >= low) & (step < high))[:, None] & (tail - position == num_steps - 1)
+
     def _window_fits(self, state: BufferState, starts: jax.Array, num_steps: int) -> jax.Array:
         """Whether the window of num_steps from each start id stays inside one episode."""
         position = state.episodes.position
@@ -342,22 +392,32 @@ class Buffer:
     def _draw_prioritized(self, state, key, size, num_steps):
         options, trees = self.priorities, state.priorities.trees
         low, high = self._starts(state, num_steps)
-        # The mass of starts whose window would pass the head (the last num_steps - 1 steps).
-        late_steps = state.steps - 1 - jnp.arange(num_steps - 1, dtype=state.steps.dtype)
-        late = (late_steps[:, None] * self.batch_size + jnp.arange(self.batch_size, dtype=low.dtype)).ravel()
-        late_leaves = trees.sums[-1][(late % self.capacity).astype(jnp.int32)]
-        late_mass = jnp.sum(jnp.where(late >= low * self.batch_size, late_leaves, 0))
-        total = trees.sums[0][0]
-        mass = jnp.maximum(total - late_mass, 0.0)
+        sums, total = trees.sums, trees.sums[0][0]  # the tree descended and its root
+        fits = None  # with episodes: whether a drawn start's window stays inside one episode
+        if self.episodes is not None and num_steps > 1 and num_steps == self.episodes.num_steps:
+            sums = state.priorities.windows.sums  # only valid starts have mass there
+            total = mass = sums[0][0]
+        elif self.episodes is not None and num_steps > 1:  # another length: one pass, then reject
+            masks = self._start_mask(state, num_steps).ravel()
+            mass = jnp.sum(jnp.where(masks, trees.sums[-1][: self.capacity], 0.0))
+            fits = partial(self._window_fits, state, num_steps=num_steps)
+        else:
+            # The mass of starts whose window would pass the head (the last num_steps - 1 steps).
+            late_steps = state.steps - 1 - jnp.arange(num_steps - 1, dtype=state.steps.dtype)
+            late = (late_steps[:, None] * self.batch_size + jnp.arange(self.batch_size, dtype=low.dtype)).ravel()
+            late_leaves = trees.sums[-1][(late % self.capacity).astype(jnp.int32)]
+            late_mass = jnp.sum(jnp.where(late >= low * self.batch_size, late_leaves, 0))
+            mass = jnp.maximum(total - late_mass, 0.0)
         fine = (high > low) & (mass > 0)
 
         def accept(slots, masses):
             ids = self._slot_ids(state, slots)
             step = ids // self.batch_size
-            return ids, masses, (step >= low) & (step < high) & (masses > 0)
+            found = (step >= low) & (step < high) & (masses > 0)
+            return ids, masses, found if fits is None else found & fits(ids)
 
         strata = (jnp.arange(size, dtype=jnp.float32) + jax.random.uniform(jax.random.fold_in(key, 0), (size,))) / size
-        first, drawn, found = accept(*tree_descend(trees.sums, strata * total, options.branching))
+        first, drawn, found = accept(*tree_descend(sums, strata * total, options.branching))
 
         def more(carry):
             return jnp.any(~carry[2]) & fine
@@ -365,7 +425,7 @@ class Buffer:
         def again(carry):
             first, drawn, found, round_ = carry
             targets = jax.random.uniform(jax.random.fold_in(key, round_), (size,)) * total
-            new_first, new_drawn, new_found = accept(*tree_descend(trees.sums, targets, options.branching))
+            new_first, new_drawn, new_found = accept(*tree_descend(sums, targets, options.branching))
             return (
                 jnp.where(found, first, new_first), jnp.where(found, drawn, new_drawn), found | new_found, round_ + 1
             )
@@ -408,11 +468,17 @@ class Buffer:
         slots = jnp.where(keep, ids % self.capacity, outside)
         masses = (jnp.where(keep, values, 1.0) + options.epsilon) ** options.alpha
         trees = tree_update(current.trees, slots, masses, options.branching)
+        windows = current.windows
+        if windows is not None:  # decided starts take their new mass where their window fits
+            span = self.episodes.num_steps - 1
+            decided = keep & (ids // self.batch_size + span < state.steps)
+            fits = self._window_fits(state, ids, span + 1)
+            window_slots = jnp.where(decided, slots, outside)
+            windows = tree_update(windows, window_slots, jnp.where(fits, masses, 0.0), options.branching)
         largest = jnp.max(jnp.where(keep, values, 0.0), initial=0.0)
+        dropped = current.dropped + jnp.sum(bad, dtype=jnp.int32)
         return state._replace(
-            priorities=PriorityState(
-                trees, jnp.maximum(current.max_priority, largest), current.dropped + jnp.sum(bad, dtype=jnp.int32)
-            )
+            priorities=PriorityState(trees, jnp.maximum(current.max_priority, largest), dropped, windows)
         )
 
 
@@ -460,7 +526,9 @@ def make_buffer(
     ``respect_episodes``: windows never cross an episode's end (ends from
     ``episode_end_field``, else a ``step_type`` or ``next_step_type`` field); the count of
     valid starts is kept for windows of ``episode_num_steps``. ``prioritized``: sampling by
-    priority with ``alpha``/``beta``/``epsilon`` on a ``branching``-ary sum tree.
+    priority with ``alpha``/``beta``/``epsilon`` on a ``branching``-ary sum tree; with both,
+    windows of ``episode_num_steps`` are drawn from a second sum tree of the valid starts
+    (other lengths: one pass over the buffer per sample, then rejection).
     ``checked``: a sample with no valid window and bad priority updates are also checkify
     checks; call the functions that use the buffer through ``replaybuf.jax.checked``.
 
@@ -468,8 +536,7 @@ def make_buffer(
 
     Raises:
         ArgumentError: a non-positive size, an episode option without respect_episodes,
-            respect_episodes together with prioritized (not in the JAX backend yet), or an
-            episode marker that names no scalar field.
+            or an episode marker that names no scalar field.
     """
     for name, value in (("batch_size", batch_size), ("max_length", max_length), ("candidates", candidates)):
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
@@ -483,8 +550,6 @@ def make_buffer(
     leaves, treedef = jax.tree_util.tree_flatten(flat.data_spec)
     episodes = None
     if respect_episodes:
-        if prioritized:
-            raise ArgumentError("respect_episodes: not available together with prioritized=True in the JAX backend")
         if not 1 <= episode_num_steps <= max_length:
             raise ArgumentError(
                 f"episode_num_steps: expected an int in [1, max_length={max_length}], got {episode_num_steps!r}"

@@ -19,7 +19,8 @@ __all__ = ["Trees", "tree_depth", "tree_init", "tree_update", "tree_descend"]
 
 
 class Trees(NamedTuple):
-    """``sums[d]`` and ``mins[d]``: level ``d`` of the sum and min trees (``K ** d`` nodes)."""
+    """``sums[d]`` and ``mins[d]``: level ``d`` of the sum and min trees (``K ** d`` nodes);
+    ``mins`` is ``()`` for a sum tree alone."""
 
     sums: tuple
     mins: tuple
@@ -32,10 +33,10 @@ def tree_depth(size: int, branching: int) -> int:
     return depth
 
 
-def tree_init(size: int, branching: int) -> Trees:
+def tree_init(size: int, branching: int, with_mins: bool = True) -> Trees:
     depth = tree_depth(size, branching)
     sums = tuple(jnp.zeros((branching**d,), jnp.float32) for d in range(depth + 1))
-    mins = tuple(jnp.full((branching**d,), jnp.inf, jnp.float32) for d in range(depth + 1))
+    mins = tuple(jnp.full((branching**d,), jnp.inf, jnp.float32) for d in range(depth + 1)) if with_mins else ()
     return Trees(sums, mins)
 
 
@@ -48,13 +49,15 @@ def tree_update(trees: Trees, slots: jax.Array, masses: jax.Array, branching: in
     sums, mins = list(trees.sums), list(trees.mins)
     index = slots.astype(jnp.int32)
     sums[-1] = sums[-1].at[index].set(masses, mode="drop")
-    mins[-1] = mins[-1].at[index].set(masses, mode="drop")
+    if mins:
+        mins[-1] = mins[-1].at[index].set(masses, mode="drop")
     for level in range(len(sums) - 2, -1, -1):
         index = index // branching  # an out-of-range slot stays out of range one level up
         safe = jnp.minimum(index, sums[level].shape[0] - 1)
         # a level seen as [parents, K]: one row gather per parent (cheaper than K indices)
         sums[level] = sums[level].at[index].set(sums[level + 1].reshape(-1, branching)[safe].sum(-1), mode="drop")
-        mins[level] = mins[level].at[index].set(mins[level + 1].reshape(-1, branching)[safe].min(-1), mode="drop")
+        if mins:
+            mins[level] = mins[level].at[index].set(mins[level + 1].reshape(-1, branching)[safe].min(-1), mode="drop")
     return Trees(tuple(sums), tuple(mins))
 
 
