@@ -44,6 +44,29 @@ def write_until_closed(writer, start: int) -> str:
         return "closed"
 
 
+def episode_done(ids):
+    """Whether the items ``ids`` end their episode: a fixed pattern of the id, so a learner can
+    check any window it draws (episodes of 1 to 7 steps)."""
+    import numpy as np
+
+    ids = np.asarray(ids)
+    return (ids * 2654435761 % 2**32) % 7 == 0
+
+
+def write_episodes_until_closed(writer) -> str:
+    """Add steps of ``{"id", "done": episode_done(id)}`` until the buffer is closed."""
+    import replaybuf.errors
+
+    step = 0
+    try:
+        while True:
+            ids = writer.ids(step)
+            writer.add_batch({"id": ids, "done": episode_done(ids)})
+            step += 1
+    except replaybuf.errors.BufferClosedError:
+        return "closed"
+
+
 def take_over_and_write(writer, count: int, result) -> None:
     """Take a writer whose process died, continue from its last whole step."""
     from conformance_data import fields_for_ids

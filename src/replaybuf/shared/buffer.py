@@ -21,7 +21,9 @@ from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import read_state, write_state
 from replaybuf.persistence.state import check_rng_state, check_spec_state, spec_state
 from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
+from replaybuf.samplers.episodes import episode_markers
 from replaybuf.samplers.prioritized import check_priority_state, priority_update
+from replaybuf.shared.episodes import SegmentEpisodes
 from replaybuf.shared.layout import FLOOR, STEPS, WRITING, Layout
 from replaybuf.shared.priorities import SegmentPriorities
 from replaybuf.shared.writer import SharedWriter
@@ -30,6 +32,7 @@ __all__ = ["SharedReplayBuffer"]
 
 _INT64 = np.dtype(np.int64)
 _MAX_REDRAWS = 100
+_MAX_EPISODE_REDRAWS = 1000  # rounds of redrawing the windows that crossed an episode's end
 
 
 class SharedReplayBuffer(ReplayBuffer):
@@ -65,6 +68,9 @@ class SharedReplayBuffer(ReplayBuffer):
             exponent (a float in [0, 1] or a callable) and offset, as in PrioritizedReplayBuffer.
         context: the ``multiprocessing`` context (or start method name) that makes the rate
             limiter's lock; "spawn" by default; its handles also work in fork children.
+        respect_episodes: windows never cross an episode's end (ends from
+            ``episode_end_field``, else a ``step_type`` or ``next_step_type`` field): uniform
+            over the windows inside one episode (shared/episodes.py; uniform sampler only).
 
     The shared memory is released by ``close()`` (or a ``with`` block), or when this
     object is collected or its process exits.
@@ -88,6 +94,8 @@ class SharedReplayBuffer(ReplayBuffer):
         context: Any = "spawn",
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
+        respect_episodes: bool = False,
+        episode_end_field: str | None = None,
     ):
         for name, value in (("writers", writers), ("batch_size", batch_size), ("max_length", max_length)):
             check_positive(name, value, allow_none=False)
@@ -102,6 +110,10 @@ class SharedReplayBuffer(ReplayBuffer):
         if sampler == "uniform":
             why = "only used with sampler='prioritized'"
             reject_unused(alpha=(alpha, 0.6, why), beta=(beta, 0.4, why), epsilon=(epsilon, 1e-6, why))
+        if respect_episodes and sampler != "uniform":
+            raise ArgumentError(f"respect_episodes: only with sampler='uniform' in a shared buffer, got {sampler!r}")
+        if not respect_episodes:
+            reject_unused(episode_end_field=(episode_end_field, None, "only used with respect_episodes=True"))
         if isinstance(context, str):
             if context not in multiprocessing.get_all_start_methods():
                 raise ArgumentError(
@@ -131,6 +143,10 @@ class SharedReplayBuffer(ReplayBuffer):
         self._header, self._cursors, self._records = self._layout.views(self._shm.buf)
         self._names = list(self._layout.dtype.names or ())
         Layout.initialise(self._header)
+        self._episodes, self._episode_end_field = None, episode_end_field
+        if respect_episodes:
+            markers = episode_markers(self._flat, episode_end_field)  # raises ArgumentError
+            self._episodes = SegmentEpisodes(markers, self._names, self._writers, self._batch_size, self._max_length)
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -193,6 +209,7 @@ class SharedReplayBuffer(ReplayBuffer):
             int(flush_every),
             self._limiter,
             self._timeout,
+            self._episode_end_field,
         )
 
     def add_batch(self, items: Any) -> None:
@@ -251,7 +268,10 @@ class SharedReplayBuffer(ReplayBuffer):
             self._limiter.await_sample(count, self._timeout)
         try:
             with self._lock:
-                if self._priorities is None:
+                if self._episodes is not None:
+                    ids, probabilities, rows = self._draw_episodes(count, num_steps)
+                    weights = None
+                elif self._priorities is None:
                     ids, probabilities, rows = self._draw(count, num_steps)
                     weights = None
                 else:
@@ -385,6 +405,37 @@ class SharedReplayBuffer(ReplayBuffer):
         ids[again], probabilities[again], rows[again] = self._draw(again.size, num_steps, tries + 1)
         return ids, probabilities, rows
 
+    def _draw_episodes(self, count: int, num_steps: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``_draw`` of windows inside one episode: uniform draws, those that cross an end (or
+        that the episode index has not taken in) drawn again after a new intake (writers that
+        wrap fast move the stored windows on); probability ``1 / count`` at the last intake."""
+        size, episodes = num_steps or 1, self._episodes
+        ids = rows = None
+        pending = np.arange(count)
+        for _ in range(_MAX_EPISODE_REDRAWS):
+            episodes.take_in(self._cursors, self._records)
+            total = episodes.count(size)
+            if total == 0:
+                if not self._cursors[:, STEPS].any():
+                    self._raise_empty(size, np.zeros(1, np.int64))
+                raise EmptyBufferError(
+                    f"num_steps={size}: no stored window of that length lies inside one episode; "
+                    "add more steps or ask for shorter windows"
+                )
+            if ids is None:
+                ids, _, rows = self._draw(count, num_steps)
+            else:
+                ids[pending], _, rows[pending] = self._draw(pending.size, num_steps)
+            first = ids[pending] if num_steps is None else ids[pending, 0]
+            writer, step, stream = self._split(first)
+            pending = pending[~episodes.inside(writer, step, stream, size)]
+            if not pending.size:
+                return ids, np.full(count, 1.0 / total, np.float32), rows
+        raise EmptyBufferError(
+            f"num_steps={size}: {pending.size} draws crossed an episode's end {_MAX_EPISODE_REDRAWS} times in a row "
+            f"({total} windows of {size} lie inside one episode)"
+        )
+
     def _raise_empty(self, num_steps: int, held: np.ndarray) -> None:
         if not self._cursors[:, STEPS].any():
             raise EmptyBufferError(
@@ -479,6 +530,8 @@ class SharedReplayBuffer(ReplayBuffer):
                 self._limiter.reset()
             if self._priorities is not None:
                 self._priorities.cleared()
+            if self._episodes is not None:
+                self._episodes.cleared()
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -587,6 +640,8 @@ class SharedReplayBuffer(ReplayBuffer):
                 self._priorities.load(bounds, np.split(masses[0], cuts), masses[1])
             elif self._priorities is not None:  # from a uniform buffer's checkpoint: every item at 1.0
                 self._priorities.cleared()
+            if self._episodes is not None:  # positions are read again from the loaded records
+                self._episodes.cleared()
 
     def save(self, path: str | os.PathLike) -> None:
         """Write ``state_dict()`` to the checkpoint folder ``path`` (docs/persistence.md's format)."""

@@ -17,12 +17,12 @@ import numpy as np
 
 from replaybuf.errors import ArgumentError, BufferClosedError, RateLimiterTimeout
 from replaybuf.nest import FlatSpec
+from replaybuf.samplers.episodes import episode_markers
 from replaybuf.shared.layout import FLOOR, OWNER, STEPS, WRITING, Layout, pid_alive
 from replaybuf.storages.records import RecordStorage
 
 __all__ = ["SharedWriter"]
 
-_LAST = 2  # StepType.LAST
 
 
 class SharedWriter:
@@ -45,8 +45,9 @@ class SharedWriter:
         flush_every: int,
         rate_limiter: Any,
         timeout: float | None,
+        episode_end_field: str | None = None,
     ):
-        self._name, self._data_spec = name, data_spec
+        self._name, self._data_spec, self._episode_end_field = name, data_spec, episode_end_field
         self._geometry = (writers, batch_size, max_length)
         self.index, self.flush_every = index, flush_every
         self._limiter, self._timeout = rate_limiter, timeout
@@ -55,7 +56,8 @@ class SharedWriter:
 
     # -- pickling: the handle travels, the mapping does not ------------------------------------
     def __getstate__(self) -> dict:
-        keep = ("_name", "_data_spec", "_geometry", "index", "flush_every", "_limiter", "_timeout", "_after_write")
+        keep = ("_name", "_data_spec", "_episode_end_field", "_geometry", "index", "flush_every", "_limiter",
+                "_timeout", "_after_write")
         return {key: self.__dict__[key] for key in keep}
 
     def __setstate__(self, state: dict) -> None:
@@ -87,8 +89,10 @@ class SharedWriter:
         self._storage = RecordStorage(self._flat.leaves, segment, records=self._segment)
         self._stage = RecordStorage(self._flat.leaves, self.flush_every * batch_size) if self.flush_every > 1 else None
         self._staged = 0
-        ends = [i for i, path in enumerate(self._flat.paths) if path.split(" ")[0] == "step_type"]
-        self._episode_leaf = ends[0] if ends else None
+        try:  # the episode ends the buffer's episode index reads (a done field, LAST step types)
+            self._episode_ends: Any = episode_markers(self._flat, self._episode_end_field)
+        except ArgumentError:  # a spec without them: blocks are flushed by size only
+            self._episode_ends = None
         self._attached = True
 
     def _recover(self) -> None:
@@ -137,7 +141,7 @@ class SharedWriter:
             return
         self._stage.write(self._staged * batch_size, arrays)
         self._staged += 1
-        episode_end = self._episode_leaf is not None and bool(np.any(arrays[self._episode_leaf] == _LAST))
+        episode_end = self._episode_ends is not None and bool(np.any(self._episode_ends(arrays)[1]))
         if self._staged == self.flush_every or episode_end:
             try:
                 self.flush()
