@@ -98,7 +98,7 @@ class EpisodeOptions:
     marker: int
     kind: str
     num_steps: int = 1
-    candidates: int = 8
+    candidates: int = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -513,7 +513,7 @@ def make_buffer(
     respect_episodes: bool = False,
     episode_end_field: str | None = None,
     episode_num_steps: int = 1,
-    candidates: int = 8,
+    candidates: int = 4,
     prioritized: bool = False,
     alpha: float = 0.6,
     beta: float = 0.4,
