@@ -78,6 +78,8 @@ def test_windows_match_brute_force_as_writers_add_and_wrap(buffers, size):
     assert_draws_match(buffer, episodes, size)
     episodes.add(1, 20)  # writer 1 wraps twice between two draws: its positions start over
     assert_draws_match(buffer, episodes, size)
+    episodes.add(0, 6)  # exactly one ring: every old step leaves, the episodes go on
+    assert_draws_match(buffer, episodes, size)
     episodes.close()
 
 
