@@ -279,6 +279,22 @@ def test_random_dataset_with_parallel_calls_and_autotune():
             assert_items_match_ids(numpy_nest(items), info.ids.numpy())
 
 
+def test_parallel_calls_draw_no_more_ahead_than_the_calls_in_flight():
+    # One add per read (TF-Agents' DQN loop): an element drawn after the add of step r - 1
+    # holds an id >= r - 8 almost surely (256 uniform draws among r <= 120 ids); drawing
+    # 16 elements per call (as before) handed out elements drawn ~30 adds earlier.
+    buffer = make(batch_size=1, max_length=1000, dataset_draw_ahead=16)
+    fill(buffer, 1)
+    iterator = iter(buffer.as_dataset(256, num_parallel_calls=2))
+    newest = []
+    for step in range(1, 120):
+        _, info = next(iterator)
+        newest.append(int(info.ids.numpy().max()))
+        buffer.add_batch(step_batch(step, 1))
+    lags = [step - 1 - drawn for step, drawn in enumerate(newest, start=1)]
+    assert max(lags[40:]) <= 8, lags
+
+
 def test_dataset_consumed_inside_tf_function():
     buffer = make(batch_size=2, max_length=5)
     fill(buffer, 5)

@@ -102,7 +102,8 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
             (one call, one gather per leaf). Iterated eagerly, a dataset draws ahead as
             far as the reads since the last add suggest and drops what it drew ahead
             when an add or clear happens, so every element still reflects every add made
-            before its ``next()``. With ``num_parallel_calls``, each call draws this many.
+            before its ``next()``. Not used with ``num_parallel_calls`` (one element per
+            call there, so no more than the calls in flight are drawn ahead of the adds).
 
     Raises:
         ArgumentError: batch_size, max_length, dataset_window_shift or dataset_draw_ahead
@@ -355,9 +356,9 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         without adds between them, and drops what it drew ahead as soon as an add or a
         clear happens; in a graph, or through a further transformation, each element is
         drawn when asked for. With ``num_parallel_calls`` (an int or
-        ``tf.data.AUTOTUNE``) that many draws of ``dataset_draw_ahead`` elements are made
-        ahead, in parallel (as in TF-Agents, an element drawn ahead does not see adds made
-        after its draw; nor does one held by a ``.prefetch(n)`` you add).
+        ``tf.data.AUTOTUNE``) that many elements are drawn ahead, one per call, in parallel
+        (as in TF-Agents, an element drawn ahead does not see adds made after its draw; nor
+        does one held by a ``.prefetch(n)`` you add).
         With ``single_deterministic_pass=True`` every stored item is yielded once, stream
         by stream (``sample_batch_size`` streams at a time) in
         time order, cut into windows of ``num_steps`` (see ``dataset_window_shift`` and
@@ -403,10 +404,8 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         def attempt(group: int | None) -> tuple:
             return self._attempt(sample_batch_size, num_steps, group)
 
-        if num_parallel_calls is not None:
-            return fast_iteration(
-                datasets.random_dataset(attempt, self._element_unflatten, num_parallel_calls, self._draw_ahead)
-            )
+        if num_parallel_calls is not None:  # one element per call, as TF-Agents: few drawn ahead
+            return fast_iteration(datasets.random_dataset(attempt, self._element_unflatten, num_parallel_calls))
         return exact_iteration(
             datasets.random_dataset(attempt, self._element_unflatten, None),
             functools.partial(datasets.group_dataset, attempt, self._element_unflatten),
