@@ -184,6 +184,27 @@ def test_prioritized_episode_checkpoints_load_across_numpy_and_jax(tmp_path):
         np.testing.assert_array_equal(back.state_dict()["episodes"][key], want, err_msg=key)
 
 
+def test_padded_windows_match_the_numpy_buffer(tmp_path):
+    rng = np.random.default_rng(11)
+    dones = (rng.random((10, 2)) < 0.35).tolist()
+    options = dict(batch_size=2, max_length=6, respect_episodes=True, episode_end_field="done", pad_episode_ends=True)
+    numpy_rb = replaybuf.UniformReplayBuffer(DONE_SPEC, seed=1, **options)
+    jax_rb = JaxUniformReplayBuffer(DONE_SPEC, seed=2, **options)
+    add_done_steps([numpy_rb, jax_rb], dones, 0)
+    windows = {}
+    for buffer in (numpy_rb, jax_rb):
+        items, info = buffer.get_next(300, num_steps=4)
+        ids, mask = np.asarray(info.ids), np.asarray(info.mask)
+        np.testing.assert_array_equal(np.asarray(items["x"]), 10 * (ids // 2) + ids % 2)  # items follow the padded ids
+        assert info.probabilities.shape == (300,)
+        for row in range(ids.shape[0]):
+            windows.setdefault(int(ids[row, 0]), set()).add((tuple(ids[row].tolist()), tuple(mask[row].tolist())))
+    assert len(windows) == (6 - 4 + 1) * 2  # every start drawn by the two buffers
+    assert all(len(seen) == 1 for seen in windows.values())  # the same padding from both
+    _, single = jax_rb.get_next(num_steps=4)
+    assert np.asarray(single.mask).shape == (4,)
+
+
 def test_episode_checkpoint_without_or_with_broken_positions_is_refused(tmp_path):
     plain = replaybuf.UniformReplayBuffer(DONE_SPEC, batch_size=2, max_length=6, seed=0)
     add_done_steps([plain], [[0, 1], [1, 0], [0, 0]], 0)

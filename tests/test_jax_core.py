@@ -207,6 +207,37 @@ def test_episode_windows_match_brute_force(num_steps, steps):
     assert seen == expected
 
 
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_padded_windows_are_uniform_over_all_starts_and_pad_past_the_end(prioritized):
+    batch_size, max_length, steps, size = 3, 7, 12, 3
+    buffer = make_buffer(SMALL, batch_size, max_length, respect_episodes=True, episode_end_field="done",
+                         pad_episode_ends=True, prioritized=prioritized)
+    done, batch = _episode_batches(batch_size, steps, seed=9)
+    state = filled(buffer, steps, batch)
+    low = steps - max_length
+    starts = {t * batch_size + s for t in range(low, steps - size + 1) for s in range(batch_size)}
+    sample = jax.jit(buffer.sample, static_argnums=(2, 3))
+    seen = set()
+    for i in range(30):
+        items, info = sample(state, jax.random.key(i), 16, size)
+        ids, mask = np.asarray(info.ids), np.asarray(info.mask)
+        first = ids[:, 0]
+        seen.update(first.tolist())
+        np.testing.assert_allclose(np.asarray(info.probabilities), 1 / len(starts), rtol=1e-6)
+        for row, start in enumerate(first.tolist()):
+            t, s = divmod(start, batch_size)
+            real = 1  # brute force: steps up to and including the first end are real
+            while real < size and not done[t + real - 1, s]:
+                real += 1
+            np.testing.assert_array_equal(mask[row], np.arange(size) < real)
+            want = [start + min(k, real - 1) * batch_size for k in range(size)]
+            np.testing.assert_array_equal(ids[row], want)  # padding repeats the last real id
+        np.testing.assert_array_equal(np.asarray(items["action"]), ids)
+    assert seen == starts
+    _, info = sample(state, jax.random.key(0), 4, None)
+    assert info.mask is None  # single items are never padded
+
+
 def test_episode_markers_from_step_type():
     spec = {"step_type": ArraySpec((), np.int32), "x": ArraySpec((), np.int32)}
     buffer = make_buffer(spec, 1, 8, respect_episodes=True, episode_num_steps=2)
@@ -361,6 +392,8 @@ def test_option_errors():
         make_buffer(SPEC, 0, 4)
     with pytest.raises(replaybuf.ArgumentError, match="episode_end_field"):
         make_buffer(SPEC, 1, 4, episode_end_field="flag")
+    with pytest.raises(replaybuf.ArgumentError, match="pad_episode_ends: only used with respect_episodes=True"):
+        make_buffer(SPEC, 1, 4, pad_episode_ends=True)
     with pytest.raises(replaybuf.ArgumentError, match="episode_end_field.*nope"):
         make_buffer(SPEC, 1, 4, respect_episodes=True, episode_end_field="nope")
     with pytest.raises(replaybuf.ArgumentError, match="step_type"):

@@ -63,6 +63,8 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         dataset_drop_remainder, dataset_window_shift: the deterministic pass's options.
         respect_episodes, episode_end_field, episode_num_steps: episode-exact windows
             (``make_buffer``): windows crossing an episode end are never drawn.
+        pad_episode_ends: with respect_episodes, windows are drawn as without episodes and
+            padded past the end instead; ``info`` is a ``SampleInfo`` with ``mask``.
         prioritized, alpha, beta, epsilon: prioritized sampling (``update_priorities``;
             ``info`` is then a ``SampleInfo`` with ``weights``).
 
@@ -83,6 +85,7 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         respect_episodes: bool = False,
         episode_end_field: str | None = None,
         episode_num_steps: int = 1,
+        pad_episode_ends: bool = False,
         prioritized: bool = False,
         alpha: float = 0.6,
         beta: float = 0.4,
@@ -94,7 +97,8 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         self._flat = FlatSpec(data_spec)
         self._core = make_buffer(
             self._flat.data_spec, batch_size, max_length, respect_episodes=respect_episodes,
-            episode_end_field=episode_end_field, episode_num_steps=episode_num_steps, prioritized=prioritized,
+            episode_end_field=episode_end_field, episode_num_steps=episode_num_steps,
+            pad_episode_ends=pad_episode_ends, prioritized=prioritized,
             alpha=alpha, beta=beta, epsilon=epsilon,
         )
         self._ring = StreamRing(int(batch_size), int(max_length), type(self).__name__)
@@ -195,21 +199,23 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         with self._lock:
             self._ring.window_starts(num_steps or 1)  # raises EmptyBufferError
             items, info = _sample(self._core, self._state, key, sample_batch_size or 1, num_steps)
-        if self._core.episodes is not None and not bool(info.valid[0]):
+        episodes = self._core.episodes
+        if episodes is not None and not episodes.pad and not bool(info.valid[0]):
             raise EmptyBufferError(
                 f"num_steps={num_steps or 1}: no stored window of that length lies inside one episode; "
                 "add more steps or ask for shorter windows"
             )
-        ids, probabilities, weights = info.ids, info.probabilities, info.weights
+        ids, probabilities, weights, mask = info.ids, info.probabilities, info.weights, info.mask
         if sample_batch_size is None:
             items = jax.tree_util.tree_map(lambda leaf: leaf[0], items)
             ids, probabilities = ids[0], probabilities[0]
             weights = None if weights is None else weights[0]
+            mask = None if mask is None else mask[0]
         if not time_stacked and num_steps is not None:
             leaves = self._core.treedef.flatten_up_to(items)
             items = unstack_time(self._core.treedef.unflatten, leaves, num_steps, batched=sample_batch_size is not None)
-        if weights is not None:
-            return items, SampleInfo(ids, probabilities, weights=weights)
+        if weights is not None or mask is not None:
+            return items, SampleInfo(ids, probabilities, weights=weights, mask=mask)
         return items, BufferInfo(ids, probabilities)
 
     def as_dataset(

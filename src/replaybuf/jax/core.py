@@ -78,13 +78,16 @@ class SampleInfo(NamedTuple):
     ids: ``[B, T]`` (``[B]`` without num_steps). probabilities: ``[B]``, the probability with
     which each element was drawn. weights: prioritized importance weights
     ``(P(i) / P_min) ** -beta`` ``[B]`` (None otherwise). valid: bool ``[B]``, False where
-    nothing could be drawn (nothing stored, or no window of num_steps fits).
+    nothing could be drawn (nothing stored, or no window of num_steps fits). mask: with
+    ``pad_episode_ends`` and num_steps, bool ``[B, T]``: True where the step is real, False
+    where it pads past the episode's end (its id and item repeat the last real one).
     """
 
     ids: jax.Array
     probabilities: jax.Array
     weights: jax.Array | None
     valid: jax.Array
+    mask: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,12 +96,14 @@ class EpisodeOptions:
     (``kind`` ``"done"``: nonzero ends; ``"step_type"``: LAST ends and FIRST starts;
     ``"next_step_type"``: LAST ends). ``num_steps``: the window length whose count of valid
     starts is kept on every add (other lengths count with one pass over the buffer per sample).
-    ``candidates``: starts drawn per row and round."""
+    ``candidates``: starts drawn per row and round. ``pad``: windows are drawn as without
+    episodes and padded past the first step's episode end (``SampleInfo.mask``)."""
 
     marker: int
     kind: str
     num_steps: int = 1
     candidates: int = 4
+    pad: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +185,12 @@ class Buffer:
     @property
     def _window_tree(self) -> bool:
         """Whether the state keeps a window tree (episodes, priorities, windows longer than 1)."""
-        return self.priorities is not None and self.episodes is not None and self.episodes.num_steps > 1
+        return self.priorities is not None and self._exact_episodes and self.episodes.num_steps > 1
+
+    @property
+    def _exact_episodes(self) -> bool:
+        """Whether windows crossing an episode end are excluded (episodes, not padded)."""
+        return self.episodes is not None and not self.episodes.pad
 
     def _decide_starts(self, priorities: PriorityState, episodes: EpisodeState, t: jax.Array, new: jax.Array):
         """The window tree after adding step ``t`` (slots ``new``): the new slots are no start
@@ -260,24 +270,35 @@ class Buffer:
         size, steps_wanted = _check_sizes(sample_batch_size, num_steps, self.max_length)
         if self.priorities is not None:
             first, probabilities, weights, valid = self._draw_prioritized(state, key, size, steps_wanted)
-        elif self.episodes is not None:
+        elif self._exact_episodes:
             first, probabilities, valid = self._draw_episodes(state, key, size, steps_wanted)
             weights = None
         else:
             first, probabilities, valid = self._draw_uniform(state, key, size, steps_wanted)
             weights = None
         if self.checked:
-            where = ", inside one episode" if self.episodes is not None else ""
+            where = ", inside one episode" if self._exact_episodes else ""
             checkify.check(
                 jnp.all(valid),
                 f"EmptyBufferError: sample: expected a stored window of num_steps={steps_wanted}{where}, got none "
                 f"({{steps}} steps added to each stream, at most max_length={self.max_length} kept)",
                 steps=state.steps,
             )
-        ids = first
+        ids, mask = first, None
         if num_steps is not None:
             ids = first[:, None] + jnp.arange(steps_wanted, dtype=first.dtype) * self.batch_size
-        return self.read(state, ids), SampleInfo(ids, probabilities, weights, valid)
+            if self.episodes is not None and self.episodes.pad:
+                ids, mask = self._pad(state, ids)
+        return self.read(state, ids), SampleInfo(ids, probabilities, weights, valid, mask)
+
+    def _pad(self, state: BufferState, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Windows ``[B, T]`` padded past their first step's episode: ``(ids, mask)``, a step
+        real iff its position is the first step's + its offset (positions restart at 0 after
+        an end, so the real steps are a prefix); padding repeats the last real id."""
+        position = state.episodes.position.reshape(-1)[(ids % self.capacity).astype(jnp.int32)]
+        mask = position == position[:, :1] + jnp.arange(ids.shape[1], dtype=position.dtype)
+        last_real = jnp.take_along_axis(ids, jnp.sum(mask, axis=1, keepdims=True) - 1, axis=1)
+        return jnp.where(mask, ids, last_real), mask
 
     def add_and_sample(
         self, state: BufferState, batch: Any, key: jax.Array, sample_batch_size: int, num_steps: int | None = None
@@ -301,7 +322,7 @@ class Buffer:
         """bool []: a window of ``num_steps`` (1 when None) can be drawn now."""
         _, steps_wanted = _check_sizes(1, num_steps, self.max_length)
         low, high = self._starts(state, steps_wanted)
-        if self.episodes is not None:
+        if self._exact_episodes:
             return self._valid_starts(state, steps_wanted, low) > 0
         return high > low
 
@@ -394,10 +415,10 @@ class Buffer:
         low, high = self._starts(state, num_steps)
         sums, total = trees.sums, trees.sums[0][0]  # the tree descended and its root
         fits = None  # with episodes: whether a drawn start's window stays inside one episode
-        if self.episodes is not None and num_steps > 1 and num_steps == self.episodes.num_steps:
+        if self._exact_episodes and num_steps > 1 and num_steps == self.episodes.num_steps:
             sums = state.priorities.windows.sums  # only valid starts have mass there
             total = mass = sums[0][0]
-        elif self.episodes is not None and num_steps > 1:  # another length: one pass, then reject
+        elif self._exact_episodes and num_steps > 1:  # another length: one pass, then reject
             masks = self._start_mask(state, num_steps).ravel()
             mass = jnp.sum(jnp.where(masks, trees.sums[-1][: self.capacity], 0.0))
             fits = partial(self._window_fits, state, num_steps=num_steps)
@@ -513,6 +534,7 @@ def make_buffer(
     respect_episodes: bool = False,
     episode_end_field: str | None = None,
     episode_num_steps: int = 1,
+    pad_episode_ends: bool = False,
     candidates: int = 4,
     prioritized: bool = False,
     alpha: float = 0.6,
@@ -525,7 +547,9 @@ def make_buffer(
 
     ``respect_episodes``: windows never cross an episode's end (ends from
     ``episode_end_field``, else a ``step_type`` or ``next_step_type`` field); the count of
-    valid starts is kept for windows of ``episode_num_steps``. ``prioritized``: sampling by
+    valid starts is kept for windows of ``episode_num_steps``; ``pad_episode_ends``: windows
+    are drawn as without episodes and padded past the end instead (``SampleInfo.mask``).
+    ``prioritized``: sampling by
     priority with ``alpha``/``beta``/``epsilon`` on a ``branching``-ary sum tree; with both,
     windows of ``episode_num_steps`` are drawn from a second sum tree of the valid starts
     (other lengths: one pass over the buffer per sample, then rejection).
@@ -554,10 +578,14 @@ def make_buffer(
             raise ArgumentError(
                 f"episode_num_steps: expected an int in [1, max_length={max_length}], got {episode_num_steps!r}"
             )
+        if not isinstance(pad_episode_ends, bool):
+            raise ArgumentError(f"pad_episode_ends: expected a bool, got {pad_episode_ends!r}")
         marker, kind = _episode_marker(flat, episode_end_field)
-        episodes = EpisodeOptions(marker, kind, int(episode_num_steps), int(candidates))
-    elif episode_end_field is not None:
-        raise ArgumentError(f"episode_end_field: only used with respect_episodes=True, got {episode_end_field!r}")
+        episodes = EpisodeOptions(marker, kind, int(episode_num_steps), int(candidates), pad_episode_ends)
+    elif episode_end_field is not None or pad_episode_ends:
+        name, value = ("episode_end_field", episode_end_field) if episode_end_field is not None else (
+            "pad_episode_ends", pad_episode_ends)
+        raise ArgumentError(f"{name}: only used with respect_episodes=True, got {value!r}")
     priorities = None
     if prioritized:
         for name, value, lowest in (("alpha", alpha, 0.0), ("epsilon", epsilon, 0.0)):
