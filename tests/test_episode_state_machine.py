@@ -1,6 +1,8 @@
 """Episode-exact windows on every backend that has them, as random add / sample / clear /
 checkpoint sequences against a plain-Python model: per stream, the newest max_length
-(id, done) pairs; a window of T is valid when no step before its last ends an episode."""
+(id, done) pairs; a window of T is valid when no step before its last ends an episode.
+With ``pad_episode_ends`` every stored start is drawn and the steps past the first step's
+episode repeat its last real id (checked with the mask)."""
 
 from __future__ import annotations
 
@@ -27,12 +29,18 @@ def _numpy_prioritized(batch_size, max_length, seed):  # no priority updates her
     return replaybuf.PrioritizedReplayBuffer(SPEC, batch_size=batch_size, max_length=max_length, seed=seed, **EPISODES)
 
 
-def _jax(prioritized):
+def _numpy_padded(batch_size, max_length, seed):
+    return replaybuf.UniformReplayBuffer(SPEC, batch_size=batch_size, max_length=max_length, seed=seed,
+                                         pad_episode_ends=True, **EPISODES)
+
+
+def _jax(prioritized, pad=False):
     def make(batch_size, max_length, seed):
         from replaybuf.jax import JaxUniformReplayBuffer
 
         return JaxUniformReplayBuffer(SPEC, batch_size=batch_size, max_length=max_length, seed=seed,
-                                      episode_num_steps=min(2, max_length), prioritized=prioritized, **EPISODES)
+                                      episode_num_steps=min(2, max_length), prioritized=prioritized,
+                                      pad_episode_ends=pad, **EPISODES)
 
     return make
 
@@ -49,6 +57,8 @@ BACKENDS = {
     "jax": _jax(False),
     "jax-prioritized": _jax(True),
     "shared": _shared,
+    "numpy-padded": _numpy_padded,
+    "jax-padded": _jax(False, pad=True),
 }
 
 
@@ -77,8 +87,21 @@ class EpisodeModel:
                     starts.add(pairs[t][0])
         return starts
 
+    def all_starts(self, size: int) -> set[int]:
+        return {pairs[t][0] for pairs in map(list, self.streams) for t in range(len(pairs) - size + 1)}
 
-def machine_for(make, batch_size):
+    def padded(self, first: int, size: int) -> tuple[list[int], list[bool]]:
+        """The padded window from ``first``: its ids and which steps are real."""
+        pairs = list(self.streams[first % self.batch_size])
+        t = [i for i, _ in pairs].index(first)
+        real = 1
+        while real < size and not pairs[t + real - 1][1]:
+            real += 1
+        ids = [pairs[t + min(k, real - 1)][0] for k in range(size)]
+        return ids, [k < real for k in range(size)]
+
+
+def machine_for(make, batch_size, padded):
     class EpisodeMachine(RuleBasedStateMachine):
         @initialize(max_length=st.integers(2, 6), seed=st.integers(0, 2**16))
         def create(self, max_length, seed):
@@ -100,7 +123,7 @@ def machine_for(make, batch_size):
         def sample(self, size):
             if size > self.model.max_length:
                 return
-            starts = self.model.valid_starts(size)
+            starts = self.model.all_starts(size) if padded else self.model.valid_starts(size)
             if not starts:
                 with pytest.raises(replaybuf.EmptyBufferError):
                     self.buffer.get_next(8, size)
@@ -110,6 +133,9 @@ def machine_for(make, batch_size):
             np.testing.assert_array_equal(np.asarray(items["id"]), ids)
             assert set(ids[:, 0].tolist()) <= starts
             np.testing.assert_allclose(np.asarray(info.probabilities), 1.0 / len(starts), rtol=1e-5)
+            if padded:
+                for row, mask in zip(ids.tolist(), np.asarray(info.mask).tolist(), strict=True):
+                    assert (row, mask) == self.model.padded(row[0], size)
 
         @rule()
         def checkpoint_into_a_new_buffer(self):
@@ -133,7 +159,7 @@ def machine_for(make, batch_size):
 @pytest.mark.parametrize("batch_size", [1, 2])
 @pytest.mark.parametrize("name", list(BACKENDS))
 def test_episode_windows_match_model(name, batch_size):
-    machine = machine_for(BACKENDS[name], batch_size)
+    machine = machine_for(BACKENDS[name], batch_size, padded=name.endswith("padded"))
     machine.TestCase.settings = settings(
         max_examples=10 if name.startswith("jax") else 40, stateful_step_count=20, deadline=None,
         phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
