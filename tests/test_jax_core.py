@@ -365,7 +365,7 @@ def test_window_tree_holds_exactly_the_valid_starts_masses():
     windows = state.priorities.windows.sums
     np.testing.assert_allclose(np.asarray(windows[-1])[: buffer.capacity], want, rtol=1e-6)
     np.testing.assert_allclose(float(windows[0][0]), want.sum(), rtol=1e-5)
-    rebuilt = buffer.rebuild_windows(state._replace(priorities=state.priorities._replace(windows=None)))
+    rebuilt = buffer.rebuild(state._replace(priorities=state.priorities._replace(windows=None)))
     np.testing.assert_allclose(np.asarray(rebuilt.priorities.windows.sums[-1]), np.asarray(windows[-1]), rtol=1e-6)
 
 

@@ -370,7 +370,7 @@ class JaxUniformReplayBuffer(ReplayBuffer):
             branching = self._core.priorities.branching
             trees = tree_update(tree_init(ring.capacity, branching), jnp.asarray(slots), jnp.asarray(mass), branching)
             new = new._replace(priorities=new.priorities._replace(trees=trees, max_priority=jnp.float32(largest)))
-            new = self._core.rebuild_windows(new)
+        new = self._core.rebuild(new)  # the valid-start count and window tree, from the loaded state
         if self._device is not None:
             new = jax.device_put(new, self._device)
         with self._lock:
@@ -380,17 +380,15 @@ class JaxUniformReplayBuffer(ReplayBuffer):
 
     def _loaded_episodes(self, checked: dict, first: int, steps: int) -> EpisodeState:
         """The core's episode state from checked ``episodes`` arrays: positions of the stored
-        steps (others 0), the next position of each stream, and the count of valid starts of
-        ``episode_num_steps`` (kept on every add from here)."""
-        ring, span = self._ring, self._core.episodes.num_steps - 1
+        steps (others 0) and the next position of each stream; the count of valid starts is
+        left to ``Buffer.rebuild``."""
+        ring = self._ring
         saved = checked["position"].reshape(ring.max_length, ring.batch_size)
         rows = np.arange(first, steps) % ring.max_length
         position = np.zeros((ring.max_length, ring.batch_size), np.int32)
         position[rows] = saved[rows]  # at most the step: fits the steps counter's dtype
-        ends = np.arange(first + span, steps) % ring.max_length  # windows that start at a stored step
-        valid = int((position[ends] >= span).sum())
         following = np.where(checked["ended"], 0, checked["last"] + 1).astype(np.int32)
-        return EpisodeState(jnp.asarray(position), jnp.asarray(following), jnp.asarray(valid, jnp.int32))
+        return EpisodeState(jnp.asarray(position), jnp.asarray(following), jnp.zeros((), jnp.int32))
 
     def _check_masses(self, state: dict, count: int) -> tuple[np.ndarray, float] | None:
         if self._core.priorities is None:

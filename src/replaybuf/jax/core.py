@@ -38,6 +38,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import checkify
 
+from replaybuf.buffers.stream import reject_unused
 from replaybuf.errors import ArgumentError, SpecMismatchError
 from replaybuf.jax.sumtree import Trees, tree_descend, tree_init, tree_update
 from replaybuf.nest import FlatSpec
@@ -205,16 +206,20 @@ class Buffer:
         outside = priorities.trees.sums[-1].shape[0]  # an out-of-range slot: the update drops it
         return tree_update(windows, jnp.where(first >= 0, starts, outside), masses, branching)
 
-    def rebuild_windows(self, state: BufferState) -> BufferState:
-        """``state`` with its window tree recomputed from the positions and the priorities (one
-        pass over the buffer; after a checkpoint is loaded). Unchanged without a window tree."""
+    def rebuild(self, state: BufferState) -> BufferState:
+        """``state`` with what adds keep derived from the positions and priorities recomputed
+        in one pass over the buffer (after a checkpoint is loaded): the count of valid starts
+        of ``episode_num_steps`` and the window tree. Unchanged without episodes."""
+        if self.episodes is None:
+            return state
+        mask = self._start_mask(state, self.episodes.num_steps)
+        state = state._replace(episodes=state.episodes._replace(valid_starts=jnp.sum(mask, dtype=jnp.int32)))
         if not self._window_tree:
             return state
-        mask = self._start_mask(state, self.episodes.num_steps).ravel()
         leaves = state.priorities.trees.sums[-1][: self.capacity]
         empty = tree_init(self.capacity, self.priorities.branching, with_mins=False)
         slots = jnp.arange(self.capacity, dtype=jnp.int32)
-        windows = tree_update(empty, slots, jnp.where(mask, leaves, 0.0), self.priorities.branching)
+        windows = tree_update(empty, slots, jnp.where(mask.ravel(), leaves, 0.0), self.priorities.branching)
         return state._replace(priorities=state.priorities._replace(windows=windows))
 
     def _add_episodes(self, state: BufferState, leaves: list, row: jax.Array) -> EpisodeState:
@@ -323,7 +328,7 @@ class Buffer:
         _, steps_wanted = _check_sizes(1, num_steps, self.max_length)
         low, high = self._starts(state, steps_wanted)
         if self._exact_episodes:
-            return self._valid_starts(state, steps_wanted, low) > 0
+            return self._valid_starts(state, steps_wanted) > 0
         return high > low
 
     def _starts(self, state: BufferState, num_steps: int) -> tuple[jax.Array, jax.Array]:
@@ -340,25 +345,23 @@ class Buffer:
         return first, jnp.broadcast_to(probability, (size,)), jnp.broadcast_to(count > 0, (size,))
 
     # -- episode-exact windows ----------------------------------------------------------------------
-    def _valid_starts(self, state: BufferState, num_steps: int, low: jax.Array) -> jax.Array:
+    def _valid_starts(self, state: BufferState, num_steps: int) -> jax.Array:
         """How many stored windows of ``num_steps`` lie inside one episode and before the head:
         kept on add for EpisodeOptions.num_steps, else counted in one pass over the positions."""
-        episodes = state.episodes
         if num_steps == self.episodes.num_steps:
-            return episodes.valid_starts
-        # the step each row holds: the newest step s with s % L == row
-        rows = jnp.arange(self.max_length, dtype=state.steps.dtype)
+            return state.episodes.valid_starts
+        return jnp.sum(self._start_mask(state, num_steps), dtype=jnp.int32)
+
+    def _row_steps(self, state: BufferState, rows: jax.Array) -> jax.Array:
+        """The step each row holds: the newest step ``s`` with ``s % max_length == row``
+        (negative: none yet)."""
         last = state.steps - 1
-        step = last - ((last - rows) % self.max_length)
-        ends = (step >= low + num_steps - 1) & (step >= 0)
-        return jnp.sum(ends[:, None] & (episodes.position >= num_steps - 1), dtype=jnp.int32)
+        return last - ((last - rows.astype(last.dtype)) % self.max_length)
 
     def _start_mask(self, state: BufferState, num_steps: int) -> jax.Array:
         """bool ``[max_length, batch_size]``: the slots where a stored window of ``num_steps``
         starts inside one episode and before the head (one pass over the positions)."""
-        rows = jnp.arange(self.max_length, dtype=state.steps.dtype)
-        last = state.steps - 1
-        step = last - ((last - rows) % self.max_length)  # the step each row holds (< 0: none yet)
+        step = self._row_steps(state, jnp.arange(self.max_length))
         low, high = self._starts(state, num_steps)
         position = state.episodes.position
         tail = jnp.roll(position, -(num_steps - 1), axis=0)  # row r: the position of row r + T - 1
@@ -375,7 +378,7 @@ class Buffer:
     def _draw_episodes(self, state, key, size, num_steps):
         low, high = self._starts(state, num_steps)
         count = jnp.maximum(high - low, 0) * self.batch_size
-        valid_starts = jnp.where(count > 0, self._valid_starts(state, num_steps, low), 0)
+        valid_starts = jnp.where(count > 0, self._valid_starts(state, num_steps), 0)
         candidates = self.episodes.candidates
 
         def draw(round_key):
@@ -405,10 +408,8 @@ class Buffer:
     # -- prioritized ---------------------------------------------------------------------------
     def _slot_ids(self, state: BufferState, slots: jax.Array) -> jax.Array:
         """The id now stored in each slot (the newest step whose row it is)."""
-        last = state.steps - 1
-        row = (slots // self.batch_size).astype(last.dtype)
-        step = last - ((last - row) % self.max_length)
-        return step * self.batch_size + (slots % self.batch_size).astype(last.dtype)
+        step = self._row_steps(state, slots // self.batch_size)
+        return step * self.batch_size + (slots % self.batch_size).astype(step.dtype)
 
     def _draw_prioritized(self, state, key, size, num_steps):
         options, trees = self.priorities, state.priorities.trees
@@ -582,10 +583,9 @@ def make_buffer(
             raise ArgumentError(f"pad_episode_ends: expected a bool, got {pad_episode_ends!r}")
         marker, kind = _episode_marker(flat, episode_end_field)
         episodes = EpisodeOptions(marker, kind, int(episode_num_steps), int(candidates), pad_episode_ends)
-    elif episode_end_field is not None or pad_episode_ends:
-        name, value = ("episode_end_field", episode_end_field) if episode_end_field is not None else (
-            "pad_episode_ends", pad_episode_ends)
-        raise ArgumentError(f"{name}: only used with respect_episodes=True, got {value!r}")
+    else:
+        why = "only used with respect_episodes=True"
+        reject_unused(episode_end_field=(episode_end_field, None, why), pad_episode_ends=(pad_episode_ends, False, why))
     priorities = None
     if prioritized:
         for name, value, lowest in (("alpha", alpha, 0.0), ("epsilon", epsilon, 0.0)):

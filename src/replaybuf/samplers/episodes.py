@@ -24,7 +24,9 @@ from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.uniform import filled_probabilities
 
-__all__ = ["EpisodeIndex", "EpisodeSampler", "check_episode_state", "episode_markers", "pad_windows"]
+__all__ = [
+    "EpisodeIndex", "EpisodeSampler", "check_episode_state", "episode_markers", "episode_positions", "pad_windows",
+]
 
 FIRST, LAST = 0, 2
 Markers = Callable[[Sequence[np.ndarray]], "tuple[np.ndarray | None, np.ndarray]"]
@@ -146,13 +148,8 @@ class EpisodeIndex:
             return
         starts, ends = self.markers(_StepLeaves(ring, fields))
         ends = np.asarray(ends, bool)
-        begins = np.zeros_like(ends)
-        begins[0] = True
-        begins[1:] = ends[:-1]
-        if starts is not None:
-            begins |= np.asarray(starts, bool)
-        t = np.arange(ends.shape[0])[:, None]
-        position = t - np.maximum.accumulate(np.where(begins, t, 0), axis=0)
+        batch = ring.batch_size
+        position = episode_positions(starts, ends, np.full(batch, -1, np.int64), np.ones(batch, bool))
         slots = (np.arange(ring.first_valid_step(), ring.steps) % ring.max_length)[:, None] * ring.batch_size
         self.position[slots + np.arange(ring.batch_size)] = position
         self._last, self._ended = position[-1].copy(), ends[-1].copy()
@@ -166,6 +163,21 @@ class EpisodeIndex:
         self.position[:] = checked["position"]
         self._last, self._ended = checked["last"].astype(np.int64), checked["ended"].astype(bool)
         self._counts = {}
+
+
+def episode_positions(
+    starts: np.ndarray | None, ends: np.ndarray, last: np.ndarray, ended: np.ndarray
+) -> np.ndarray:
+    """Positions ``[k, batch]`` of k new steps with episode ``starts`` (None: only ends) and
+    ``ends`` ``[k, batch]``, after each stream's ``last`` position (``ended``: its episode
+    ended there): 0 where an episode begins, else one more than the step before."""
+    begins = np.zeros_like(ends) if starts is None else np.asarray(starts, bool).copy()
+    if begins.shape[0]:
+        begins[0] |= ended
+        begins[1:] |= ends[:-1]
+    t = np.arange(begins.shape[0])[:, None]
+    latest = np.maximum.accumulate(np.where(begins, t, -1), axis=0)
+    return np.where(latest >= 0, t - latest, last + 1 + t)
 
 
 def check_episode_state(ring: StreamRing, state: Any, steps: int, count: int) -> dict:

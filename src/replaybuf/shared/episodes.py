@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from replaybuf.errors import EmptyBufferError
-from replaybuf.samplers.episodes import Markers
+from replaybuf.samplers.episodes import Markers, episode_positions
 from replaybuf.shared.layout import FLOOR, STEPS, WRITING
 
 __all__ = ["SegmentEpisodes"]
@@ -69,10 +69,11 @@ class SegmentEpisodes:
         markers = self._read_markers(w, first, high, records)
         if first < int(cursors[w, WRITING]) - self.max_length:  # overwritten while read: again
             return False
+        starts, ends = markers
         if restart:
-            new = _positions(markers, np.full(self.batch_size, -1), np.ones(self.batch_size, bool))
+            new = episode_positions(starts, ends, np.full(self.batch_size, -1), np.ones(self.batch_size, bool))
         else:
-            new = _positions(markers, self.last[w], self.ended[w])
+            new = episode_positions(starts, ends, self.last[w], self.ended[w])
         for size, counts in self.counts.items():
             if restart:
                 counts[w] = 0
@@ -81,20 +82,18 @@ class SegmentEpisodes:
         if high > first:
             rows = np.arange(first, high) % self.max_length
             self.position[w, rows] = new
-            self.last[w], self.ended[w] = new[-1], markers[1][-1]
+            self.last[w], self.ended[w] = new[-1], ends[-1]
         for size, counts in self.counts.items():  # windows whose last step came in (and start at low or later)
             counts[w] += self._inside(w, max(first, low + size - 1), high, size)
         self.known[w] = (low, high)
         return True
 
-    def _read_markers(self, w: int, first: int, stop: int, records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(starts, ends)`` bool ``[stop - first, batch_size]`` of writer ``w``'s steps."""
+    def _read_markers(self, w: int, first: int, stop: int, records: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        """``(starts or None, ends)`` bool ``[stop - first, batch_size]`` of writer ``w``'s steps."""
         rows = np.arange(first, stop) % self.max_length
         slots = ((w * self.max_length + rows) * self.batch_size)[:, None] + np.arange(self.batch_size)
-        step_records = records[slots]
-        starts, ends = self.markers(_Fields(step_records, self.names))
-        ends = np.asarray(ends, bool)
-        return (np.zeros_like(ends) if starts is None else np.asarray(starts, bool)), ends
+        starts, ends = self.markers(_Fields(records[slots], self.names))
+        return starts, np.asarray(ends, bool)
 
     def _inside(self, w: int, first_end: int, stop_end: int, size: int) -> int:
         """How many windows of ``size`` ending at writer ``w``'s steps ``[first_end, stop_end)``
@@ -123,19 +122,6 @@ class SegmentEpisodes:
         length = self.max_length
         span = self.position[writer, end % length, stream] - self.position[writer, step % length, stream]
         return counted & (span == size - 1)
-
-
-def _positions(markers: tuple[np.ndarray, np.ndarray], last: np.ndarray, ended: np.ndarray) -> np.ndarray:
-    """Positions ``[k, batch]`` of k new steps after a stream's ``last`` position (``ended``: its
-    episode ended there): 0 where an episode begins, else one more than the step before."""
-    starts, ends = markers
-    begins = starts.copy()
-    if begins.shape[0]:
-        begins[0] |= ended
-        begins[1:] |= ends[:-1]
-    t = np.arange(begins.shape[0])[:, None]
-    latest = np.maximum.accumulate(np.where(begins, t, -1), axis=0)
-    return np.where(latest >= 0, t - latest, last + 1 + t)
 
 
 class _Fields:
