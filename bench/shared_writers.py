@@ -16,14 +16,19 @@ configurations does not enter it. Medians of ``--reps``.
 - torchrl: ``ReplayBuffer(storage=LazyMemmapStorage, shared=True)``, ``extend(TensorDict)``.
 
 Rows are the 45-byte transitions of bench/common.py (obs f32[4], action i64, reward f32,
-done bool, next_obs f32[4]); the ring holds 2**20 rows in every library. Peers run in their
-own virtual environments (bench/venvs.py). Run:
+done bool, next_obs f32[4]); the ring holds 2**20 rows in every library, filled before
+anything is timed: a learner reading only a small, cache-warm part of it alone would look
+faster alone than beside writers that fill the rest. Peers run in their own virtual
+environments (bench/venvs.py). Run:
 
     .venv/bin/python bench/shared_writers.py [--libs replaybuf,cpprb,torchrl] [--reps 3] [--seconds 1]
 
 ``--pace S`` makes each writer sleep S seconds after every add (an actor that also steps its
 environments), which separates what writers cost the learner through the buffer from what
-they cost it by taking CPU.
+they cost it by taking CPU. ``--pin`` does the same the way a deployment does: the learner
+keeps CPU 0 to itself and every writer runs on the other CPUs (on a 2-core machine all
+writers share CPU 1), so what remains of the learner's slowdown is what the writers cost it
+through the buffer and the memory system, not through the scheduler.
 """
 
 from __future__ import annotations
@@ -45,9 +50,8 @@ import numpy as np  # noqa: E402
 
 from common import small_pool  # noqa: E402
 
-CAPACITY = 1 << 20
+CAPACITY = 1 << 20  # rows of the ring (--capacity), filled before anything is timed
 SAMPLE = 256
-PREFILL = 1 << 16
 CHECK_EVERY = 64  # adds between two looks at the stop flag (the same for every library)
 NAMES = ("obs", "action", "reward", "done", "next_obs")
 
@@ -78,10 +82,10 @@ class ReplaybufShared:
             spec, writers=segments, batch_size=streams, max_length=CAPACITY // (segments * streams),
             flush_every=256 if staged else 1, context="fork",
         )
-        pool = small_pool(max(PREFILL, 4096))
+        pool = small_pool(max(CAPACITY, 4096))
         for w in range(segments):
             handle = self.buffer.writer(w, flush_every=1)
-            per_writer = PREFILL // segments // streams
+            per_writer = CAPACITY // segments // streams
             for step in range(per_writer):
                 lo = (step * streams) % (len(pool["obs"]) - streams)
                 handle.add_batch({k: v[lo : lo + streams] for k, v in pool.items()})
@@ -120,7 +124,7 @@ class CpprbShared:
             "next_obs": {"shape": (4,), "dtype": np.float32},
         }
         self.buffer = MPReplayBuffer(CAPACITY, env, ctx=multiprocessing.get_context("fork"))
-        pool = {("act" if k == "action" else "rew" if k == "reward" else k): v for k, v in small_pool(PREFILL).items()}
+        pool = {("act" if k == "action" else "rew" if k == "reward" else k): v for k, v in small_pool(CAPACITY).items()}
         self.buffer.add(**pool)
         self.batches = [{k: v[i * rows : (i + 1) * rows] for k, v in pool.items()} for i in range(4)]
 
@@ -154,13 +158,13 @@ class TorchrlShared:
         self.buffer = ReplayBuffer(
             storage=LazyMemmapStorage(CAPACITY, scratch_dir=self._dir.name), batch_size=SAMPLE, shared=True
         )
-        pool = small_pool(PREFILL)
+        pool = small_pool(CAPACITY)
 
         def td(lo: int, n: int):
             return TensorDict({k: torch.from_numpy(np.ascontiguousarray(v[lo : lo + n])) for k, v in pool.items()},
                               batch_size=[n])
 
-        self.buffer.extend(td(0, PREFILL))
+        self.buffer.extend(td(0, CAPACITY))
         self.batches = [td(i * rows, rows) for i in range(4)]
 
     def adder(self, index: int):
@@ -182,7 +186,9 @@ LIBS = {"replaybuf": ReplaybufShared, "cpprb": CpprbShared, "torchrl": TorchrlSh
 
 
 # -- one measurement ---------------------------------------------------------------------------
-def _write(add, start, stop, counter, rows: int, pace: float) -> None:
+def _write(add, start, stop, counter, rows: int, pace: float, cpus: set[int] | None) -> None:
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     start.wait()
     calls = 0
     if pace:  # an actor that also steps its environments: one add, then a pause
@@ -208,14 +214,21 @@ def _sample_for(bench, seconds: float) -> float:
     return batches / (time.perf_counter() - began)
 
 
-def measure(lib: str, writers: int, rows: int, staged: bool, seconds: float, pace: float = 0.0) -> dict:
+def measure(
+    lib: str, writers: int, rows: int, staged: bool, seconds: float, pace: float = 0.0, pin: bool = False
+) -> dict:
     context = multiprocessing.get_context("fork")
     bench = LIBS[lib](writers, rows, staged)
     start, stop, counter = context.Event(), context.Event(), context.Value("q", 0)
+    cpus = os.sched_getaffinity(0)
+    writer_cpus = (cpus - {min(cpus)}) or cpus if pin else None
     procs = [
-        context.Process(target=_write, args=(bench.adder(w), start, stop, counter, rows, pace)) for w in range(writers)
+        context.Process(target=_write, args=(bench.adder(w), start, stop, counter, rows, pace, writer_cpus))
+        for w in range(writers)
     ]
     try:
+        if pin:
+            os.sched_setaffinity(0, {min(cpus)})
         for proc in procs:
             proc.start()
         time.sleep(0.2)  # let them reach start.wait()
@@ -244,14 +257,17 @@ def measure(lib: str, writers: int, rows: int, staged: bool, seconds: float, pac
                 proc.kill()
                 proc.join()
         bench.close()
+        os.sched_setaffinity(0, cpus)
 
 
-def worker(lib: str, configs: list[tuple[int, int, bool]], reps: int, seconds: float, pace: float) -> None:
+def worker(
+    lib: str, configs: list[tuple[int, int, bool]], reps: int, seconds: float, pace: float, pin: bool
+) -> None:
     """Print one JSON line per configuration: medians over ``reps`` repetitions."""
     for writers, rows, staged in configs:
         if staged and lib != "replaybuf":
             continue
-        runs = [measure(lib, writers, rows, staged, seconds, pace) for _ in range(reps)]
+        runs = [measure(lib, writers, rows, staged, seconds, pace, pin) for _ in range(reps)]
         out = {key: statistics.median(r[key] for r in runs) for key in ("rows_per_s", "batches_per_s", "vs_alone")}
         out.update(lib=lib, writers=writers, rows=rows, staged=staged, runs=runs)
         print(json.dumps(out), flush=True)
@@ -331,15 +347,19 @@ def python_for(lib: str) -> str:
 
 
 def main(argv: list[str]) -> int:
+    global CAPACITY
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--libs", default="replaybuf,cpprb,torchrl")
     parser.add_argument("--writers", default="0,1,2,4")
     parser.add_argument("--rows", default="1,256")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--capacity", type=int, default=CAPACITY, help="rows of the ring")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--pace", type=float, default=0.0,
                         help="seconds each writer sleeps after an add (0: as fast as it can)")
+    parser.add_argument("--pin", action="store_true",
+                        help="the learner alone on CPU 0, the writers on the other CPUs")
     parser.add_argument("--no-staged", action="store_true", help="skip replaybuf's staged rows")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--rate-limit-demo", action="store_true", help="run the docs' rate limiter example")
@@ -353,14 +373,15 @@ def main(argv: list[str]) -> int:
     if not args.no_staged:
         configs += [(w, 1, True) for w in writer_counts if w]
     if args.worker:
-        worker(args.worker, configs, args.reps, args.seconds, args.pace)
+        CAPACITY = args.capacity
+        worker(args.worker, configs, args.reps, args.seconds, args.pace, args.pin)
         return 0
     results = []
     for lib in args.libs.split(","):
         cmd = [python_for(lib), __file__, "--worker", lib, "--writers", args.writers, "--rows", args.rows,
-               "--reps", str(args.reps), "--seconds", str(args.seconds), "--pace", str(args.pace)]
-        if args.no_staged:
-            cmd.append("--no-staged")
+               "--reps", str(args.reps), "--seconds", str(args.seconds), "--pace", str(args.pace),
+               "--capacity", str(args.capacity)]
+        cmd += ["--no-staged"] * args.no_staged + ["--pin"] * args.pin
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent / "src"), str(HERE)]))
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode:

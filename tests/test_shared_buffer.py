@@ -145,6 +145,26 @@ def test_a_read_that_a_writer_overwrote_is_detected_and_drawn_again(buffers):
     assert info.ids.min() >= 6 * 4
 
 
+@pytest.mark.parametrize("num_steps", [None, 2])
+def test_with_several_writers_only_draws_of_the_racing_writer_are_drawn_again(buffers, num_steps):
+    """Writer 1 wraps past its oldest steps while the learner reads; writer 0 stays still."""
+    buffer = buffers(SPEC, writers=3, batch_size=2, max_length=8, seed=7)
+    handles = [buffer.writer(w, flush_every=1) for w in range(3)]
+    for handle in handles:
+        write(handle, range(8))
+    buffer._records = RacingRecords(buffer._records, handles[1], range(8, 13))  # overwrites steps 0..4
+    items, info = buffer.get_next(300, num_steps)
+    assert_items_match_ids(items, info.ids)
+    assert buffer.torn_redraws > 0
+    first = info.ids if num_steps is None else info.ids[:, 0]
+    step, column = np.divmod(first, 3 * 2)
+    writer = column // 2
+    assert set(writer.tolist()) == {0, 1, 2}
+    assert step[writer == 1].min() >= 5  # writer 1's steps 0..4 were overwritten
+    assert step[writer != 1].min() == 0  # the others' oldest steps are still drawn
+    np.testing.assert_allclose(info.probabilities, 1 / (3 * 2 * (8 - (num_steps or 1) + 1)))
+
+
 @pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
 def test_a_step_being_written_is_never_drawn(buffers, sampler):
     buffer = buffers(SPEC, batch_size=2, max_length=4, seed=6, sampler=sampler)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import threading
@@ -363,20 +364,20 @@ class SharedReplayBuffer(ReplayBuffer):
         # local = step * batch_size + stream inside writer w's segment: no division on this path
         # (slot = w * L * B + local % (L * B); step < bound <=> local < bound * B)
         segment_size = max_length * batch_size
+        writer = None
         if self._writers == 1:
             local += lows[0] * batch_size
             column_ids = local
         else:
-            draws = local
-            firsts = np.cumsum([0, *starts[:-1]])  # where each writer's draws begin
-            writer = firsts.searchsorted(draws, side="right") - 1
-            # per writer: what turns a draw into its local index, its first slot, its first column
-            rows_of = [[lo * batch_size - int(f), w * segment_size, w * batch_size] for w, (lo, f) in enumerate(
-                zip(lows, firsts, strict=True))]
-            table = np.array(rows_of)[writer]
-            local = draws + table[:, 0]
+            # draw d belongs to the writer whose share [first_w, first_w + starts_w) holds it; a
+            # few small per-writer tables and one lookup each (each NumPy call costs ~1 us at
+            # 256 draws, so the multi-writer path is kept to as few as the arithmetic needs)
+            firsts = list(itertools.accumulate(starts, initial=0))
+            writer = np.array(firsts[1:-1], _INT64).searchsorted(local, side="right")
+            shifts = np.array([lo * batch_size - f for lo, f in zip(lows, firsts, strict=False)], _INT64)
+            local += shifts.take(writer)
             # id = step * S + w * B + stream = local + step * (S - B) + w * B
-            column_ids = local + (local // batch_size) * (self._streams - batch_size) + table[:, 2]
+            column_ids = local + (local // batch_size) * (self._streams - batch_size) + writer * batch_size
         if num_steps is None:
             ids = column_ids
             slots = local % segment_size
@@ -384,20 +385,22 @@ class SharedReplayBuffer(ReplayBuffer):
             offsets = np.arange(num_steps) * batch_size
             ids = column_ids[:, None] + offsets * (self._streams // batch_size)
             slots = (local[:, None] + offsets) % segment_size
-        if self._writers > 1:
-            slots += table[:, 1].reshape((count,) + (1,) * (slots.ndim - 1))
+        if writer is not None:
+            slots += (writer * segment_size).reshape((count,) + (1,) * (slots.ndim - 1))
         rows = self._records.take(slots)
         probabilities = np.empty(count, np.float32)
         probabilities.fill(1.0 / total)
-        if self._writers == 1:  # read after the copy
-            bound = (int(self._cursors[0, WRITING]) - max_length) * batch_size
-            if bound <= 0 or local.min() >= bound:
-                return ids, probabilities, rows
-            torn = local < bound
+        # read after the copy: only a writer that moved past its low while we read can have
+        # overwritten a draw
+        bounds = [(w - max_length) * batch_size for w in self._cursors[:, WRITING].tolist()]
+        if all(bound <= lo * batch_size for bound, lo in zip(bounds, lows, strict=True)):
+            return ids, probabilities, rows
+        if writer is None:
+            torn = local < bounds[0]
         else:
-            torn = local < ((self._cursors[:, WRITING] - max_length) * batch_size)[writer]
-            if not torn.any():
-                return ids, probabilities, rows
+            torn = local < np.array(bounds, _INT64).take(writer)
+        if not torn.any():
+            return ids, probabilities, rows
         if tries == _MAX_REDRAWS:
             raise EmptyBufferError(f"draws overwritten while read {_MAX_REDRAWS} times in a row; writers wrap too fast")
         self.torn_redraws += int(torn.sum())
