@@ -1,0 +1,116 @@
+"""What splitting lz4 decoding over threads buys at small batches, on real Atari frames.
+
+The compressed frame buffer decodes a batch's distinct frames in one compiled loop per
+thread (replaybuf.storages.codecs), and splits only batches of at least
+``PARALLEL_FRAMES`` frames over threads: below that the hand-over costs more than it saves.
+This script gives the evidence, on one batch of ``--frames`` distinct MsPacman frames
+(160: what ``get_next(32)`` of ``[4, 84, 84]`` observation + next observation decodes;
+1280: ``get_next(256)``), microseconds per batch, median of ``--reps``:
+
+  serial           replaybuf's loop in this thread (what a batch of 32 uses)
+  executor 2       the same loop split in two, the second half handed to a
+                   ThreadPoolExecutor thread (what batches of >= PARALLEL_FRAMES use)
+  numba prange     the same loop as ``numba.njit(parallel=True)``, in the threading layer
+                   numba picks (NUMBA_THREADING_LAYER=workqueue|omp to choose)
+
+Run (one layer per process: numba fixes it at the first parallel call):
+
+    NUMBA_THREADING_LAYER=omp .venv/bin/python bench/lz4_threads.py
+    NUMBA_THREADING_LAYER=workqueue .venv/bin/python bench/lz4_threads.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from frames_compressed import FRAME, game_frames  # noqa: E402
+
+FRAME_BYTES = FRAME[0] * FRAME[1]
+
+
+def kernels():
+    import ctypes
+
+    import lz4.block
+    import numba
+
+    from replaybuf.storages.codecs import _lz4_decode_many
+
+    serial = _lz4_decode_many()
+    library = ctypes.CDLL(lz4.block._block.__file__)
+    decompress = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_int)(
+        ("LZ4_decompress_safe", library)
+    )
+
+    @numba.njit(nogil=True, parallel=True)
+    def parallel(addresses, lengths, out_address, rows, frame_bytes, start, stop):  # pragma: no cover - compiled
+        failed = 0
+        for i in numba.prange(start, stop):
+            if decompress(addresses[i], out_address + rows[i] * frame_bytes, lengths[i], frame_bytes) != frame_bytes:
+                failed += 1
+        return failed
+
+    return serial, parallel
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--frames", default="160,1280")
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=200)
+    args = parser.parse_args()
+    import lz4.block
+    import numba
+
+    from replaybuf.storages.codecs import BYTES_DATA_OFFSET
+
+    frames, _ = game_frames("MsPacman", 6100)
+    blobs = [lz4.block.compress(frame.tobytes(), store_size=False) for frame in frames]
+    serial, parallel = kernels()
+    pool = ThreadPoolExecutor(1)
+    rng = np.random.default_rng(0)
+    for n in [int(x) for x in args.frames.split(",")]:
+        out = np.empty((n, FRAME_BYTES), np.uint8)
+        picked = [blobs[i] for i in rng.choice(len(blobs), n, replace=False)]
+        call = (
+            np.fromiter(map(id, picked), np.uint64, n) + np.uint64(BYTES_DATA_OFFSET),
+            np.fromiter(map(len, picked), np.int64, n),
+            out.ctypes.data,
+            np.arange(n, dtype=np.int64),
+            FRAME_BYTES,
+        )
+
+        def split(call=call, n=n):
+            second = pool.submit(serial, *call, n // 2, n)
+            serial(*call, 0, n // 2)
+            second.result()
+
+        ways = {
+            "serial": lambda call=call, n=n: serial(*call, 0, n),
+            "executor 2": split,
+            "numba prange": lambda call=call, n=n: parallel(*call, 0, n),
+        }
+        times: dict[str, list[float]] = {name: [] for name in ways}
+        for way in ways.values():
+            way()  # compile, start threads
+        for _ in range(args.reps):
+            for name, way in ways.items():
+                start = time.perf_counter()
+                for _ in range(args.calls):
+                    way()
+                times[name].append((time.perf_counter() - start) / args.calls * 1e6)
+        medians = {name: round(statistics.median(values), 1) for name, values in times.items()}
+        print(f"{n} frames, us per batch (numba layer {numba.threading_layer()}): {medians}")
+
+
+if __name__ == "__main__":
+    main()
