@@ -38,18 +38,11 @@ FRAME_BYTES = FRAME[0] * FRAME[1]
 
 
 def kernels():
-    import ctypes
-
-    import lz4.block
     import numba
 
-    from replaybuf.storages.codecs import _lz4_decode_many
+    from replaybuf.storages.codecs import _lz4_decode_many, lz4_decompress_safe
 
-    serial = _lz4_decode_many()
-    library = ctypes.CDLL(lz4.block._block.__file__)
-    decompress = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_int)(
-        ("LZ4_decompress_safe", library)
-    )
+    serial, decompress = _lz4_decode_many(), lz4_decompress_safe()
 
     @numba.njit(nogil=True, parallel=True)
     def parallel(addresses, lengths, out_address, rows, frame_bytes, start, stop):  # pragma: no cover - compiled

@@ -147,7 +147,7 @@ def test_a_read_that_a_writer_overwrote_is_detected_and_drawn_again(buffers):
 
 @pytest.mark.parametrize("num_steps", [None, 2])
 def test_with_several_writers_only_draws_of_the_racing_writer_are_drawn_again(buffers, num_steps):
-    """Writer 1 wraps past its oldest steps while the learner reads; writer 0 stays still."""
+    """Writer 1 wraps past its oldest steps while the learner reads; writers 0 and 2 stay still."""
     buffer = buffers(SPEC, writers=3, batch_size=2, max_length=8, seed=7)
     handles = [buffer.writer(w, flush_every=1) for w in range(3)]
     for handle in handles:

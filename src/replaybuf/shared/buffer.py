@@ -374,7 +374,7 @@ class SharedReplayBuffer(ReplayBuffer):
             # 256 draws, so the multi-writer path is kept to as few as the arithmetic needs)
             firsts = list(itertools.accumulate(starts, initial=0))
             writer = np.array(firsts[1:-1], _INT64).searchsorted(local, side="right")
-            shifts = np.array([lo * batch_size - f for lo, f in zip(lows, firsts, strict=False)], _INT64)
+            shifts = np.array([lo * batch_size - f for lo, f in zip(lows, firsts[:-1], strict=True)], _INT64)
             local += shifts.take(writer)
             # id = step * S + w * B + stream = local + step * (S - B) + w * B
             column_ids = local + (local // batch_size) * (self._streams - batch_size) + writer * batch_size

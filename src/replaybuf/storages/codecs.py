@@ -137,23 +137,35 @@ BYTES_DATA_OFFSET = ctypes.cast(ctypes.c_char_p(_SAMPLE), ctypes.c_void_p).value
 
 
 @cache
-def _lz4_decode_many() -> Callable[..., int] | None:
-    """A compiled loop (numba, no GIL) calling LZ4's own ``LZ4_decompress_safe``
-    (bounds-checked) from the liblz4 the lz4 package bundles; None without numba or where
-    the package's extension does not export it. Measured on 1280 MsPacman frames: 2.0 ms
-    in one thread against 3.3 ms for ``lz4.block.decompress`` plus a copy per frame, and
-    1.15 ms in two threads (a Python loop of per-frame calls did not scale: its threads
-    meet at the GIL between frames). Compiled once per process, on the first lz4 buffer."""
+def lz4_decompress_safe() -> Callable[[int, int, int, int], int] | None:
+    """LZ4's own ``LZ4_decompress_safe(src, dst, compressed_size, dst_capacity)`` (bounds-checked)
+    from the liblz4 the lz4 package bundles, addresses as ints; None without the lz4
+    package or where its extension does not export it."""
     try:
         import lz4.block
-        import numba
 
         library = ctypes.CDLL(lz4.block._block.__file__)
         library.LZ4_decompress_safe  # noqa: B018 - raises AttributeError when not exported
     except (ImportError, AttributeError, OSError):
         return None
     address, count = ctypes.c_uint64, ctypes.c_int  # pointers passed as 64-bit addresses
-    decompress = ctypes.CFUNCTYPE(count, address, address, count, count)(("LZ4_decompress_safe", library))
+    return ctypes.CFUNCTYPE(count, address, address, count, count)(("LZ4_decompress_safe", library))
+
+
+@cache
+def _lz4_decode_many() -> Callable[..., int] | None:
+    """A compiled loop (numba, no GIL) calling ``lz4_decompress_safe`` per blob; None without
+    numba or that function. Measured on 1280 MsPacman frames: 2.0 ms in one thread against
+    3.3 ms for ``lz4.block.decompress`` plus a copy per frame, and 1.15 ms in two threads (a
+    Python loop of per-frame calls did not scale: its threads meet at the GIL between
+    frames). Compiled once per process, on the first lz4 buffer."""
+    decompress = lz4_decompress_safe()
+    if decompress is None:
+        return None
+    try:
+        import numba
+    except ImportError:
+        return None
 
     @numba.njit(nogil=True)
     def decode_many(addresses, lengths, out_address, rows, frame_bytes, start, stop):  # pragma: no cover - compiled
