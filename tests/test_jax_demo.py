@@ -14,6 +14,7 @@ import pytest
 
 from replaybuf.agents import jax_dqn
 from replaybuf.cli import main
+from replaybuf.jax import make_buffer
 
 TINY = jax_dqn.JaxDqnConfig(
     seeds=2,
@@ -43,7 +44,9 @@ def test_a_chunk_collects_adds_and_learns_per_agent():
     assert max(jax.tree.leaves(moved)) > 0  # the Adam steps changed the network
     params = jax.tree.leaves(carry.params)
     assert not np.allclose(params[0][0], params[0][1])  # the two agents are apart
-    stored = carry.buffer.storage  # what was added is the agents' own transitions: CartPole rewards are 1
+    # what was added is the agents' own transitions: CartPole rewards are 1
+    core = make_buffer(jax_dqn._transition_spec((4,)), TINY.num_envs, TINY.buffer_size // TINY.num_envs)
+    stored = jax.vmap(core.stored)(carry.buffer)
     rewards = np.asarray(stored[sorted(jax_dqn._transition_spec((4,))).index("reward")])  # leaves in key order
     assert rewards.shape == (TINY.seeds, TINY.buffer_size // TINY.num_envs, TINY.num_envs)
     assert set(np.unique(rewards)) == {1.0}
@@ -60,8 +63,7 @@ def test_a_chunk_is_one_scan_carrying_the_buffer():
     outside = {eqn.primitive.name for eqn in jaxpr.eqns} - {"scan"}
     assert not outside & {"dot_general", "random_bits", "scatter", "dynamic_update_slice", "gather"}, outside
     carried = [var.aval.shape for var in scans[0].outvars]
-    for leaf in carry.buffer.storage:
-        assert leaf.shape in carried
+    assert carry.buffer.rows.shape in carried
 
 
 def test_the_compiled_chunk_copies_no_buffer_storage():

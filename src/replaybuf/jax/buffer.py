@@ -22,6 +22,7 @@ from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positiv
 from replaybuf.dataset import DeterministicPass, RandomDataset, check_sample_arguments, plan_deterministic_pass
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError, SpecMismatchError
 from replaybuf.jax.core import Buffer, BufferState, EpisodeState, make_buffer
+from replaybuf.jax.rows import pack
 from replaybuf.jax.sumtree import tree_init, tree_update
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import read_state, write_state
@@ -45,6 +46,16 @@ def _sample(core: Buffer, state: BufferState, key_data: jax.Array, size: int, nu
 @partial(jax.jit, static_argnums=0)
 def _read(core: Buffer, state: BufferState, ids: jax.Array) -> Any:
     return core.read(state, ids)
+
+
+@partial(jax.jit, static_argnums=0)
+def _stored(core: Buffer, state: BufferState) -> list:
+    return core.stored(state)
+
+
+@partial(jax.jit, static_argnums=0)
+def _packed(core: Buffer, leaves: list) -> jax.Array:
+    return pack(core.layout, leaves)
 
 
 @partial(jax.jit, static_argnums=0, donate_argnums=1)
@@ -304,7 +315,7 @@ class JaxUniformReplayBuffer(ReplayBuffer):
             rows, streams = (ids // ring.batch_size) % ring.max_length, ids % ring.batch_size
             items = {
                 str(i): np.asarray(leaf)[rows, streams].astype(spec.dtype)
-                for i, (leaf, spec) in enumerate(zip(self._state.storage, self._flat.leaves, strict=True))
+                for i, (leaf, spec) in enumerate(zip(_stored(self._core, self._state), self._flat.leaves, strict=True))
             }
             state = {
                 "class": self._twin,
@@ -360,7 +371,7 @@ class JaxUniformReplayBuffer(ReplayBuffer):
             storage.append(stored)
         fresh = self._core.init()
         new = fresh._replace(
-            storage=tuple(jnp.asarray(x) for x in storage),
+            rows=_packed(self._core, storage),
             steps=jnp.asarray(steps, fresh.steps.dtype),
             episodes=episodes,
         )

@@ -9,7 +9,9 @@ buffer per seed) and inside ``lax.scan``.
 
 Layout and ids (as every replaybuf backend): step ``t`` of stream ``s`` has id
 ``t * batch_size + s`` and lives in slot ``id % capacity``; storage is time-major,
-``[max_length, batch_size, *shape]`` per leaf, so one add is one contiguous row per leaf.
+``[max_length, batch_size, words]``: each item's leaves packed side by side in one row of
+uint32 words (``replaybuf.jax.rows``), so one add is one contiguous write and a sample one
+row gather for all leaves. ``Buffer.stored(state)`` unpacks it into one array per leaf.
 
 Inside jit nothing can raise on values, so bad values have defined results:
 - a sample from a buffer with no valid window returns ``info.valid == False`` (items are
@@ -23,12 +25,13 @@ With ``checked=True`` the two value faults above are also ``checkify`` checks, a
 
 Donation (docs/jax.md): jit ``add`` / ``add_and_sample`` / a training step with the state
 donated (``donate_argnums``), and write before you read in one step; otherwise XLA copies
-every storage leaf on every add.
+the whole storage on every add.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -40,6 +43,7 @@ from jax.experimental import checkify
 
 from replaybuf.buffers.stream import reject_unused
 from replaybuf.errors import ArgumentError, SpecMismatchError
+from replaybuf.jax.rows import RowLayout, pieces_of, row_layout, unpack
 from replaybuf.jax.sumtree import Trees, tree_descend, tree_init, tree_update
 from replaybuf.nest import FlatSpec
 
@@ -67,7 +71,7 @@ class PriorityState(NamedTuple):
 
 
 class BufferState(NamedTuple):
-    storage: tuple  # one array per spec leaf, [max_length, batch_size, *shape]
+    rows: jax.Array  # uint32 [max_length, batch_size, words]: each item's leaves packed (rows.py)
     steps: jax.Array  # steps added to every stream since init (id dtype: int64 under x64, else int32)
     episodes: EpisodeState | None
     priorities: PriorityState | None
@@ -132,6 +136,11 @@ class Buffer:
     priorities: PriorityOptions | None = None
     checked: bool = False  # emit checkify checks for the value faults (see checked.py)
 
+    @functools.cached_property
+    def layout(self) -> RowLayout:
+        """How an item's leaves lie in its row of ``BufferState.rows``."""
+        return row_layout(self.shapes, self.dtypes)
+
     @property
     def capacity(self) -> int:
         return self.batch_size * self.max_length
@@ -139,10 +148,7 @@ class Buffer:
     # -- init and add --------------------------------------------------------------------------
     def init(self) -> BufferState:
         """An empty state (storage zero-filled)."""
-        storage = tuple(
-            jnp.zeros((self.max_length, self.batch_size, *shape), dtype)
-            for shape, dtype in zip(self.shapes, self.dtypes, strict=True)
-        )
+        rows = jnp.zeros((self.max_length, self.batch_size, self.layout.words), jnp.uint32)
         episodes = priorities = None
         if self.episodes is not None:
             episodes = EpisodeState(
@@ -156,7 +162,7 @@ class Buffer:
             priorities = PriorityState(
                 tree_init(self.capacity, branching), jnp.ones((), jnp.float32), jnp.zeros((), jnp.int32), windows
             )
-        return BufferState(storage, jnp.zeros((), _id_dtype()), episodes, priorities)
+        return BufferState(rows, jnp.zeros((), _id_dtype()), episodes, priorities)
 
     def add(self, state: BufferState, batch: Any) -> BufferState:
         """Add one step to every stream: each leaf of ``batch`` shaped ``[batch_size, *shape]``.
@@ -167,10 +173,9 @@ class Buffer:
         leaves = self._check_batch(batch)
         t = state.steps
         row = (t % self.max_length).astype(jnp.int32)
-        storage = tuple(
-            lax.dynamic_update_index_in_dim(stored, leaf, row, axis=0)
-            for stored, leaf in zip(state.storage, leaves, strict=True)
-        )
+        rows = state.rows
+        for start, words in pieces_of(self.layout, leaves):  # each leaf's words written in place
+            rows = lax.dynamic_update_slice(rows, words[None], (row, jnp.int32(0), jnp.int32(start)))
         episodes = state.episodes if self.episodes is None else self._add_episodes(state, leaves, row)
         priorities = state.priorities
         if priorities is not None:
@@ -181,7 +186,7 @@ class Buffer:
             priorities = priorities._replace(trees=trees)
             if self._window_tree:
                 priorities = priorities._replace(windows=self._decide_starts(priorities, episodes, t, slots))
-        return BufferState(storage, t + 1, episodes, priorities)
+        return BufferState(rows, t + 1, episodes, priorities)
 
     @property
     def _window_tree(self) -> bool:
@@ -316,12 +321,14 @@ class Buffer:
 
     def read(self, state: BufferState, ids: jax.Array) -> Any:
         """The items stored under ``ids`` (any shape): leaves ``ids.shape + shape``."""
-        # slot id % capacity of the [max_length * batch_size, ...] view: one index per item
+        # slot id % capacity of the [max_length * batch_size, words] view: one index per item
         # (a free reshape; XLA's one-index gather beats the two-index one on CPU)
         slots = (ids % self.capacity).astype(jnp.int32)
-        return self.treedef.unflatten(
-            [stored.reshape(self.capacity, *stored.shape[2:])[slots] for stored in state.storage]
-        )
+        return self.treedef.unflatten(unpack(self.layout, state.rows.reshape(self.capacity, self.layout.words)[slots]))
+
+    def stored(self, state: BufferState) -> list[jax.Array]:
+        """Every slot's item, one array per spec leaf: ``[max_length, batch_size, *shape]``."""
+        return unpack(self.layout, state.rows)
 
     def can_sample(self, state: BufferState, num_steps: int | None = None) -> jax.Array:
         """bool []: a window of ``num_steps`` (1 when None) can be drawn now."""
