@@ -2,8 +2,8 @@
 
 Level 0 is the root (one node), the last level holds one leaf per slot (padded with zeros,
 or +inf for the min tree, up to ``K ** depth``). An update writes the leaves, then
-*recomputes* every touched parent from its K children, level by level: no delta is ever
-propagated, so sums cannot drift however many updates a tree sees. A descent reads the K
+*recomputes* every touched parent from its K children, level by level (the top levels
+whole): no delta is ever propagated, so sums cannot drift however many updates a tree sees. A descent reads the K
 children of the current node for every draw at once (a ``[n, K]`` gather per level).
 """
 
@@ -40,6 +40,12 @@ def tree_init(size: int, branching: int, with_mins: bool = True) -> Trees:
     return Trees(sums, mins)
 
 
+# Levels whose children number at most this are recomputed whole on an update (a dense
+# reduction of a few hundred floats costs less than a gather and a scatter of the updated
+# nodes; measured on CPU at 1M leaves, K = 8: an update of 256 leaves 28 -> 23 us).
+DENSE_CHILDREN = 512
+
+
 def tree_update(trees: Trees, slots: jax.Array, masses: jax.Array, branching: int) -> Trees:
     """Set the leaves ``slots`` to ``masses`` and recompute their ancestors.
 
@@ -53,6 +59,11 @@ def tree_update(trees: Trees, slots: jax.Array, masses: jax.Array, branching: in
         mins[-1] = mins[-1].at[index].set(masses, mode="drop")
     for level in range(len(sums) - 2, -1, -1):
         index = index // branching  # an out-of-range slot stays out of range one level up
+        if sums[level + 1].shape[0] <= DENSE_CHILDREN:  # a small level: recomputed whole
+            sums[level] = sums[level + 1].reshape(-1, branching).sum(-1)
+            if mins:
+                mins[level] = mins[level + 1].reshape(-1, branching).min(-1)
+            continue
         safe = jnp.minimum(index, sums[level].shape[0] - 1)
         # a level seen as [parents, K]: one row gather per parent (cheaper than K indices)
         sums[level] = sums[level].at[index].set(sums[level + 1].reshape(-1, branching)[safe].sum(-1), mode="drop")
@@ -72,7 +83,10 @@ def tree_descend(sums: tuple, targets: jax.Array, branching: int) -> tuple[jax.A
     # a third cheaper than cumsum's reduce-window; HIGHEST keeps full float32 on GPUs' TF32)
     upper = jnp.triu(jnp.ones((branching, branching), jnp.float32))
     for level in range(1, len(sums)):
-        children = sums[level].reshape(-1, branching)[node]  # [n, K]: one row gather
+        if level == 1:  # every draw starts at the root: its children need no gather
+            children = jnp.broadcast_to(sums[1], (*targets.shape, branching))
+        else:
+            children = sums[level].reshape(-1, branching)[node]  # [n, K]: one row gather
         prefix = jnp.dot(children, upper, precision=lax.Precision.HIGHEST)
         passed = (prefix <= targets[:, None]) & (prefix < prefix[:, -1:])
         choice = jnp.sum(passed, axis=-1, dtype=jnp.int32)

@@ -1,0 +1,66 @@
+"""The JAX K-ary sum and min trees (replaybuf.jax.sumtree) against NumPy on their leaves."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from replaybuf.jax.sumtree import DENSE_CHILDREN, tree_descend, tree_init, tree_update
+
+SIZE = 5000  # 8 ** 5 leaves: levels 0-2 are recomputed whole, levels 3-4 node by node
+
+
+def reference_levels(leaves: np.ndarray, branching: int, reduce) -> list[np.ndarray]:
+    levels = [leaves]
+    while levels[0].size > 1:
+        levels.insert(0, reduce(levels[0].reshape(-1, branching), axis=-1))
+    return levels
+
+
+@pytest.mark.parametrize("branching", [4, 8])
+def test_every_level_is_its_childrens_sum_and_min_after_many_updates(branching):
+    trees = tree_init(SIZE, branching)
+    leaf_count = trees.sums[-1].shape[0]
+    assert any(level.shape[0] * branching <= DENSE_CHILDREN for level in trees.sums[:-1])
+    assert any(level.shape[0] * branching > DENSE_CHILDREN for level in trees.sums[:-1])
+    update = jax.jit(tree_update, static_argnums=3)
+    rng = np.random.default_rng(0)
+    sums = np.zeros(leaf_count, np.float32)
+    mins = np.full(leaf_count, np.inf, np.float32)
+    for _ in range(30):
+        slots = rng.integers(0, SIZE, 64)
+        slots[:8] = leaf_count + rng.integers(0, 10, 8)  # out of range: dropped
+        masses = rng.random(64).astype(np.float32) + 0.01
+        slots[8:12] = slots[12]  # duplicates: one of their masses is kept, the same in every level
+        trees = update(trees, jnp.asarray(slots), jnp.asarray(masses), branching)
+        kept = np.asarray(trees.sums[-1])
+        for slot in np.unique(slots[slots < leaf_count]):
+            assert kept[slot] in masses[slots == slot]
+        live = slots < leaf_count
+        sums[slots[live]] = kept[slots[live]]
+        mins[slots[live]] = kept[slots[live]]
+    np.testing.assert_array_equal(np.asarray(trees.sums[-1]), sums)
+    for got, want in zip(trees.sums, reference_levels(sums, branching, np.sum), strict=True):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5)
+    for got, want in zip(trees.mins, reference_levels(mins, branching, np.min), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_a_descent_finds_the_leaf_whose_prefix_holds_each_target():
+    branching = 8
+    rng = np.random.default_rng(1)
+    masses = np.where(rng.random(SIZE) < 0.3, 0.0, rng.random(SIZE)).astype(np.float32)
+    trees = tree_update(tree_init(SIZE, branching, with_mins=False), jnp.arange(SIZE), jnp.asarray(masses), branching)
+    total = float(trees.sums[0][0])
+    edges = np.cumsum(masses.astype(np.float64))
+    targets = np.concatenate([rng.random(500) * total, edges[rng.integers(0, SIZE, 50)] * (1 - 1e-6)])
+    targets = np.minimum(targets, total * (1 - 1e-6)).astype(np.float32)
+    leaves, drawn = jax.jit(tree_descend, static_argnums=2)(trees.sums, jnp.asarray(targets), branching)
+    leaves, drawn = np.asarray(leaves), np.asarray(drawn)
+    assert (masses[leaves] > 0).all()  # never a zero-mass leaf
+    np.testing.assert_array_equal(drawn, masses[leaves])
+    want = np.searchsorted(edges, targets.astype(np.float64), side="right")
+    assert np.mean(leaves == want) > 0.99  # float32 sums may move a target across an edge
+    assert (np.abs(leaves - want) <= 64).all()
