@@ -64,19 +64,20 @@ def main() -> None:
     import lz4.block
     import numba
 
-    from replaybuf.storages.codecs import BYTES_DATA_OFFSET
-
     frames, _ = game_frames("MsPacman", 6100)
     blobs = [lz4.block.compress(frame.tobytes(), store_size=False) for frame in frames]
+    sizes = np.fromiter(map(len, blobs), np.int64, len(blobs))
+    joined = np.frombuffer(b"".join(blobs), np.uint8)  # end to end, as the buffer's BlobRing holds them
+    starts = joined.ctypes.data + np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.uint64)
     serial, parallel = kernels()
     pool = ThreadPoolExecutor(1)
     rng = np.random.default_rng(0)
     for n in [int(x) for x in args.frames.split(",")]:
         out = np.empty((n, FRAME_BYTES), np.uint8)
-        picked = [blobs[i] for i in rng.choice(len(blobs), n, replace=False)]
+        picked = rng.choice(len(blobs), n, replace=False)
         call = (
-            np.fromiter(map(id, picked), np.uint64, n) + np.uint64(BYTES_DATA_OFFSET),
-            np.fromiter(map(len, picked), np.int64, n),
+            starts[picked],
+            sizes[picked],
             out.ctypes.data,
             np.arange(n, dtype=np.int64),
             FRAME_BYTES,

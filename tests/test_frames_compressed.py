@@ -19,6 +19,16 @@ from test_frames import assert_same, episodes, filled_pair, spec, use_path
 CODECS = [("lz4", None), ("lz4", 9), ("zstd", None), ("zstd", -3), ("zstd", 19)]
 
 
+def blob_of(storage, counter: int) -> bytes:
+    """The compressed bytes the storage holds for frame ``counter``."""
+    return storage.blobs.blob(counter % storage.pool_size).tobytes()
+
+
+def live_blobs(storage) -> list[bytes]:
+    """The blobs of the frames still in the pool's ring, oldest first."""
+    return [blob_of(storage, c) for c in range(max(0, storage.counter - storage.pool_size), storage.counter)]
+
+
 @pytest.mark.parametrize("compression, level", CODECS)
 @pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("batch, axis", [(1, 0), (2, -1), (2, 1)])
@@ -41,8 +51,8 @@ def test_samples_equal_the_uncompressed_frame_buffer(compression, level, compile
     assert_same(raw.get_next(), packed.get_next())
     for key, value in raw.gather_all().items():
         np.testing.assert_array_equal(value, packed.gather_all()[key])
-    held = [blob for blob in packed._storage.blobs if blob is not None]
-    assert held and all(isinstance(blob, bytes) for blob in held)
+    codec, held = packed._storage.codec, live_blobs(packed._storage)  # each decodes to one frame
+    assert held and all(len(codec.checked(blob, "blob")) == codec.frame_bytes for blob in held)
 
 
 @pytest.mark.parametrize("compression", ["lz4", "zstd"])
@@ -65,11 +75,11 @@ def test_frames_are_held_compressed_and_decoded_exactly(compression):
         stacks = np.stack(frames[t : t + 4])[None], np.stack(frames[t + 1 : t + 5])[None]
         buffer.add_batch({"observation": stacks[0], "next_observation": stacks[1]})
     storage = buffer._storage
-    assert storage.counter == 12 and all(len(storage.blobs[c]) < 84 * 84 // 4 for c in range(12))
+    assert storage.counter == 12 and all(len(blob_of(storage, c)) < 84 * 84 // 4 for c in range(12))
     pointers = storage.records.records[storage._pointer_names[0]][:8]  # the observations' frames
     for t in range(8):
         for j in range(4):
-            blob = storage.blobs[pointers[t, j] % storage.pool_size]
+            blob = blob_of(storage, pointers[t, j])
             decoded = np.frombuffer(storage.codec.decompress(blob), np.uint8)
             np.testing.assert_array_equal(decoded, frames[t + j].ravel())
     items = buffer.gather_all()
@@ -121,7 +131,7 @@ def test_a_damaged_blob_in_memory_raises_instead_of_returning_garbage():
     for item in episodes(np.random.default_rng(6), 1, 10, 4, 0, True, levels=50):
         packed.add_batch(item)
     storage = packed._storage
-    storage.blobs = [None if blob is None else blob[: len(blob) // 2] for blob in storage.blobs]
+    storage.blobs.lengths //= 2  # every blob cut short
     with pytest.raises(ReplayBufferError, match=r"frame pool: \d+ lz4 blob\(s\) did not decode to one frame"):
         packed.get_next(4)
 
@@ -164,7 +174,7 @@ def test_checkpoints_load_across_compressed_and_uncompressed_buffers(source, tar
     assert state["frames"]["codec"] == source
     if source is not None:
         assert "pool" not in state["frames"]
-        blobs = [original._storage.blobs[c % original._storage.pool_size] for c in range(
+        blobs = [blob_of(original._storage, c) for c in range(
             original._storage.counter - len(state["frames"]["sizes"]), original._storage.counter)]
         assert state["frames"]["blobs"].tobytes() == b"".join(blobs)  # saved as they are
         np.testing.assert_array_equal(state["frames"]["sizes"], [len(b) for b in blobs])
@@ -174,10 +184,9 @@ def test_checkpoints_load_across_compressed_and_uncompressed_buffers(source, tar
     else:
         restored.load_state_dict(state)
     if source == target:  # the same codec: the blobs are taken as they are, not recompressed
-        size = restored._storage.pool_size
-        assert b"".join(restored._storage.blobs[c % size] for c in range(restored._storage.counter)) == b"".join(
-            blob for blob in (original._storage.blobs[c % original._storage.pool_size] for c in range(
-                original._storage.counter - restored._storage.counter, original._storage.counter))
+        assert b"".join(blob_of(restored._storage, c) for c in range(restored._storage.counter)) == b"".join(
+            blob_of(original._storage, c)
+            for c in range(original._storage.counter - restored._storage.counter, original._storage.counter)
         )
     for _ in range(3):
         assert_same(original.get_next(6, 2), restored.get_next(6, 2))
@@ -280,5 +289,5 @@ def test_real_atari_frames_read_back_exactly():
         assert_same(samples[0], sample)
         for key, value in buffers[0].gather_all().items():
             np.testing.assert_array_equal(value, buffer.gather_all()[key])
-    blobs = [b for b in buffers[2]._storage.blobs if b is not None]
+    blobs = live_blobs(buffers[2]._storage)
     assert sum(map(len, blobs)) * 4 < len(blobs) * 210 * 160  # real frames compress > 4x

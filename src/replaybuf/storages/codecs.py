@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from replaybuf.errors import ArgumentError, CheckpointError, ReplayBufferError
+from replaybuf.storages.blobs import BlobRing
 
 __all__ = ["CODECS", "Codec", "decode_frames", "make_codec"]
 
@@ -85,10 +86,13 @@ class Codec:
         return decoder
 
     def compress(self, frame: Any) -> bytes:
-        """``frame``'s blob, in a bytes object of its own size: the codecs allocate the worst
-        case and shrink it in place, which leaves the allocator a hole per frame (measured:
-        zstd blobs of 1.2 KB held 5 KB of RSS each, 1.26 KB once copied)."""
-        return bytes(memoryview(self._compress(frame)))
+        """``frame``'s blob (short-lived: the storage copies it into its ``BlobRing``)."""
+        return self._compress(frame)
+
+    @property
+    def largest_blob(self) -> int:
+        """An upper bound on one frame's blob (LZ4's and zstd's worst case, with room)."""
+        return self.frame_bytes + self.frame_bytes // 64 + 1024
 
     def decompress(self, blob: Any) -> bytes:
         return self.decoder()(blob)
@@ -129,11 +133,6 @@ def make_codec(compression: Any, level: Any, frame_bytes: int) -> Codec | None:
             f"compression: {compression!r} needs the {_PACKAGES[compression]} package "
             f"(pip install 'replaybuf[compress]'), which is not installed"
         ) from None
-
-
-# where a bytes object's data starts, from the object's address (CPython's layout, measured)
-_SAMPLE = b"replaybuf"
-BYTES_DATA_OFFSET = ctypes.cast(ctypes.c_char_p(_SAMPLE), ctypes.c_void_p).value - id(_SAMPLE)  # type: ignore[operator]
 
 
 @cache
@@ -199,17 +198,18 @@ def _executor(threads: int) -> ThreadPoolExecutor:
         return _pool[1]
 
 
-def decode_frames(codec: Codec, blobs: Sequence[Any], out: np.ndarray, rows: Sequence[int], threads: int = 1) -> None:
-    """Decode ``blobs[i]`` (bytes) into row ``rows[i]`` of ``out`` (C-contiguous ``[m,
-    frame_bytes]`` uint8), with up to ``threads`` threads when there are at least
-    ``PARALLEL_FRAMES`` blobs."""
-    n = len(blobs)
+def decode_frames(
+    codec: Codec, ring: BlobRing, rows: np.ndarray, out: np.ndarray, out_rows: np.ndarray, threads: int = 1
+) -> None:
+    """Decode the blobs of pool rows ``rows`` (of ``ring``) into rows ``out_rows`` of ``out``
+    (C-contiguous ``[m, frame_bytes]`` uint8), with up to ``threads`` threads when there are
+    at least ``PARALLEL_FRAMES`` blobs."""
+    n = len(rows)
     if codec.decode_many is not None:
-        addresses = np.fromiter(map(id, blobs), np.uint64, n) + np.uint64(BYTES_DATA_OFFSET)
-        args = (addresses, np.fromiter(map(len, blobs), np.int64, n), out.ctypes.data, np.asarray(rows, np.int64))
+        args = (ring.addresses[rows], ring.lengths[rows], out.ctypes.data, np.asarray(out_rows, np.int64))
         run: Callable[..., Any] = partial(_decode_many, codec, *args)
     else:
-        run = partial(_decode_run, codec, blobs, out, rows)
+        run = partial(_decode_run, codec, [ring.blob(row) for row in rows.tolist()], out, np.asarray(out_rows).tolist())
     if threads <= 1 or n < PARALLEL_FRAMES:
         run(0, n)
         return

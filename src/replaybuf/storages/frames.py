@@ -27,8 +27,8 @@ next observation (the observation shifted by one frame, plus one) run as compile
 (``replaybuf.storages._frame_kernels``); without it, NumPy strided copies give the same bytes.
 
 With a ``codec`` (``compression=`` of the presets, ``replaybuf.storages.codecs``) the pool
-holds each frame as one compressed blob (a ``bytes`` object per pool row) instead of raw
-bytes: a frame is compressed once when appended, and a read decodes each distinct frame
+holds each frame as one compressed blob (end to end in a ``BlobRing``, addressed by pool
+row) instead of raw bytes: a frame is compressed once when appended, and a read decodes each distinct frame
 its items use once into a scratch pool, then builds the stacks from it as above.
 
 Checkpoints (``state`` / ``check_state`` / ``load_state``) hold the small leaves, the live
@@ -51,6 +51,7 @@ from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import ArrayRun, StoredArray
 from replaybuf.persistence.state import check_items, plain_equal, read_run, ring_views
 from replaybuf.specs import ArraySpec
+from replaybuf.storages.blobs import BlobRing
 from replaybuf.storages.codecs import CODECS, Codec, decode_frames, decode_threads, make_codec
 from replaybuf.storages.records import RecordStorage
 
@@ -180,7 +181,7 @@ class FrameStorage:
         self.frame_shape = first.frame_shape
         # Raw: the frame ring (row pool_size is the zero frame). Compressed: one blob per row.
         self.frames = np.zeros((1 if codec else self.pool_size + 1, *first.frame_shape), self.frame_dtype)
-        self.blobs: list[bytes | None] = [None] * self.pool_size if codec else []
+        self.blobs = BlobRing(self.pool_size, codec.largest_blob) if codec else None
         self._held = np.empty((0, codec.frame_bytes if codec else 0), np.uint8)  # decoded frames of a read
         self.kernels = compiled_kernels() if compiled is not False else None
         itemsize = self.frame_dtype.itemsize
@@ -207,6 +208,8 @@ class FrameStorage:
     def clear(self) -> None:
         """Forget the previous add (nothing later is matched against it) and the floors."""
         self.counter = 0  # frames appended so far
+        if self.blobs is not None:
+            self.blobs.clear()
         self.written = 0  # steps written since the last clear
         self._previous: list[tuple[np.ndarray, np.ndarray]] | None = None
         self._last_raw: np.ndarray | None = None  # the previous add's last stacked leaf, [B, bytes]
@@ -322,10 +325,10 @@ class FrameStorage:
         end = self.counter + len(new_frames)
         if end - self.pool_size > self._oldest_floor(start):
             self._grow(end - self._oldest_floor(start))
-        if self.codec is not None:
-            compress, blobs, size = self.codec.compress, self.blobs, self.pool_size
+        if self.blobs is not None:
+            compress, append, dead = self.codec.compress, self.blobs.append, end - self.pool_size  # type: ignore[union-attr]
             for counter, frame in enumerate(new_frames, self.counter):
-                blobs[counter % size] = compress(frame)
+                append(counter, compress(frame), dead)
         elif end - self.counter == 1:
             self.frames[self.counter % self.pool_size] = new_frames[0]
         else:
@@ -343,11 +346,9 @@ class FrameStorage:
     def _grow(self, needed: int) -> None:
         size = max(2 * self.pool_size, needed + self.batch_size)
         live = np.arange(max(0, self.counter - self.pool_size), self.counter)
-        if self.codec is not None:
-            blobs: list[bytes | None] = [None] * size
-            for counter in live.tolist():
-                blobs[counter % size] = self.blobs[counter % self.pool_size]
-            self.blobs, self.pool_size = blobs, size
+        if self.blobs is not None:
+            self.blobs.resize(size, live)
+            self.pool_size = size
             return
         frames = np.zeros((size + 1, *self.frames.shape[1:]), self.frame_dtype)
         frames[live % size] = self.frames[live % self.pool_size]
@@ -375,11 +376,11 @@ class FrameStorage:
             for leaf, run in zip(self.stacked, pointer_runs, strict=True)
         }
         frames: dict = {"codec": None if self.codec is None else self.codec.name}
-        if self.codec is not None:  # the blobs as they are: joined (one copy), never recompressed
-            size = self.pool_size
-            blobs = [self.blobs[counter % size] for counter in range(base, self.counter)]
-            frames["blobs"] = np.frombuffer(bytearray().join(blobs), np.uint8)  # type: ignore[arg-type]
-            frames["sizes"] = np.fromiter(map(len, blobs), np.int64, len(blobs))  # type: ignore[arg-type]
+        if self.blobs is not None:  # the blobs as they are: joined (one copy), never recompressed
+            rows = np.arange(base, self.counter) % self.pool_size
+            blobs = [self.blobs.blob(row) for row in rows.tolist()]
+            frames["blobs"] = np.concatenate(blobs) if blobs else np.zeros(0, np.uint8)
+            frames["sizes"] = self.blobs.lengths[rows]
         elif views:
             frames["pool"] = ArrayRun(
                 ring_views(self.frames[: self.pool_size], base % self.pool_size, self.counter - base)
@@ -492,15 +493,16 @@ class FrameStorage:
         self.clear()
         m = len(pool)
         if m > self.pool_size:
-            if self.codec is None:
+            if self.blobs is None:
                 self.frames = np.zeros((m + self.batch_size + 1, *self.frames.shape[1:]), self.frame_dtype)
             else:
-                self.blobs = [None] * (m + self.batch_size)
+                self.blobs.resize(m + self.batch_size, np.zeros(0, np.int64))
             self.pool_size = m + self.batch_size
-        if self.codec is None:
+        if self.blobs is None:
             self.frames[:m] = pool
         else:
-            self.blobs[:m] = pool
+            for counter, blob in enumerate(pool):
+                self.blobs.append(counter, blob, 0)
         self.counter = m
         pointers = [frames["pointers"][str(leaf.index)] for leaf in self.stacked]
         count = frames["floors"].shape[0]
@@ -553,9 +555,7 @@ class FrameStorage:
         block = np.empty((every.size, self.codec.frame_bytes), np.uint8)  # type: ignore[union-attr]
         counters, first, inverse = np.unique(every, return_index=True, return_inverse=True)
         live = counters >= 0
-        rows = (counters[live] % self.pool_size).tolist()
-        blobs = self.blobs
-        decode_frames(self.codec, [blobs[row] for row in rows], block, first[live].tolist(), self.decode_threads)  # type: ignore[arg-type]
+        decode_frames(self.codec, self.blobs, counters[live] % self.pool_size, block, first[live], self.decode_threads)  # type: ignore[arg-type]
         zero = every < 0
         block[zero] = 0
         source = first[inverse]
@@ -586,10 +586,7 @@ class FrameStorage:
             self._held = np.empty((max(size + 1, 2 * self._held.shape[0]), self.codec.frame_bytes), np.uint8)
         held = self._held[: size + 1]
         held[n:] = 0
-        blobs, pool_size = self.blobs, self.pool_size
-        decode_frames(
-            self.codec, [blobs[row] for row in (counters % pool_size).tolist()], held, range(n), self.decode_threads
-        )
+        decode_frames(self.codec, self.blobs, counters % self.pool_size, held, np.arange(n), self.decode_threads)  # type: ignore[arg-type]
         renumbered = [np.where(p >= 0, np.searchsorted(counters, p), ZERO) for p in pointers]
         return held.view(self.frame_dtype).reshape(size + 1, *self.frame_shape), size, renumbered
 
