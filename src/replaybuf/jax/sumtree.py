@@ -1,10 +1,14 @@
 """A K-ary sum tree (and its min twin) as pure JAX functions: one array per level.
 
-Level 0 is the root (one node), the last level holds one leaf per slot (padded with zeros,
-or +inf for the min tree, up to ``K ** depth``). An update writes the leaves, then
-*recomputes* every touched parent from its K children, level by level (the top levels
-whole): no delta is ever propagated, so sums cannot drift however many updates a tree sees. A descent reads the K
-children of the current node for every draw at once (a ``[n, K]`` gather per level).
+Level 0 is the root (one node), the last level holds one leaf per slot (padded with zeros
+up to ``K ** depth``). An update writes the leaves, then *recomputes* every touched parent
+from its K children, level by level (the top levels whole): no delta is ever propagated,
+so sums cannot drift however many updates a tree sees. A descent reads the K children of
+the current node for every draw at once (a ``[n, K]`` gather per level).
+
+The min tree has no leaf level of its own: its lowest level is the minimum of the sum
+tree's leaves that are above 0 (an empty or padded slot holds 0, a stored item a positive
+mass), computed from the same row the sum tree gathers; +inf where there is none.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ __all__ = ["Trees", "tree_depth", "tree_init", "tree_update", "tree_descend"]
 
 
 class Trees(NamedTuple):
-    """``sums[d]`` and ``mins[d]``: level ``d`` of the sum and min trees (``K ** d`` nodes);
-    ``mins`` is ``()`` for a sum tree alone."""
+    """``sums[d]`` and ``mins[d]``: level ``d`` of the sum and min trees (``K ** d`` nodes;
+    ``mins`` stops one level above the leaves); ``mins`` is ``()`` for a sum tree alone."""
 
     sums: tuple
     mins: tuple
@@ -36,7 +40,7 @@ def tree_depth(size: int, branching: int) -> int:
 def tree_init(size: int, branching: int, with_mins: bool = True) -> Trees:
     depth = tree_depth(size, branching)
     sums = tuple(jnp.zeros((branching**d,), jnp.float32) for d in range(depth + 1))
-    mins = tuple(jnp.full((branching**d,), jnp.inf, jnp.float32) for d in range(depth + 1)) if with_mins else ()
+    mins = tuple(jnp.full((branching**d,), jnp.inf, jnp.float32) for d in range(depth)) if with_mins else ()
     return Trees(sums, mins)
 
 
@@ -53,22 +57,24 @@ def tree_update(trees: Trees, slots: jax.Array, masses: jax.Array, branching: in
     way). Duplicate slots: one of their masses is kept (which one is unspecified).
     """
     sums, mins = list(trees.sums), list(trees.mins)
+    leaves = len(sums) - 1
     index = slots.astype(jnp.int32)
     sums[-1] = sums[-1].at[index].set(masses, mode="drop")
-    if mins:
-        mins[-1] = mins[-1].at[index].set(masses, mode="drop")
-    for level in range(len(sums) - 2, -1, -1):
+    for level in range(leaves - 1, -1, -1):
         index = index // branching  # an out-of-range slot stays out of range one level up
-        if sums[level + 1].shape[0] <= DENSE_CHILDREN:  # a small level: recomputed whole
-            sums[level] = sums[level + 1].reshape(-1, branching).sum(-1)
-            if mins:
-                mins[level] = mins[level + 1].reshape(-1, branching).min(-1)
-            continue
+        dense = sums[level + 1].shape[0] <= DENSE_CHILDREN  # a small level: recomputed whole
         safe = jnp.minimum(index, sums[level].shape[0] - 1)
         # a level seen as [parents, K]: one row gather per parent (cheaper than K indices)
-        sums[level] = sums[level].at[index].set(sums[level + 1].reshape(-1, branching)[safe].sum(-1), mode="drop")
+        children = sums[level + 1].reshape(-1, branching)
+        children = children if dense else children[safe]
+        sums[level] = children.sum(-1) if dense else sums[level].at[index].set(children.sum(-1), mode="drop")
         if mins:
-            mins[level] = mins[level].at[index].set(mins[level + 1].reshape(-1, branching)[safe].min(-1), mode="drop")
+            if level == leaves - 1:  # the leaves' minimum: the sum tree's row, empty slots left out
+                children = jnp.where(children > 0, children, jnp.inf)
+            else:
+                children = mins[level + 1].reshape(-1, branching)
+                children = children if dense else children[safe]
+            mins[level] = children.min(-1) if dense else mins[level].at[index].set(children.min(-1), mode="drop")
     return Trees(tuple(sums), tuple(mins))
 
 
