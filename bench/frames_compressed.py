@@ -149,11 +149,14 @@ def codec_table(frames: np.ndarray, reps: int) -> list[tuple[str, float, float, 
     import zstandard
 
     codecs: dict = {
-        "lz4 (fast)": (lambda b: lz4.block.compress(b, store_size=False),
-                       lambda b: lz4.block.decompress(b, uncompressed_size=FRAME[0] * FRAME[1])),
-        "lz4-hc 9": (lambda b: lz4.block.compress(b, mode="high_compression", compression=9, store_size=False),
-                     lambda b: lz4.block.decompress(b, uncompressed_size=FRAME[0] * FRAME[1])),
+        "lz4 fast (0)": (lambda b: lz4.block.compress(b, store_size=False),
+                         lambda b: lz4.block.decompress(b, uncompressed_size=FRAME[0] * FRAME[1])),
     }
+    for level in (3, 9):  # 3: replaybuf's default for "lz4"
+        codecs[f"lz4-hc {level}"] = (
+            lambda b, level=level: lz4.block.compress(b, mode="high_compression", compression=level, store_size=False),
+            lambda b: lz4.block.decompress(b, uncompressed_size=FRAME[0] * FRAME[1]),
+        )
     decompressor = zstandard.ZstdDecompressor()
     for level in (1, 3, 9):
         codecs[f"zstd {level}"] = (zstandard.ZstdCompressor(level=level).compress, decompressor.decompress)

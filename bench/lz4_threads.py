@@ -45,10 +45,12 @@ def kernels():
     serial, decompress = _lz4_decode_many(), lz4_decompress_safe()
 
     @numba.njit(nogil=True, parallel=True)
-    def parallel(addresses, lengths, out_address, rows, frame_bytes, start, stop):  # pragma: no cover - compiled
-        failed = 0
+    def parallel(addresses, lengths, rows, out, out_rows, frame_bytes, start, stop):  # pragma: no cover - compiled
+        failed, out_address = 0, out.ctypes.data
         for i in numba.prange(start, stop):
-            if decompress(addresses[i], out_address + rows[i] * frame_bytes, lengths[i], frame_bytes) != frame_bytes:
+            row = rows[i]
+            target = out_address + out_rows[i] * frame_bytes
+            if decompress(addresses[row], target, lengths[row], frame_bytes) != frame_bytes:
                 failed += 1
         return failed
 
@@ -75,13 +77,7 @@ def main() -> None:
     for n in [int(x) for x in args.frames.split(",")]:
         out = np.empty((n, FRAME_BYTES), np.uint8)
         picked = rng.choice(len(blobs), n, replace=False)
-        call = (
-            starts[picked],
-            sizes[picked],
-            out.ctypes.data,
-            np.arange(n, dtype=np.int64),
-            FRAME_BYTES,
-        )
+        call = (starts, sizes, picked, out, np.arange(n, dtype=np.int64), FRAME_BYTES)
 
         def split(call=call, n=n):
             second = pool.submit(serial, *call, n // 2, n)

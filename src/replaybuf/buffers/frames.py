@@ -67,8 +67,8 @@ class FrameStackReplayBuffer(StreamBuffer):
             FrameStackObservation (``[k, *frame]``), -1 for ``[84, 84, 4]``.
         compression: keep each stored frame compressed: ``"lz4"`` (fastest to sample) or
             ``"zstd"`` (smallest); None (default) keeps raw frames. Needs the ``compress`` extra.
-        compression_level: the codec's level (lz4: 1-12 selects LZ4-HC; zstd: -7 to 22,
-            default 1); None for the codec's default.
+        compression_level: the codec's level (lz4: 0 is LZ4's fast mode, 1-12 LZ4-HC,
+            default 3; zstd: -7 to 22, default 1); None for the codec's default.
 
     Raises:
         ArgumentError: as ``stacked_leaves``; a storage other than ``"memory"``; an unknown

@@ -21,6 +21,7 @@ from numba import njit
 
 __all__ = [
     "copy_rows",
+    "decode_plan",
     "deinterleave",
     "deinterleave4_after",
     "gather",
@@ -61,6 +62,34 @@ def copy_rows(block, targets, sources):  # pragma: no cover - compiled
     the source rows (no row is both a source and a target)."""
     for i in range(targets.shape[0]):
         block[targets[i]] = block[sources[i]]
+
+
+@njit(cache=True, nogil=True)
+def decode_plan(every, pool_size):  # pragma: no cover - compiled
+    """What a read of the frame pointers ``every`` (``[m]``, < 0: the zero frame) decodes:
+    ``(rows, first, targets, sources, zeros)``: the pool rows of its distinct frames, each
+    decoded into ``first``, the first place holding it; every other place of a frame
+    copies it (``targets[i]`` from ``sources[i]``); the zero frame's places."""
+    m = every.shape[0]
+    order = np.argsort(every, kind="mergesort")  # stable: a frame's first place comes first
+    rows, first = np.empty(m, np.int64), np.empty(m, np.int64)
+    targets, sources, zeros = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64)
+    distinct = copies = zero = 0
+    previous, source = -1, 0
+    for k in range(m):
+        place = order[k]
+        pointer = every[place]
+        if pointer < 0:
+            zeros[zero] = place
+            zero += 1
+        elif pointer != previous:
+            rows[distinct], first[distinct] = pointer % pool_size, place
+            distinct += 1
+            previous, source = pointer, place
+        else:
+            targets[copies], sources[copies] = place, source
+            copies += 1
+    return rows[:distinct], first[:distinct], targets[:copies], sources[:copies], zeros[:zero]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -228,6 +257,7 @@ def warm_up() -> None:
     deinterleave4_after(
         np.zeros((1, 8), np.uint8), words, words, np.zeros((1, 4, 2), np.uint8), np.zeros((1, 4, 2), np.uint8)
     )
+    decode_plan(np.array([2, -1, 2, 5]), 4)
     for dtype in (np.uint8, np.uint64):
         same(np.zeros((1, 2), dtype), np.zeros((1, 2), dtype))
         words = np.zeros((1, 4, 2), dtype)

@@ -8,10 +8,11 @@ are many: lz4 frames in one compiled loop over LZ4's own C function (with numba)
 frames in one Python call each (zstandard has no call that decodes many blocks into one
 array; it releases the GIL while decoding).
 
-Levels: ``lz4`` without a level is LZ4's fast mode; levels 1 to 12 are LZ4-HC (smaller,
-slower to compress, decoded as fast). ``zstd`` levels run from -7 (fastest) to 22
-(default 1: on Atari frames level 3 and above gain under 2% in size for twice the time,
-docs/images.md).
+Levels: ``lz4`` level 0 is LZ4's fast mode, 1 to 12 LZ4-HC; the default is HC level 3:
+on Atari frames HC blobs are a fifth smaller and decode a third faster than fast mode's
+(fewer, longer matches), for ~3x the compress time (~24 us per MsPacman frame against 7;
+docs/images.md). ``zstd`` levels run from -7 (fastest) to 22 (default 1: on Atari frames
+level 3 and above gain under 2% in size for twice the time).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from replaybuf.storages.blobs import BlobRing
 __all__ = ["CODECS", "Codec", "decode_frames", "make_codec"]
 
 CODECS = ("lz4", "zstd")
-_LEVELS = {"lz4": (1, 12), "zstd": (-7, 22)}
+_LEVELS = {"lz4": (0, 12), "zstd": (-7, 22)}
+DEFAULT_LEVELS = {"lz4": 3, "zstd": 1}  # compression_level=None
 _PACKAGES = {"lz4": "lz4", "zstd": "zstandard"}
 
 # A batch of at least this many distinct frames is decoded by several threads.
@@ -48,21 +50,23 @@ class Codec:
 
     def __init__(self, name: str, level: int | None, frame_bytes: int):
         self.name, self.level, self.frame_bytes = name, level, frame_bytes
+        effective = DEFAULT_LEVELS[name] if level is None else level
         self._local = threading.local()  # zstandard's (de)compressor objects are per thread
-        # ``decode_many(addresses, lengths, out_address, rows, frame_bytes, start, stop)``:
-        # blobs ``start:stop`` (given by address) decoded straight into rows of ``out`` in one
-        # compiled call without the GIL; returns how many did not decode to one frame. None
-        # where the codec or numba cannot (then: one ``decompress`` and a copy per frame)
+        # ``decode_many(addresses, lengths, rows, out, out_rows, frame_bytes, start, stop)``:
+        # the blobs of pool rows ``rows[start:stop]`` (by ``addresses`` and ``lengths`` per
+        # pool row) decoded straight into rows ``out_rows`` of ``out`` in one compiled call
+        # without the GIL; returns how many did not decode to one frame. None where the codec
+        # or numba cannot (then: one ``decompress`` and a copy per frame)
         self.decode_many: Callable[..., int] | None = None
         if name == "lz4":
             import lz4.block
 
             block = lz4.block
-            if level is None:
+            if effective == 0:
                 self._compress = lambda frame: block.compress(frame, store_size=False)
             else:
                 self._compress = lambda frame: block.compress(
-                    frame, mode="high_compression", compression=level, store_size=False
+                    frame, mode="high_compression", compression=effective, store_size=False
                 )
             self._lz4_decompress = partial(block.decompress, uncompressed_size=frame_bytes)
             self.decode_many = _lz4_decode_many()
@@ -70,7 +74,7 @@ class Codec:
         else:
             import zstandard
 
-            self._compress = zstandard.ZstdCompressor(level=1 if level is None else level).compress
+            self._compress = zstandard.ZstdCompressor(level=effective).compress
             self._zstd = zstandard
             self._errors = (zstandard.ZstdError, ValueError)
 
@@ -151,30 +155,96 @@ def lz4_decompress_safe() -> Callable[[int, int, int, int], int] | None:
     return ctypes.CFUNCTYPE(count, address, address, count, count)(("LZ4_decompress_safe", library))
 
 
+# Blobs prefetched ahead of the one being decoded: a sample's blobs lie at random in a pool
+# far larger than the caches, and the decoder waits on each blob's first lines otherwise
+# (160 cold MsPacman blobs: 270 us plain, 219 us prefetching 4 ahead, 161 us when cached).
+PREFETCH_AHEAD = 4
+
+
 @cache
 def _lz4_decode_many() -> Callable[..., int] | None:
-    """A compiled loop (numba, no GIL) calling ``lz4_decompress_safe`` per blob; None without
-    numba or that function. Measured on 1280 MsPacman frames: 2.0 ms in one thread against
-    3.3 ms for ``lz4.block.decompress`` plus a copy per frame, and 1.15 ms in two threads (a
-    Python loop of per-frame calls did not scale: its threads meet at the GIL between
-    frames). Compiled once per process, on the first lz4 buffer."""
+    """A compiled loop (numba, no GIL) calling ``lz4_decompress_safe`` per blob, prefetching
+    the blobs ahead (the plain loop where this numba cannot compile the prefetch); None
+    without numba or that function. Measured on 1280 MsPacman frames: 2.0 ms in one thread
+    against 3.3 ms for ``lz4.block.decompress`` plus a copy per frame, and 1.15 ms in two
+    threads (a Python loop of per-frame calls did not scale: its threads meet at the GIL
+    between frames). Compiled once per process, on the first lz4 buffer."""
     decompress = lz4_decompress_safe()
     if decompress is None:
         return None
     try:
-        import numba
+        import lz4.block
+        import numba  # noqa: F401
     except ImportError:
         return None
+    frame = bytes(range(64)) * 4  # a check that the compiled loop decodes
+    blob = np.frombuffer(lz4.block.compress(frame, store_size=False), np.uint8)
+    one = np.zeros(1, np.int64)
+    for prefetching in (True, False):
+        try:
+            decode_many = _build_decode_many(decompress, prefetching)
+            out = np.zeros((1, len(frame)), np.uint8)
+            lengths = np.array([blob.size], np.int64)
+            failed = decode_many(np.array([blob.ctypes.data], np.uint64), lengths, one, out, one, len(frame), 0, 1)
+        except Exception:  # noqa: BLE001 - a numba/LLVM that cannot lower the prefetch
+            continue
+        if failed == 0 and out.tobytes() == frame:
+            return decode_many
+    return None
+
+
+def _build_decode_many(decompress: Callable[..., int], prefetching: bool) -> Callable[..., int]:
+    """``decode_many`` (see ``Codec``), prefetching ``PREFETCH_AHEAD`` blobs ahead or not."""
+    import numba
+
+    prefetch = _prefetch_intrinsic() if prefetching else None
+    ahead = PREFETCH_AHEAD if prefetching else 0
 
     @numba.njit(nogil=True)
-    def decode_many(addresses, lengths, out_address, rows, frame_bytes, start, stop):  # pragma: no cover - compiled
-        failed = 0
+    def fetch(addresses, lengths, row):  # pragma: no cover - compiled
+        if prefetch is not None:
+            for offset in range(0, lengths[row], 64):  # every cache line of the blob
+                prefetch(addresses[row] + np.uint64(offset))
+
+    @numba.njit(nogil=True)
+    def decode_many(addresses, lengths, rows, out, out_rows, frame_bytes, start, stop):  # pragma: no cover - compiled
+        failed, out_address = 0, out.ctypes.data
+        for i in range(start, min(stop, start + ahead)):
+            fetch(addresses, lengths, rows[i])
         for i in range(start, stop):
-            if decompress(addresses[i], out_address + rows[i] * frame_bytes, lengths[i], frame_bytes) != frame_bytes:
+            if i + ahead < stop:
+                fetch(addresses, lengths, rows[i + ahead])
+            row = rows[i]
+            target = out_address + out_rows[i] * frame_bytes
+            if decompress(addresses[row], target, lengths[row], frame_bytes) != frame_bytes:
                 failed += 1
         return failed
 
     return decode_many
+
+
+def _prefetch_intrinsic() -> Callable[[int], None]:
+    """``prefetch(address)`` for compiled code: LLVM's prefetch of the cache line at an
+    integer address (a hint: it never faults and changes no result)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def prefetch(typingctx, address):  # noqa: ANN001, ANN202 - numba's intrinsic protocol
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            pointer_type = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            function_type = ir.FunctionType(ir.VoidType(), [pointer_type, i32, i32, i32])
+            function = cgutils.get_or_insert_function(builder.module, function_type, "llvm.prefetch.p0i8")
+            # read (0), keep in all cache levels (3), data cache (1)
+            builder.call(function, [builder.inttoptr(args[0], pointer_type), *(ir.Constant(i32, v) for v in (0, 3, 1))])
+            return context.get_dummy_value()
+
+        return types.void(types.uint64), codegen
+
+    return prefetch
 
 
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (workers, executor)
@@ -206,8 +276,7 @@ def decode_frames(
     at least ``PARALLEL_FRAMES`` blobs."""
     n = len(rows)
     if codec.decode_many is not None:
-        args = (ring.addresses[rows], ring.lengths[rows], out.ctypes.data, np.asarray(out_rows, np.int64))
-        run: Callable[..., Any] = partial(_decode_many, codec, *args)
+        run: Callable[..., Any] = partial(_decode_many, codec, ring.addresses, ring.lengths, rows, out, out_rows)
     else:
         run = partial(_decode_run, codec, [ring.blob(row) for row in rows.tolist()], out, np.asarray(out_rows).tolist())
     if threads <= 1 or n < PARALLEL_FRAMES:
@@ -221,8 +290,8 @@ def decode_frames(
         part.result()
 
 
-def _decode_many(codec: Codec, addresses, lengths, out_address, rows, start: int, stop: int) -> None:  # noqa: ANN001
-    failed = codec.decode_many(addresses, lengths, out_address, rows, codec.frame_bytes, start, stop)  # type: ignore[misc]
+def _decode_many(codec: Codec, addresses, lengths, rows, out, out_rows, start: int, stop: int) -> None:  # noqa: ANN001
+    failed = codec.decode_many(addresses, lengths, rows, out, out_rows, codec.frame_bytes, start, stop)  # type: ignore[misc]
     if failed:
         raise ReplayBufferError(f"frame pool: {failed} {codec.name} blob(s) did not decode to one frame")
 

@@ -137,6 +137,16 @@ def stacked_leaves(flat: FlatSpec, stacked_fields: Sequence[str] | None, stack_a
     return out
 
 
+def _decode_plan(every: np.ndarray, pool_size: int) -> tuple[np.ndarray, ...]:
+    """NumPy's ``_frame_kernels.decode_plan`` (same arrays)."""
+    counters, first, inverse = np.unique(every, return_index=True, return_inverse=True)
+    live = counters >= 0
+    source = first[inverse]
+    zero = every < 0
+    targets = np.flatnonzero((source != np.arange(every.size)) & ~zero)
+    return counters[live] % pool_size, first[live], targets, source[targets], np.flatnonzero(zero)
+
+
 class FrameStorage:
     """The storage of a frame-stack buffer (the storage protocol of ``replaybuf.storages``).
 
@@ -553,17 +563,17 @@ class FrameStorage:
         n = pointers[0].shape[0]
         every = pointers[0].reshape(-1) if len(pointers) == 1 else np.concatenate([p.reshape(-1) for p in pointers])
         block = np.empty((every.size, self.codec.frame_bytes), np.uint8)  # type: ignore[union-attr]
-        counters, first, inverse = np.unique(every, return_index=True, return_inverse=True)
-        live = counters >= 0
-        decode_frames(self.codec, self.blobs, counters[live] % self.pool_size, block, first[live], self.decode_threads)  # type: ignore[arg-type]
-        zero = every < 0
-        block[zero] = 0
-        source = first[inverse]
-        copies = np.flatnonzero((source != np.arange(every.size)) & ~zero)
         if self.kernels is not None:
-            self.kernels.copy_rows(block, copies, source[copies])
+            rows, first, targets, sources, zeros = self.kernels.decode_plan(every, self.pool_size)
         else:
-            block[copies] = block[source[copies]]
+            rows, first, targets, sources, zeros = _decode_plan(every, self.pool_size)
+        decode_frames(self.codec, self.blobs, rows, block, first, self.decode_threads)  # type: ignore[arg-type]
+        if zeros.size:
+            block[zeros] = 0
+        if self.kernels is not None:
+            self.kernels.copy_rows(block, targets, sources)
+        else:
+            block[targets] = block[sources]
         stacks, at = [], 0
         for leaf in self.stacked:
             count = n * leaf.length
