@@ -395,7 +395,7 @@ class Buffer:
             pick = jnp.argmax(fits, axis=-1)
             return jnp.take_along_axis(starts, pick[:, None], axis=-1)[:, 0], jnp.any(fits, axis=-1)
 
-        first, found = draw(jax.random.fold_in(key, 0))
+        first, found = draw(key)  # the key itself for the first round (a fold_in costs a threefry call)
 
         # Rows whose candidates all crossed an end draw again (each candidate is uniform over all
         # starts, so the first valid one is uniform over valid starts); only when one exists.
@@ -445,7 +445,7 @@ class Buffer:
             found = (step >= low) & (step < high) & (masses > 0)
             return ids, masses, found if fits is None else found & fits(ids)
 
-        strata = (jnp.arange(size, dtype=jnp.float32) + jax.random.uniform(jax.random.fold_in(key, 0), (size,))) / size
+        strata = (jnp.arange(size, dtype=jnp.float32) + jax.random.uniform(key, (size,))) / size  # key: as above
         first, drawn, found = accept(*tree_descend(sums, strata * total, options.branching))
 
         def more(carry):
