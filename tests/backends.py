@@ -120,11 +120,14 @@ def _numpy_frames(data_spec, batch_size, max_length, seed):
     )
 
 
-def _numpy_frames_compressed(data_spec, batch_size, max_length, seed):
-    # as numpy-frames, each frame kept zstd-compressed (the compress extra)
-    return replaybuf.FrameStackReplayBuffer(
-        data_spec, batch_size, max_length, seed=seed, stacked_fields=["observation/camera"], compression="zstd"
-    )
+def _numpy_frames_compressed(codec):
+    def make(data_spec, batch_size, max_length, seed):
+        # as numpy-frames, each frame kept compressed with ``codec`` (the compress extra)
+        return replaybuf.FrameStackReplayBuffer(
+            data_spec, batch_size, max_length, seed=seed, stacked_fields=["observation/camera"], compression=codec
+        )
+
+    return make
 
 
 def _shared(data_spec, batch_size, max_length, seed):
@@ -195,7 +198,8 @@ BACKENDS: list[Backend] = [
     Backend("tf", _tf_uniform, _tf_to_numpy),
     Backend("numpy-prioritized", _numpy_prioritized),
     Backend("numpy-frames", _numpy_frames),
-    Backend("numpy-frames-zstd", _numpy_frames_compressed),
+    Backend("numpy-frames-zstd", _numpy_frames_compressed("zstd")),
+    Backend("numpy-frames-lz4", _numpy_frames_compressed("lz4")),
     Backend("shared", _shared),
     Backend("ray-sharded", _ray_sharded, dataset_may_lag=True),
     Backend("jax", _jax_uniform),
