@@ -264,6 +264,23 @@ def test_corrupt_compressed_checkpoints_are_refused_and_change_nothing(tmp_path)
         np.testing.assert_array_equal(value, before[key])
 
 
+def test_a_blob_padded_past_the_codecs_bound_is_refused():
+    """zstandard decodes a frame followed by anything, so a checkpoint's blob can decode to one
+    frame and still be megabytes long: kept as it is, it could not fit the ring's chunks."""
+    buffer, _ = filled_pair(FrameStackReplayBuffer, compression="zstd")
+    good = buffer.state_dict()
+    frames = good["frames"]
+    blobs, sizes = frames["blobs"], frames["sizes"]
+    padded = np.concatenate([blobs[: sizes[0]], np.zeros(4 << 20, np.uint8), blobs[sizes[0] :]])
+    bad = dict(frames, blobs=padded, sizes=np.concatenate([[sizes[0] + (4 << 20)], sizes[1:]]))
+    assert len(buffer._storage.codec.checked(padded[: bad["sizes"][0]], "blob")) == buffer._storage.codec.frame_bytes
+    before = buffer.gather_all()
+    with pytest.raises(CheckpointError, match=r"sizes'\]: expected blobs of at most \d+ bytes .*got one of \d+"):
+        buffer.load_state_dict(dict(good, frames=bad))
+    for key, value in buffer.gather_all().items():
+        np.testing.assert_array_equal(value, before[key])
+
+
 def test_errors_name_the_argument_and_build_nothing():
     data_spec = spec(4, 0)
     cases = [

@@ -459,6 +459,12 @@ class FrameStorage:
         blobs = [data[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
         decoded = [codec.checked(blob, f"state['frames']['blobs'][{i}]") for i, blob in enumerate(blobs)]  # type: ignore[union-attr]
         if self.codec is not None and self.codec.name == saved:
+            largest = max(map(len, blobs), default=0)
+            if largest > self.codec.largest_blob:  # kept as they are: each must fit a chunk of the ring
+                raise CheckpointError(
+                    f"state['frames']['sizes']: expected blobs of at most {self.codec.largest_blob} bytes "
+                    f"(the {self.codec.name} bound for a frame of {frame_bytes} bytes), got one of {largest}"
+                )
             return blobs
         if self.codec is not None:
             return [self.codec.compress(frame) for frame in decoded]
