@@ -38,7 +38,7 @@ def bits(array) -> np.ndarray:
 @settings(max_examples=40, deadline=None)
 @given(
     fields=st.lists(st.tuples(st.sampled_from(SHAPES), st.sampled_from(DTYPES)), min_size=1, max_size=6),
-    lead=st.sampled_from([(3,), (2, 4)]),
+    lead=st.sampled_from([(3,), (2, 4), (0,), (0, 2)]),  # no items too (an empty checkpoint)
     seed=st.integers(0, 2**16),
 )
 def test_unpack_returns_every_bit_that_was_packed(fields, lead, seed):

@@ -49,11 +49,6 @@ def _read(core: Buffer, state: BufferState, ids: jax.Array) -> Any:
 
 
 @partial(jax.jit, static_argnums=0)
-def _stored(core: Buffer, state: BufferState) -> list:
-    return core.stored(state)
-
-
-@partial(jax.jit, static_argnums=0)
 def _packed(core: Buffer, leaves: list) -> jax.Array:
     return pack(core.layout, leaves)
 
@@ -312,10 +307,11 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         with self._lock:
             ring = self._ring
             ids = ring.stream_ids().T.ravel()  # id order: step by step, streams within a step
-            rows, streams = (ids // ring.batch_size) % ring.max_length, ids % ring.batch_size
+            slots = jnp.asarray((ids % ring.capacity).astype(np.int32))  # small: no wrap with x64 off
+            read = self._core.treedef.flatten_up_to(_read(self._core, self._state, slots))
             items = {
-                str(i): np.asarray(leaf)[rows, streams].astype(spec.dtype)
-                for i, (leaf, spec) in enumerate(zip(_stored(self._core, self._state), self._flat.leaves, strict=True))
+                str(i): np.asarray(leaf).astype(spec.dtype)
+                for i, (leaf, spec) in enumerate(zip(read, self._flat.leaves, strict=True))
             }
             state = {
                 "class": self._twin,

@@ -557,8 +557,8 @@ def make_buffer(
     ``episode_end_field``, else a ``step_type`` or ``next_step_type`` field); the count of
     valid starts is kept for windows of ``episode_num_steps``; ``pad_episode_ends``: windows
     are drawn as without episodes and padded past the end instead (``SampleInfo.mask``).
-    ``prioritized``: sampling by
-    priority with ``alpha``/``beta``/``epsilon`` on a ``branching``-ary sum tree; with both,
+    ``prioritized``: sampling by priority with ``alpha``/``beta``/``epsilon`` on a
+    ``branching``-ary sum tree; with both,
     windows of ``episode_num_steps`` are drawn from a second sum tree of the valid starts
     (other lengths: one pass over the buffer per sample, then rejection).
     ``checked``: a sample with no valid window and bad priority updates are also checkify

@@ -40,6 +40,12 @@ class Field:
     size: int
     in_tail: bool
 
+    @property
+    def count(self) -> int:
+        """How many numbers of ``unit`` bytes the leaf stores (explicit sizes in every reshape:
+        a ``-1`` cannot be inferred when there are no items)."""
+        return (self.size if self.in_tail else 4 * self.size) // self.unit
+
 
 @dataclasses.dataclass(frozen=True)
 class RowLayout:
@@ -75,7 +81,7 @@ def _units(leaf: jax.Array, field: Field, lead: tuple) -> jax.Array:
         leaf = jnp.stack([jnp.real(leaf), jnp.imag(leaf)], axis=-1)
     if field.dtype != np.bool_:
         leaf = lax.bitcast_convert_type(leaf, _UNSIGNED[field.unit])
-    return leaf.reshape(*lead, -1)
+    return leaf.reshape(*lead, field.count)
 
 
 def _leaf(units: jax.Array, field: Field, lead: tuple) -> jax.Array:
@@ -88,24 +94,24 @@ def _leaf(units: jax.Array, field: Field, lead: tuple) -> jax.Array:
     return lax.bitcast_convert_type(units, field.dtype).reshape(*lead, *field.shape)
 
 
-def _to_words(units: jax.Array, unit: int, lead: tuple) -> jax.Array:
-    if unit == 4:
+def _to_words(units: jax.Array, field: Field, lead: tuple) -> jax.Array:
+    if field.unit == 4:
         return units
-    if unit == 8:  # [..., n] -> [..., n, 2] -> [..., 2n]
-        return lax.bitcast_convert_type(units, jnp.uint32).reshape(*lead, -1)
-    return lax.bitcast_convert_type(units.reshape(*lead, -1, 4 // unit), jnp.uint32)
+    if field.unit == 8:  # [..., n] -> [..., n, 2] -> [..., 2n]
+        return lax.bitcast_convert_type(units, jnp.uint32).reshape(*lead, field.size)
+    return lax.bitcast_convert_type(units.reshape(*lead, field.size, 4 // field.unit), jnp.uint32)
 
 
-def _from_words(words: jax.Array, unit: int, lead: tuple) -> jax.Array:
-    if unit == 4:
+def _from_words(words: jax.Array, field: Field, lead: tuple) -> jax.Array:
+    if field.unit == 4:
         return words
-    if unit == 8:
-        return lax.bitcast_convert_type(words.reshape(*lead, -1, 2), jnp.uint64)
-    return lax.bitcast_convert_type(words, _UNSIGNED[unit]).reshape(*lead, -1)
+    if field.unit == 8:
+        return lax.bitcast_convert_type(words.reshape(*lead, field.count, 2), jnp.uint64)
+    return lax.bitcast_convert_type(words, _UNSIGNED[field.unit]).reshape(*lead, field.count)
 
 
-def _bytes(units: jax.Array, unit: int, lead: tuple) -> jax.Array:
-    return units if unit == 1 else lax.bitcast_convert_type(units, jnp.uint8).reshape(*lead, -1)
+def _bytes(units: jax.Array, field: Field, lead: tuple) -> jax.Array:
+    return units if field.unit == 1 else lax.bitcast_convert_type(units, jnp.uint8).reshape(*lead, field.size)
 
 
 def pack(layout: RowLayout, leaves: Sequence[jax.Array]) -> jax.Array:
@@ -130,14 +136,15 @@ def pieces_of(layout: RowLayout, leaves: Sequence[jax.Array]) -> list[tuple[int,
     for leaf, field in zip(leaves, layout.fields, strict=True):
         units = _units(jnp.asarray(leaf, field.dtype), field, lead)
         if field.in_tail:
-            tail.append(_bytes(units, field.unit, lead))
+            tail.append(_bytes(units, field, lead))
         elif field.size:
-            pieces.append((field.start, _to_words(units, field.unit, lead)))
+            pieces.append((field.start, _to_words(units, field, lead)))
     if tail:
         data = jnp.concatenate(tail, axis=-1)
         padding = (layout.words - layout.tail) * 4 - data.shape[-1]
         data = jnp.pad(data, [(0, 0)] * len(lead) + [(0, padding)])
-        pieces.append((layout.tail, lax.bitcast_convert_type(data.reshape(*lead, -1, 4), jnp.uint32)))
+        words = lax.bitcast_convert_type(data.reshape(*lead, layout.words - layout.tail, 4), jnp.uint32)
+        pieces.append((layout.tail, words))
     return pieces
 
 
@@ -146,15 +153,16 @@ def unpack(layout: RowLayout, rows: jax.Array) -> list[jax.Array]:
     lead = tuple(rows.shape[:-1])
     tail = None
     if layout.tail < layout.words:
-        tail = lax.bitcast_convert_type(rows[..., layout.tail :], jnp.uint8).reshape(*lead, -1)
+        tail_bytes = 4 * (layout.words - layout.tail)
+        tail = lax.bitcast_convert_type(rows[..., layout.tail :], jnp.uint8).reshape(*lead, tail_bytes)
     out = []
     for field in layout.fields:
         if field.in_tail:
             data = tail[..., field.start : field.start + field.size]
             units = data if field.unit == 1 else lax.bitcast_convert_type(
-                data.reshape(*lead, -1, field.unit), _UNSIGNED[field.unit]
+                data.reshape(*lead, field.count, field.unit), _UNSIGNED[field.unit]
             )
         else:
-            units = _from_words(rows[..., field.start : field.start + field.size], field.unit, lead)
+            units = _from_words(rows[..., field.start : field.start + field.size], field, lead)
         out.append(_leaf(units, field, lead))
     return out

@@ -28,8 +28,9 @@ next observation (the observation shifted by one frame, plus one) run as compile
 
 With a ``codec`` (``compression=`` of the presets, ``replaybuf.storages.codecs``) the pool
 holds each frame as one compressed blob (end to end in a ``BlobRing``, addressed by pool
-row) instead of raw bytes: a frame is compressed once when appended, and a read decodes each distinct frame
-its items use once into a scratch pool, then builds the stacks from it as above.
+row) instead of raw bytes: a frame is compressed once when appended, and a read decodes
+each distinct frame its items use once (straight into the batch where frames lie whole in
+their stacks, else into a scratch pool the stacks are built from as above).
 
 Checkpoints (``state`` / ``check_state`` / ``load_state``) hold the small leaves, the live
 frames once (raw, or the blobs as they are with the codec's name), and the pointers
