@@ -262,7 +262,7 @@ def test_sum_tree_is_recomputed_and_cannot_drift():
     # every parent is the sum of its children (to float32 rounding in one sum of 8, whatever
     # the order XLA adds them in): nothing accumulated over the 300 updates
     for level in range(len(sums) - 1):
-        children = np.asarray(sums[level + 1], np.float64).reshape(-1, 8).sum(-1)
+        children = np.asarray(sums[level + 1], np.float64).reshape(sums[level].shape[0], -1).sum(-1)
         np.testing.assert_allclose(np.asarray(sums[level]), children, rtol=1e-6)
     np.testing.assert_allclose(float(sums[0][0]), leaves.sum(), rtol=1e-6)
     assert float(state.priorities.trees.mins[0][0]) == pytest.approx(leaves[leaves > 0].min())
@@ -289,6 +289,25 @@ def test_prioritized_draws_follow_priorities_with_probabilities_and_weights():
     ids = np.asarray(info.ids)[:, 0]
     assert ids.max() < 12
     np.testing.assert_allclose(np.asarray(info.probabilities), priorities[ids] / priorities[:12].sum(), rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("steps", "num_steps"), [(6, 2), (6, 5), (8, 3), (8, 7), (11, 2), (11, 5), (11, 7), (13, 3), (13, 7), (16, 8)]
+)
+def test_prioritized_windows_share_the_mass_of_the_starts_they_fit_after(steps, num_steps):
+    """Starts in the last num_steps - 1 steps are left out of the mass, wherever the ring wrapped."""
+    batch, length = 2, 8
+    buffer = make_buffer(SMALL, batch, length, prioritized=True, alpha=1.0, epsilon=0.0)
+    state = filled(buffer, steps, lambda t: {"obs": np.zeros((batch, 4), np.float32),
+                                             "action": np.zeros(batch, np.int32), "done": np.zeros(batch, bool)})
+    ids = np.arange(max(steps - length, 0) * batch, steps * batch)
+    priorities = np.random.default_rng(steps * 10 + num_steps).random(ids.size).astype(np.float32) + 0.1
+    state = buffer.update_priorities(state, jnp.asarray(ids, jnp.int32), jnp.asarray(priorities))
+    fits = ids // batch <= steps - num_steps
+    _, info = jax.jit(buffer.sample, static_argnums=(2, 3))(state, jax.random.key(steps), 256, num_steps)
+    drawn = np.asarray(info.ids)[:, 0] - ids[0]
+    assert np.asarray(info.valid).all() and fits[drawn].all()
+    np.testing.assert_allclose(np.asarray(info.probabilities), priorities[drawn] / priorities[fits].sum(), rtol=1e-5)
 
 
 def test_bad_priority_updates_are_dropped_and_counted_inside_jit():

@@ -9,14 +9,28 @@ import pytest
 
 from replaybuf.jax.sumtree import DENSE_CHILDREN, tree_descend, tree_init, tree_update
 
-SIZE = 5000  # 8 ** 5 leaves: levels 0-2 are recomputed whole, levels 3-4 node by node
+SIZE = 5000  # 2 * 8 ** 4 leaves at K = 8: levels 0-2 are recomputed whole, levels 3-4 node by node
 
 
 def reference_levels(leaves: np.ndarray, branching: int, reduce) -> list[np.ndarray]:
     levels = [leaves]
-    while levels[0].size > 1:
-        levels.insert(0, reduce(levels[0].reshape(-1, branching), axis=-1))
+    while levels[0].size > 1:  # K children per node; the root takes what is left (at most K)
+        levels.insert(0, reduce(levels[0].reshape(-1, min(branching, levels[0].size)), axis=-1))
     return levels
+
+
+@pytest.mark.parametrize(
+    ("size", "branching", "levels"),
+    [
+        (2**20, 8, [1, 4, 32, 256, 2048, 16384, 131072, 2**20]),  # 1M leaves, not 8 ** 7 = 2M
+        (SIZE, 8, [1, 2, 16, 128, 1024, 8192]),
+        (SIZE, 4, [1, 2, 8, 32, 128, 512, 2048, 8192]),
+        (8, 8, [1, 8]),
+        (1, 8, [1, 1]),
+    ],
+)
+def test_levels_pad_the_leaves_only_to_a_multiple_of_the_subtrees_below_the_root(size, branching, levels):
+    assert [level.shape[0] for level in tree_init(size, branching).sums] == levels
 
 
 @pytest.mark.parametrize("branching", [4, 8])
@@ -25,7 +39,7 @@ def test_every_level_is_its_childrens_sum_and_min_after_many_updates(branching):
     leaf_count = trees.sums[-1].shape[0]
     assert any(level.shape[0] * branching <= DENSE_CHILDREN for level in trees.sums[:-1])
     assert any(level.shape[0] * branching > DENSE_CHILDREN for level in trees.sums[:-1])
-    update = jax.jit(tree_update, static_argnums=3)
+    update = jax.jit(tree_update)
     rng = np.random.default_rng(0)
     sums = np.zeros(leaf_count, np.float32)
     mins = np.full(leaf_count, np.inf, np.float32)
@@ -34,7 +48,7 @@ def test_every_level_is_its_childrens_sum_and_min_after_many_updates(branching):
         slots[:8] = leaf_count + rng.integers(0, 10, 8)  # out of range: dropped
         masses = rng.random(64).astype(np.float32) + 0.01
         slots[8:12] = slots[12]  # duplicates: one of their masses is kept, the same in every level
-        trees = update(trees, jnp.asarray(slots), jnp.asarray(masses), branching)
+        trees = update(trees, jnp.asarray(slots), jnp.asarray(masses))
         kept = np.asarray(trees.sums[-1])
         for slot in np.unique(slots[slots < leaf_count]):
             assert kept[slot] in masses[slots == slot]
@@ -54,12 +68,12 @@ def test_a_descent_finds_the_leaf_whose_prefix_holds_each_target():
     branching = 8
     rng = np.random.default_rng(1)
     masses = np.where(rng.random(SIZE) < 0.3, 0.0, rng.random(SIZE)).astype(np.float32)
-    trees = tree_update(tree_init(SIZE, branching, with_mins=False), jnp.arange(SIZE), jnp.asarray(masses), branching)
+    trees = tree_update(tree_init(SIZE, branching, with_mins=False), jnp.arange(SIZE), jnp.asarray(masses))
     total = float(trees.sums[0][0])
     edges = np.cumsum(masses.astype(np.float64))
     targets = np.concatenate([rng.random(500) * total, edges[rng.integers(0, SIZE, 50)] * (1 - 1e-6)])
     targets = np.minimum(targets, total * (1 - 1e-6)).astype(np.float32)
-    leaves, drawn = jax.jit(tree_descend, static_argnums=2)(trees.sums, jnp.asarray(targets), branching)
+    leaves, drawn = jax.jit(tree_descend)(trees.sums, jnp.asarray(targets))
     leaves, drawn = np.asarray(leaves), np.asarray(drawn)
     assert (masses[leaves] > 0).all()  # never a zero-mass leaf
     np.testing.assert_array_equal(drawn, masses[leaves])

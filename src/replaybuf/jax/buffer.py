@@ -375,7 +375,7 @@ class JaxUniformReplayBuffer(ReplayBuffer):
             mass, largest = masses
             slots = (np.arange(first * ring.batch_size, steps * ring.batch_size) % ring.capacity).astype(np.int32)
             branching = self._core.priorities.branching
-            trees = tree_update(tree_init(ring.capacity, branching), jnp.asarray(slots), jnp.asarray(mass), branching)
+            trees = tree_update(tree_init(ring.capacity, branching), jnp.asarray(slots), jnp.asarray(mass))
             new = new._replace(priorities=new.priorities._replace(trees=trees, max_priority=jnp.float32(largest)))
         new = self._core.rebuild(new)  # the valid-start count and window tree, from the loaded state
         if self._device is not None:

@@ -182,7 +182,7 @@ class Buffer:
             options = self.priorities
             mass = (priorities.max_priority + options.epsilon) ** options.alpha
             slots = row * self.batch_size + jnp.arange(self.batch_size, dtype=jnp.int32)
-            trees = tree_update(priorities.trees, slots, jnp.full((self.batch_size,), mass), options.branching)
+            trees = tree_update(priorities.trees, slots, jnp.full((self.batch_size,), mass))
             priorities = priorities._replace(trees=trees)
             if self._window_tree:
                 priorities = priorities._replace(windows=self._decide_starts(priorities, episodes, t, slots))
@@ -202,14 +202,14 @@ class Buffer:
         """The window tree after adding step ``t`` (slots ``new``): the new slots are no start
         yet (0); the starts whose window ends at step ``t`` are decided (their mass when the
         window lies inside one episode, else 0)."""
-        branching, span = self.priorities.branching, self.episodes.num_steps - 1
-        windows = tree_update(priorities.windows, new, jnp.zeros((self.batch_size,), jnp.float32), branching)
+        span = self.episodes.num_steps - 1
+        windows = tree_update(priorities.windows, new, jnp.zeros((self.batch_size,), jnp.float32))
         first = t - span
         starts = (first % self.max_length).astype(jnp.int32) * self.batch_size + jnp.arange(self.batch_size)
         inside = lax.dynamic_index_in_dim(episodes.position, (t % self.max_length).astype(jnp.int32), 0, False) >= span
         masses = jnp.where(inside, priorities.trees.sums[-1][starts], 0.0)
         outside = priorities.trees.sums[-1].shape[0]  # an out-of-range slot: the update drops it
-        return tree_update(windows, jnp.where(first >= 0, starts, outside), masses, branching)
+        return tree_update(windows, jnp.where(first >= 0, starts, outside), masses)
 
     def rebuild(self, state: BufferState) -> BufferState:
         """``state`` with what adds keep derived from the positions and priorities recomputed
@@ -224,7 +224,7 @@ class Buffer:
         leaves = state.priorities.trees.sums[-1][: self.capacity]
         empty = tree_init(self.capacity, self.priorities.branching, with_mins=False)
         slots = jnp.arange(self.capacity, dtype=jnp.int32)
-        windows = tree_update(empty, slots, jnp.where(mask.ravel(), leaves, 0.0), self.priorities.branching)
+        windows = tree_update(empty, slots, jnp.where(mask.ravel(), leaves, 0.0))
         return state._replace(priorities=state.priorities._replace(windows=windows))
 
     def _add_episodes(self, state: BufferState, leaves: list, row: jax.Array) -> EpisodeState:
@@ -431,12 +431,7 @@ class Buffer:
             mass = jnp.sum(jnp.where(masks, trees.sums[-1][: self.capacity], 0.0))
             fits = partial(self._window_fits, state, num_steps=num_steps)
         else:
-            # The mass of starts whose window would pass the head (the last num_steps - 1 steps).
-            late_steps = state.steps - 1 - jnp.arange(num_steps - 1, dtype=state.steps.dtype)
-            late = (late_steps[:, None] * self.batch_size + jnp.arange(self.batch_size, dtype=low.dtype)).ravel()
-            late_leaves = trees.sums[-1][(late % self.capacity).astype(jnp.int32)]
-            late_mass = jnp.sum(jnp.where(late >= low * self.batch_size, late_leaves, 0))
-            mass = jnp.maximum(total - late_mass, 0.0)
+            mass = jnp.maximum(total - self._late_mass(state, trees.sums[-1], low, num_steps), 0.0)
         fine = (high > low) & (mass > 0)
 
         def accept(slots, masses):
@@ -446,7 +441,7 @@ class Buffer:
             return ids, masses, found if fits is None else found & fits(ids)
 
         strata = (jnp.arange(size, dtype=jnp.float32) + jax.random.uniform(key, (size,))) / size  # key: as above
-        first, drawn, found = accept(*tree_descend(sums, strata * total, options.branching))
+        first, drawn, found = accept(*tree_descend(sums, strata * total))
 
         def more(carry):
             return jnp.any(~carry[2]) & fine
@@ -454,7 +449,7 @@ class Buffer:
         def again(carry):
             first, drawn, found, round_ = carry
             targets = jax.random.uniform(jax.random.fold_in(key, round_), (size,)) * total
-            new_first, new_drawn, new_found = accept(*tree_descend(sums, targets, options.branching))
+            new_first, new_drawn, new_found = accept(*tree_descend(sums, targets))
             return (
                 jnp.where(found, first, new_first), jnp.where(found, drawn, new_drawn), found | new_found, round_ + 1
             )
@@ -464,6 +459,27 @@ class Buffer:
         smallest = trees.mins[0][0]
         weights = jnp.where(fine, (drawn / smallest) ** -options.beta, 0.0)
         return first, probabilities, weights, found & fine
+
+    def _late_mass(self, state: BufferState, leaves: jax.Array, low: jax.Array, num_steps: int) -> jax.Array:
+        """The mass of the starts whose window would pass the head: the last ``num_steps - 1``
+        steps (from ``low`` on). Those are consecutive rows of the ring, read as two slices (the
+        second for the rows that wrapped to the front), not as a gather of their slots: a slice
+        is cheaper, and on CPU XLA splits a gather from a large array across threads."""
+        span = num_steps - 1
+        if span == 0:
+            return jnp.zeros((), jnp.float32)
+        rows = leaves[: self.capacity].reshape(self.max_length, self.batch_size)
+        oldest = state.steps - span
+        start = lax.clamp(0, (oldest % self.max_length).astype(jnp.int32), self.max_length - span)
+        late = partial(self._late_rows, state, rows, jnp.maximum(oldest, low), span)
+        return late(start, self.max_length) + late(jnp.zeros((), jnp.int32), start)
+
+    def _late_rows(self, state, rows, oldest, span, start, below):
+        """The mass in rows ``[start, start + span)`` below ``below`` holding a step >= ``oldest``."""
+        block = lax.dynamic_slice_in_dim(rows, start, span)
+        ring_rows = start + jnp.arange(span, dtype=jnp.int32)
+        late = (self._row_steps(state, ring_rows) >= oldest) & (ring_rows < below)
+        return jnp.sum(jnp.where(late[:, None], block, 0.0))
 
     def update_priorities(self, state: BufferState, ids: jax.Array, priorities: jax.Array) -> BufferState:
         """Set the priorities of the stored items ``ids`` (any shape, matching ``priorities``).
@@ -496,14 +512,14 @@ class Buffer:
         outside = current.trees.sums[-1].shape[0]  # an out-of-range slot: the update drops it
         slots = jnp.where(keep, ids % self.capacity, outside)
         masses = (jnp.where(keep, values, 1.0) + options.epsilon) ** options.alpha
-        trees = tree_update(current.trees, slots, masses, options.branching)
+        trees = tree_update(current.trees, slots, masses)
         windows = current.windows
         if windows is not None:  # decided starts take their new mass where their window fits
             span = self.episodes.num_steps - 1
             decided = keep & (ids // self.batch_size + span < state.steps)
             fits = self._window_fits(state, ids, span + 1)
             window_slots = jnp.where(decided, slots, outside)
-            windows = tree_update(windows, window_slots, jnp.where(fits, masses, 0.0), options.branching)
+            windows = tree_update(windows, window_slots, jnp.where(fits, masses, 0.0))
         largest = jnp.max(jnp.where(keep, values, 0.0), initial=0.0)
         dropped = current.dropped + jnp.sum(bad, dtype=jnp.int32)
         return state._replace(
