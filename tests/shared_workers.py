@@ -1,6 +1,7 @@
 """Functions run in child processes by the shared-buffer and rate-limiter tests.
 
-They live in a module of their own so that spawn and forkserver children can import them.
+They live in a module of their own so that spawn and forkserver children can import them;
+``Episodes`` (a brute-force model of writers' episodes) is shared by the episode tests.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 
+import numpy as np
 import pytest
 
 
@@ -147,3 +149,35 @@ def write(writer, steps) -> None:
 
     for step in steps:
         writer.add_batch(fields_for_ids(writer.ids(step)))
+
+
+class Episodes:
+    """Writers' steps with random episode ends, and the brute-force set of valid windows."""
+
+    def __init__(self, buffer, seed=0):
+        self.buffer, self.rng = buffer, np.random.default_rng(seed)
+        self.dones = {w: [] for w in range(buffer.writers)}  # per writer, one [batch_size] row per step
+        self.handles = {}
+
+    def add(self, w, steps, p_end=0.3):
+        handle = self.handles.setdefault(w, self.buffer.writer(w))
+        for _ in range(steps):
+            done = self.rng.random(self.buffer.batch_size) < p_end
+            handle.add_batch({"id": handle.ids(len(self.dones[w])), "done": done})
+            self.dones[w].append(done)
+
+    def valid(self, size):
+        """Ids of the first steps of stored windows of ``size`` with no end before their last step."""
+        streams, batch = self.buffer.writers * self.buffer.batch_size, self.buffer.batch_size
+        starts = set()
+        for w, rows in self.dones.items():
+            done = np.array(rows, bool).reshape(-1, batch)
+            for t in range(max(0, len(rows) - self.buffer.max_length), len(rows) - size + 1):
+                for s in range(batch):
+                    if not done[t : t + size - 1, s].any():
+                        starts.add(t * streams + w * batch + s)
+        return starts
+
+    def close(self):
+        for handle in self.handles.values():
+            handle.close()

@@ -45,10 +45,14 @@ def _jax(prioritized, pad=False):
     return make
 
 
-def _shared(batch_size, max_length, seed):
-    from replaybuf.shared import SharedReplayBuffer
+def _shared(sampler):
+    def make(batch_size, max_length, seed):  # prioritized: no priority updates here, uniform draws
+        from replaybuf.shared import SharedReplayBuffer
 
-    return SharedReplayBuffer(SPEC, writers=1, batch_size=batch_size, max_length=max_length, seed=seed, **EPISODES)
+        return SharedReplayBuffer(SPEC, writers=1, batch_size=batch_size, max_length=max_length, seed=seed,
+                                  sampler=sampler, **EPISODES)
+
+    return make
 
 
 BACKENDS = {
@@ -56,7 +60,8 @@ BACKENDS = {
     "numpy-prioritized": _numpy_prioritized,
     "jax": _jax(False),
     "jax-prioritized": _jax(True),
-    "shared": _shared,
+    "shared": _shared("uniform"),
+    "shared-prioritized": _shared("prioritized"),
     "numpy-padded": _numpy_padded,
     "jax-padded": _jax(False, pad=True),
 }

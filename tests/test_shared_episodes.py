@@ -13,43 +13,18 @@ import pytest
 from replaybuf import ArraySpec, UniformReplayBuffer
 from replaybuf.errors import ArgumentError, EmptyBufferError
 from replaybuf.shared import SharedReplayBuffer
-from shared_workers import buffers, episode_done, no_leaked_segments, shm_blocks, write_episodes_until_closed  # noqa: F401
+from shared_workers import (  # noqa: F401
+    Episodes,
+    buffers,
+    episode_done,
+    no_leaked_segments,
+    shm_blocks,
+    write_episodes_until_closed,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
 SPEC = {"id": ArraySpec((), np.int64), "done": ArraySpec((), np.bool_)}
-
-
-class Episodes:
-    """Writers' steps with random episode ends, and the brute-force set of valid windows."""
-
-    def __init__(self, buffer, seed=0):
-        self.buffer, self.rng = buffer, np.random.default_rng(seed)
-        self.dones = {w: [] for w in range(buffer.writers)}  # per writer, one [batch_size] row per step
-        self.handles = {}
-
-    def add(self, w, steps, p_end=0.3):
-        handle = self.handles.setdefault(w, self.buffer.writer(w))
-        for _ in range(steps):
-            done = self.rng.random(self.buffer.batch_size) < p_end
-            handle.add_batch({"id": handle.ids(len(self.dones[w])), "done": done})
-            self.dones[w].append(done)
-
-    def valid(self, size):
-        """Ids of the first steps of stored windows of ``size`` with no end before their last step."""
-        streams, batch = self.buffer.writers * self.buffer.batch_size, self.buffer.batch_size
-        starts = set()
-        for w, rows in self.dones.items():
-            done = np.array(rows, bool).reshape(-1, batch)
-            for t in range(max(0, len(rows) - self.buffer.max_length), len(rows) - size + 1):
-                for s in range(batch):
-                    if not done[t : t + size - 1, s].any():
-                        starts.add(t * streams + w * batch + s)
-        return starts
-
-    def close(self):
-        for handle in self.handles.values():
-            handle.close()
 
 
 def assert_draws_match(buffer, episodes, size, draws=60):
@@ -139,8 +114,6 @@ def test_no_window_inside_an_episode_raises_and_clear_and_load_start_over(buffer
 
 def test_episode_arguments_are_checked_and_create_nothing():
     before = shm_blocks()
-    with pytest.raises(ArgumentError, match="respect_episodes: only with sampler='uniform'"):
-        SharedReplayBuffer(SPEC, respect_episodes=True, sampler="prioritized", episode_end_field="done")
     with pytest.raises(ArgumentError, match="episode_end_field: only used with respect_episodes=True"):
         SharedReplayBuffer(SPEC, episode_end_field="done")
     with pytest.raises(ArgumentError, match="episode_end_field: expected the path of a scalar field"):
@@ -151,12 +124,13 @@ def test_episode_arguments_are_checked_and_create_nothing():
 
 
 @pytest.mark.timeout(300)
-def test_windows_drawn_while_writer_processes_wrap_never_cross_an_end():
+@pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
+def test_windows_drawn_while_writer_processes_wrap_never_cross_an_end(sampler):
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
     writers, batch_size, max_length = 2, 2, 32
     with SharedReplayBuffer(SPEC, writers=writers, batch_size=batch_size, max_length=max_length, seed=4,
-                            respect_episodes=True, episode_end_field="done") as buffer:
+                            respect_episodes=True, episode_end_field="done", sampler=sampler) as buffer:
         processes = [
             context.Process(target=write_episodes_until_closed, args=(buffer.writer(w, flush_every=4),), daemon=True)
             for w in range(writers)
@@ -174,6 +148,8 @@ def test_windows_drawn_while_writer_processes_wrap_never_cross_an_end():
                 np.testing.assert_array_equal(items["id"], ids)  # whole records
                 np.testing.assert_array_equal(items["done"], episode_done(ids))
                 assert not items["done"][:, :-1].any()  # no end before a window's last step
+                if sampler == "prioritized":  # priorities set while the writers wrap
+                    buffer.update_priorities(ids, 1.0 + (ids[:, 0] % 7).astype(np.float64))
             assert all(p.is_alive() for p in processes)
         finally:
             buffer.close()  # ends the writers

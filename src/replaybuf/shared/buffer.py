@@ -27,6 +27,7 @@ from replaybuf.samplers.prioritized import check_priority_state, priority_update
 from replaybuf.shared.episodes import SegmentEpisodes
 from replaybuf.shared.layout import FLOOR, STEPS, WRITING, Layout
 from replaybuf.shared.priorities import SegmentPriorities
+from replaybuf.shared.windows import SegmentWindows
 from replaybuf.shared.writer import SharedWriter
 
 __all__ = ["SharedReplayBuffer"]
@@ -71,7 +72,8 @@ class SharedReplayBuffer(ReplayBuffer):
             limiter's lock; "spawn" by default; its handles also work in fork children.
         respect_episodes: windows never cross an episode's end (ends from
             ``episode_end_field``, else a ``step_type`` or ``next_step_type`` field): uniform
-            over the windows inside one episode (shared/episodes.py; uniform sampler only).
+            over the windows inside one episode (shared/episodes.py), or by priority over
+            them with ``sampler="prioritized"`` (shared/windows.py).
 
     The shared memory is released by ``close()`` (or a ``with`` block), or when this
     object is collected or its process exits.
@@ -111,8 +113,6 @@ class SharedReplayBuffer(ReplayBuffer):
         if sampler == "uniform":
             why = "only used with sampler='prioritized'"
             reject_unused(alpha=(alpha, 0.6, why), beta=(beta, 0.4, why), epsilon=(epsilon, 1e-6, why))
-        if respect_episodes and sampler != "uniform":
-            raise ArgumentError(f"respect_episodes: only with sampler='uniform' in a shared buffer, got {sampler!r}")
         if not respect_episodes:
             reject_unused(episode_end_field=(episode_end_field, None, "only used with respect_episodes=True"))
         if isinstance(context, str):
@@ -148,6 +148,8 @@ class SharedReplayBuffer(ReplayBuffer):
         if respect_episodes:
             markers = episode_markers(self._flat, episode_end_field)  # raises ArgumentError
             self._episodes = SegmentEpisodes(markers, self._names, self._writers, self._batch_size, self._max_length)
+        both = self._episodes is not None and self._priorities is not None
+        self._windows = SegmentWindows(self._priorities, self._episodes) if both else None
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -269,14 +271,14 @@ class SharedReplayBuffer(ReplayBuffer):
             self._limiter.await_sample(count, self._timeout)
         try:
             with self._lock:
-                if self._episodes is not None:
+                if self._priorities is not None:
+                    ids, probabilities, rows, weights = self._draw_prioritized(count, num_steps)
+                elif self._episodes is not None:
                     ids, probabilities, rows = self._draw_episodes(count, num_steps)
                     weights = None
-                elif self._priorities is None:
+                else:
                     ids, probabilities, rows = self._draw(count, num_steps)
                     weights = None
-                else:
-                    ids, probabilities, rows, weights = self._draw_prioritized(count, num_steps)
         except BaseException:
             if self._limiter is not None:
                 self._limiter.undo_sample(count)
@@ -303,12 +305,19 @@ class SharedReplayBuffer(ReplayBuffer):
     def _draw_prioritized(
         self, count: int, num_steps: int | None, tries: int = 0
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``_draw`` by priority: also returns the importance weights."""
+        """``_draw`` by priority: also returns the importance weights. With episodes, windows are
+        drawn from the tree of those inside one episode (replaybuf.shared.windows)."""
         length, batch_size, max_length = num_steps or 1, self._batch_size, self._max_length
-        lows, highs = self._lows_highs()
+        if self._windows is not None:
+            lows, highs = self._windows.take_in(self._cursors, self._records)
+        else:
+            lows, highs = self._lows_highs()
         if not any(highs):
             self._raise_empty(length, np.zeros(1, np.int64))
-        writer, step, stream, probabilities, weights = self._priorities.draw(self._rng, count, length, lows, highs)
+        if self._windows is not None:
+            writer, step, stream, probabilities, weights = self._windows.draw(self._rng, count, length, lows)
+        else:
+            writer, step, stream, probabilities, weights = self._priorities.draw(self._rng, count, length, lows, highs)
         column = writer * batch_size + stream
         steps = step if num_steps is None else step[:, None] + np.arange(num_steps)
         ids = steps * self._streams + (column if num_steps is None else column[:, None])
@@ -345,8 +354,13 @@ class SharedReplayBuffer(ReplayBuffer):
         step, column = np.divmod(ids, self._streams)
         writer, stream = np.divmod(column, self._batch_size)
         with self._lock:
-            lows, highs = self._lows_highs()
-            self._priorities.update(writer, step, stream, priorities, lows, highs, ids)
+            if self._windows is not None:
+                lows, highs = self._windows.take_in(self._cursors, self._records)
+            else:
+                lows, highs = self._lows_highs()
+            live, masses = self._priorities.update(writer, step, stream, priorities, lows, highs, ids)
+            if self._windows is not None:
+                self._windows.updated(writer[live], step[live], stream[live], masses)
 
     def _draw(self, count: int, num_steps: int | None, tries: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``count`` draws: ids ``[count]`` (or ``[count, T]`` windows), probabilities ``[count]``
@@ -535,6 +549,8 @@ class SharedReplayBuffer(ReplayBuffer):
                 self._priorities.cleared()
             if self._episodes is not None:
                 self._episodes.cleared()
+            if self._windows is not None:
+                self._windows.cleared()
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -645,6 +661,8 @@ class SharedReplayBuffer(ReplayBuffer):
                 self._priorities.cleared()
             if self._episodes is not None:  # positions are read again from the loaded records
                 self._episodes.cleared()
+            if self._windows is not None:
+                self._windows.cleared()
 
     def save(self, path: str | os.PathLike) -> None:
         """Write ``state_dict()`` to the checkpoint folder ``path`` (docs/persistence.md's format)."""

@@ -165,8 +165,9 @@ class SegmentPriorities:
         lows: list[int],
         highs: list[int],
         ids: np.ndarray,
-    ) -> None:
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Set priorities of (writer, step, stream) items; stale ones (overwritten) are skipped.
+        Returns which items were live and the masses they got.
 
         Raises:
             PriorityError: a priority that is not finite and > 0, or an id never added;
@@ -190,6 +191,7 @@ class SegmentPriorities:
             self.sums.update(slots, masses)
             self.mins.update(slots, masses)
             self.max_priority = max(self.max_priority, float(priorities[live].max()))
+        return live, masses
 
 
 def _split_slot(slots: np.ndarray, segment: int, batch_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
