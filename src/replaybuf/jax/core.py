@@ -463,8 +463,8 @@ class Buffer:
     def _late_mass(self, state: BufferState, leaves: jax.Array, low: jax.Array, num_steps: int) -> jax.Array:
         """The mass of the starts whose window would pass the head: the last ``num_steps - 1``
         steps (from ``low`` on). Those are consecutive rows of the ring, read as two slices (the
-        second for the rows that wrapped to the front), not as a gather of their slots: a slice
-        is cheaper, and on CPU XLA splits a gather from a large array across threads."""
+        second for the rows that wrapped to the front), which cost less than a gather of their
+        slots."""
         span = num_steps - 1
         if span == 0:
             return jnp.zeros((), jnp.float32)
