@@ -125,6 +125,7 @@ class RacingRecords:
 
     def __init__(self, records, writer, steps):
         self.records, self.writer, self.steps = records, writer, list(steps)
+        self.dtype = records.dtype  # the reads here are small: they stay on take
 
     def take(self, slots):
         rows = self.records.take(slots)
@@ -306,6 +307,7 @@ class AlwaysRacingRecords:
 
     def __init__(self, records, writer, max_length):
         self.records, self.writer, self.max_length, self.next = records, writer, max_length, writer.steps
+        self.dtype = records.dtype  # the reads here are small: they stay on take
 
     def take(self, slots):
         rows = self.records.take(slots)

@@ -29,6 +29,8 @@ from replaybuf.shared.layout import FLOOR, STEPS, WRITING, Layout
 from replaybuf.shared.priorities import SegmentPriorities
 from replaybuf.shared.windows import SegmentWindows
 from replaybuf.shared.writer import SharedWriter
+from replaybuf.storages.row_copy import read_rows
+from replaybuf.storages.threads import usable_threads
 
 __all__ = ["SharedReplayBuffer"]
 
@@ -137,6 +139,7 @@ class SharedReplayBuffer(ReplayBuffer):
         self._lock = threading.RLock()
         self._own_writer: SharedWriter | None = None
         self.torn_redraws = 0  # elements drawn again because a writer overwrote them mid-read
+        self._read_threads = usable_threads()
         self._shm = shared_memory.SharedMemory(
             name=f"replaybuf-{os.getpid()}-{uuid.uuid4().hex[:12]}", create=True, size=self._layout.size
         )
@@ -323,7 +326,8 @@ class SharedReplayBuffer(ReplayBuffer):
         ids = steps * self._streams + (column if num_steps is None else column[:, None])
         segment_of = writer if num_steps is None else writer[:, None]
         stream_of = stream if num_steps is None else stream[:, None]
-        rows = self._records.take((segment_of * max_length + steps % max_length) * batch_size + stream_of)
+        rows = read_rows(self._records, (segment_of * max_length + steps % max_length) * batch_size + stream_of,
+                         self._read_threads)
         torn = step < self._cursors[:, WRITING][writer] - max_length  # read after the copy
         if torn.any():
             if tries == _MAX_REDRAWS:
@@ -401,7 +405,7 @@ class SharedReplayBuffer(ReplayBuffer):
             slots = (local[:, None] + offsets) % segment_size
         if writer is not None:
             slots += (writer * segment_size).reshape((count,) + (1,) * (slots.ndim - 1))
-        rows = self._records.take(slots)
+        rows = read_rows(self._records, slots, self._read_threads)
         probabilities = np.empty(count, np.float32)
         probabilities.fill(1.0 / total)
         # read after the copy: only a writer that moved past its low while we read can have

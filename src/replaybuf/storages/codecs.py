@@ -18,10 +18,8 @@ level 3 and above gain under 2% in size for twice the time).
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from functools import cache, partial
 from typing import Any
 
@@ -29,6 +27,7 @@ import numpy as np
 
 from replaybuf.errors import ArgumentError, CheckpointError, ReplayBufferError
 from replaybuf.storages.blobs import BlobRing
+from replaybuf.storages.threads import run_split
 
 __all__ = ["CODECS", "Codec", "decode_frames", "make_codec"]
 
@@ -247,27 +246,6 @@ def _prefetch_intrinsic() -> Callable[[int], None]:
     return prefetch
 
 
-_pool: tuple[int, ThreadPoolExecutor] | None = None  # (workers, executor)
-_pool_lock = threading.Lock()
-
-
-def decode_threads() -> int:
-    """How many threads decode a large batch: the usable cores, at most 4."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(4, cores))
-
-
-def _executor(threads: int) -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None or _pool[0] < threads:
-            _pool = (threads, ThreadPoolExecutor(max_workers=threads, thread_name_prefix="replaybuf-decode"))
-        return _pool[1]
-
-
 def decode_frames(
     codec: Codec, ring: BlobRing, rows: np.ndarray, out: np.ndarray, out_rows: np.ndarray, threads: int = 1
 ) -> None:
@@ -279,15 +257,7 @@ def decode_frames(
         run: Callable[..., Any] = partial(_decode_many, codec, ring.addresses, ring.lengths, rows, out, out_rows)
     else:
         run = partial(_decode_run, codec, [ring.blob(row) for row in rows.tolist()], out, np.asarray(out_rows).tolist())
-    if threads <= 1 or n < PARALLEL_FRAMES:
-        run(0, n)
-        return
-    cuts = np.linspace(0, n, threads + 1).astype(int).tolist()
-    pool = _executor(threads - 1)
-    parts = [pool.submit(run, a, b) for a, b in zip(cuts[1:-1], cuts[2:], strict=True)]
-    run(0, cuts[1])  # the first part in this thread: one hand-over less
-    for part in parts:
-        part.result()
+    run_split(run, n, threads if n >= PARALLEL_FRAMES else 1)
 
 
 def _decode_many(codec: Codec, addresses, lengths, rows, out, out_rows, start: int, stop: int) -> None:  # noqa: ANN001

@@ -53,8 +53,9 @@ from replaybuf.persistence.folder import ArrayRun, StoredArray
 from replaybuf.persistence.state import check_items, plain_equal, read_run, ring_views
 from replaybuf.specs import ArraySpec
 from replaybuf.storages.blobs import BlobRing
-from replaybuf.storages.codecs import CODECS, Codec, decode_frames, decode_threads, make_codec
+from replaybuf.storages.codecs import CODECS, Codec, decode_frames, make_codec
 from replaybuf.storages.records import RecordStorage
+from replaybuf.storages.threads import usable_threads
 
 __all__ = ["FrameStorage", "StackedLeaf", "stacked_leaves"]
 
@@ -170,7 +171,7 @@ class FrameStorage:
     ):
         self.leaves = list(leaves)
         self.codec = codec
-        self.decode_threads = decode_threads()
+        self.decode_threads = usable_threads()
         self.stacked = list(stacked)
         self.batch_size, self.max_length = batch_size, max_length
         self.capacity = batch_size * max_length

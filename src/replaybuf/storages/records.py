@@ -2,7 +2,8 @@
 
 All leaves of an item live side by side in one record (a structured dtype, each field
 aligned), so sampling B items is one gather of B records instead of one gather per leaf,
-and each returned leaf is a field view of that gather. Adds write each field strided into
+and each returned leaf is a field view of that gather (a gather of several MB, images, is
+split across the cores: ``row_copy``). Adds write each field strided into
 the records, which costs more than contiguous columns (``ColumnStorage``) for small items.
 The storage knows slots only: which slots to read or write is decided by the buffer and
 its sampler. Its checkpoint part (``state`` / ``check_state`` / ``load_state``, from
@@ -20,6 +21,8 @@ import numpy as np
 
 from replaybuf.specs import ArraySpec
 from replaybuf.storages.columns import FieldStorage, straight_writer
+from replaybuf.storages.row_copy import read_rows
+from replaybuf.storages.threads import usable_threads
 
 __all__ = ["RecordStorage", "record_dtype"]
 
@@ -50,6 +53,7 @@ class RecordStorage(FieldStorage):
         self.records = np.zeros(capacity, self.dtype) if records is None else records
         self._names = list(self.dtype.names or ())
         self.fields = [self.records[name] for name in self._names]
+        self.read_threads = usable_threads()
         # Batched writes of a small multi-element field (e.g. obs float32[4]) go through a
         # view of it as one opaque n-byte element per record: NumPy then copies one element
         # per row instead of looping over the row's elements (~4x faster for 16 bytes).
@@ -88,5 +92,5 @@ class RecordStorage(FieldStorage):
 
     def read(self, slots: np.ndarray) -> list[np.ndarray]:
         """The leaves of the records at ``slots``, each shaped ``slots.shape + leaf.shape``."""
-        rows = self.records.take(slots)
+        rows = read_rows(self.records, slots, self.read_threads)
         return [rows[name] for name in self._names]

@@ -1,0 +1,62 @@
+"""Reading records at scattered slots: one ``take``, or for large reads a compiled row copy
+split across the usable cores.
+
+A sample of image records copies scattered rows of tens of KB. NumPy's ``take`` does it in
+one thread (and holds the GIL for structured records); from ``PARALLEL_BYTES`` on, the rows
+are copied by a compiled loop of ``memcpy`` calls (numba, no GIL), the slots cut between
+the threads. Measured on a 2-core AMD EPYC with 28 KB records (bench W2's): 256 rows at 13.3
+GB/s with ``take``, 18.7 GB/s split in two; 32 rows (0.9 MB) gained nothing from a second
+thread (the hand-over costs what it saves), so they stay below the threshold.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from functools import cache, partial
+
+import numpy as np
+
+from replaybuf.storages.threads import run_split
+
+__all__ = ["PARALLEL_BYTES", "read_rows"]
+
+PARALLEL_BYTES = 4 << 20
+
+
+@cache
+def _copy_rows() -> Callable[..., None] | None:
+    """``copy(source, row_bytes, slots, destination, start, stop)``: rows ``slots[start:stop]``
+    of the records at address ``source`` into rows ``start:stop`` at ``destination``; None
+    without numba or a C library exporting ``memcpy``. Compiled once per process."""
+    try:
+        import numba
+
+        memcpy = ctypes.CDLL(None).memcpy
+    except (ImportError, OSError, AttributeError):
+        return None
+    memcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    memcpy.restype = ctypes.c_void_p
+
+    @numba.njit(nogil=True)
+    def copy(source, row_bytes, slots, destination, start, stop):  # pragma: no cover - compiled
+        for i in range(start, stop):
+            memcpy(destination + np.uint64(i * row_bytes), source + np.uint64(slots[i] * row_bytes), row_bytes)
+
+    return copy
+
+
+def read_rows(records: np.ndarray, slots: np.ndarray, threads: int) -> np.ndarray:
+    """``records.take(slots)`` for a 1-D C-contiguous ``records``, split over ``threads``
+    threads when it copies at least ``PARALLEL_BYTES`` (and every slot is in range: otherwise
+    ``take`` raises as it would)."""
+    row_bytes = records.dtype.itemsize
+    if threads <= 1 or slots.size * row_bytes < PARALLEL_BYTES or not records.flags.c_contiguous:
+        return records.take(slots)
+    flat = np.ascontiguousarray(slots, np.int64).reshape(-1)
+    copy = _copy_rows()
+    if copy is None or flat.min() < 0 or flat.max() >= records.shape[0]:
+        return records.take(slots)
+    rows = np.empty(slots.shape, records.dtype)
+    run_split(partial(copy, records.ctypes.data, row_bytes, flat, rows.ctypes.data), flat.size, threads)
+    return rows
