@@ -128,6 +128,15 @@ def build(capacity: int, steps: int) -> dict[str, tuple[Case, Case]]:
         sampled = per.sample(state, key)
         return per.set_priorities(state, sampled.indices, batch["reward"] ** 2 + 0.01), checksum(sampled.experience)
 
+    def ours_per_train(state, batch, key):  # a prioritized training step: add, sample, update
+        state, sampled, info = ours_per.add_and_sample(state, batch, key, SAMPLE, 2)
+        return ours_per.update_priorities(state, info.ids[:, 0], batch["reward"] ** 2 + 0.01), checksum(sampled)
+
+    def fbx_per_train(state, batch, key):  # the same written first, as replaybuf's (no storage copy)
+        state = per.add(state, batch)
+        sampled = per.sample(state, key)
+        return per.set_priorities(state, sampled.indices, batch["reward"] ** 2 + 0.01), checksum(sampled.experience)
+
     def ours_train(state, batch, key):  # the documented order: write, then read (one fused call)
         state, sampled, _ = ours.add_and_sample(state, batch, key, SAMPLE, 2)
         return state, checksum(sampled)
@@ -157,6 +166,10 @@ def build(capacity: int, steps: int) -> dict[str, tuple[Case, Case]]:
         "J3b prioritized add 256": (
             Case(ours_per_state, lambda s, b, k: (ours_per.add(s, b), zero), data, steps),
             Case(per_state, lambda s, b, k: (per.add(s, b), zero), data, steps),
+        ),
+        "J3c prioritized train step: add 256 + sample 256 + update": (
+            Case(ours_per_state, ours_per_train, data, steps),
+            Case(per_state, fbx_per_train, data, steps),
         ),
         "J4 256 windows of 8 (ours episode-exact, flashbax unaware)": (
             Case(ours_ep_state, lambda s, b, k: (s, checksum(ours_ep.sample(s, k, SAMPLE, WINDOW)[0])), data, steps),

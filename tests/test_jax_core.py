@@ -158,6 +158,43 @@ def test_compiled_training_step_copies_no_storage():
     assert _storage_copies(text, buffer) == []
 
 
+def _large_copies(compiled_text: str, elements: int) -> list[str]:
+    """HLO lines that copy an array of at least ``elements`` elements."""
+    copies = re.findall(r"= \w+\[([\d,]+)\]\S* copy\(", compiled_text)
+    return [shape for shape in copies if np.prod([int(d) for d in shape.split(",")]) >= elements]
+
+
+EPISODES = {"respect_episodes": True, "episode_end_field": "done", "episode_num_steps": 3}
+
+
+@pytest.mark.parametrize("options", [EPISODES, {"prioritized": True}, {**EPISODES, "prioritized": True}],
+                         ids=["episodes", "prioritized", "both"])
+def test_a_scanned_add_sample_update_step_copies_no_positions_or_tree_level(options):
+    """Episode positions ([max_length, batch_size]) and the sum trees' big levels are updated
+    in place by every add and priority update. A read of an old version beside a write, two
+    tree updates in a row, or an update right after another's reads made XLA copy them whole
+    each step (at 1M, 256 per step: an episode add 101 us instead of 3, a prioritized one
+    with episodes 269 instead of 31, add + sample + update 206 instead of 97)."""
+    prioritized = options.get("prioritized", False)
+    buffer = make_buffer(SMALL, 8, 1000, **options)
+    batch = {"obs": jnp.zeros((8, 4)), "action": jnp.zeros((8,), jnp.int32), "done": jnp.zeros((8,), bool)}
+
+    def scanned(state, key):
+        def body(state, key):
+            state, items, info = buffer.add_and_sample(state, batch, key, 32, 3)
+            if prioritized:
+                state = buffer.update_priorities(state, info.ids[:, 0], jnp.full((32,), 2.0))
+            return state, items["obs"].mean()
+
+        return jax.lax.scan(body, state, jax.random.split(key, 4))
+
+    text = jax.jit(scanned, donate_argnums=0).lower(buffer.init(), jax.random.key(0)).compile().as_text()
+    assert _large_copies(text, buffer.capacity // 8) == []
+    # the check sees such copies where XLA makes them: without donation
+    undonated = jax.jit(scanned).lower(buffer.init(), jax.random.key(0)).compile().as_text()
+    assert _large_copies(undonated, buffer.capacity // 8)
+
+
 # -- episodes -------------------------------------------------------------------------------
 def _episode_batches(batch_size, steps, seed):
     rng = np.random.default_rng(seed)

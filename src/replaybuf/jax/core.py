@@ -203,13 +203,15 @@ class Buffer:
         yet (0); the starts whose window ends at step ``t`` are decided (their mass when the
         window lies inside one episode, else 0)."""
         span = self.episodes.num_steps - 1
-        windows = tree_update(priorities.windows, new, jnp.zeros((self.batch_size,), jnp.float32))
         first = t - span
         starts = (first % self.max_length).astype(jnp.int32) * self.batch_size + jnp.arange(self.batch_size)
         inside = lax.dynamic_index_in_dim(episodes.position, (t % self.max_length).astype(jnp.int32), 0, False) >= span
         masses = jnp.where(inside, priorities.trees.sums[-1][starts], 0.0)
         outside = priorities.trees.sums[-1].shape[0]  # an out-of-range slot: the update drops it
-        return tree_update(windows, jnp.where(first >= 0, starts, outside), masses)
+        # one update for both rows (distinct: 0 < span < max_length); two in a row made XLA copy
+        # the levels, to keep the first update's reads apart from the second one's writes
+        slots = jnp.concatenate([new, jnp.where(first >= 0, starts, outside)])
+        return tree_update(priorities.windows, slots, jnp.concatenate([jnp.zeros_like(masses), masses]))
 
     def rebuild(self, state: BufferState) -> BufferState:
         """``state`` with what adds keep derived from the positions and priorities recomputed
@@ -238,17 +240,20 @@ class Buffer:
             starts, ends = jnp.zeros(marker.shape, bool), marker != 0
         position = jnp.where(starts, 0, episodes.next_position)
         span = options.num_steps - 1
+        positions = lax.dynamic_update_index_in_dim(episodes.position, position, row, axis=0)
         # The window ending at the dropped end (step t - L + span) leaves the count when the ring
-        # is full; read its position before this add overwrites row t % L (span == 0: that row).
-        dropped_row = ((t - self.max_length + span) % self.max_length).astype(jnp.int32)
-        dropped = lax.dynamic_index_in_dim(episodes.position, dropped_row, axis=0, keepdims=False)
-        leaving = jnp.where(t >= self.max_length, jnp.sum(dropped >= span, dtype=jnp.int32), 0)
+        # is full. Its row is read from the written array (another row when span > 0; a read of
+        # the old array would make XLA copy the whole array to keep both); span == 0: every
+        # dropped step was a window of one.
+        if span == 0:
+            dropping = jnp.int32(self.batch_size)
+        else:
+            dropped_row = ((t - self.max_length + span) % self.max_length).astype(jnp.int32)
+            dropped = lax.dynamic_index_in_dim(positions, dropped_row, axis=0, keepdims=False)
+            dropping = jnp.sum(dropped >= span, dtype=jnp.int32)
+        leaving = jnp.where(t >= self.max_length, dropping, 0)
         entering = jnp.sum(position >= span, dtype=jnp.int32)
-        return EpisodeState(
-            lax.dynamic_update_index_in_dim(episodes.position, position, row, axis=0),
-            jnp.where(ends, 0, position + 1),
-            episodes.valid_starts + entering - leaving,
-        )
+        return EpisodeState(positions, jnp.where(ends, 0, position + 1), episodes.valid_starts + entering - leaving)
 
     def _check_batch(self, batch: Any) -> list:
         leaves, treedef = jax.tree_util.tree_flatten(batch)
@@ -512,8 +517,9 @@ class Buffer:
         outside = current.trees.sums[-1].shape[0]  # an out-of-range slot: the update drops it
         slots = jnp.where(keep, ids % self.capacity, outside)
         masses = (jnp.where(keep, values, 1.0) + options.epsilon) ** options.alpha
-        trees = tree_update(current.trees, slots, masses)
         windows = current.windows
+        # the window tree's root follows the add's read of these leaves (the starts' masses)
+        trees = tree_update(current.trees, slots, masses, after=None if windows is None else windows.sums[0][0])
         if windows is not None:  # decided starts take their new mass where their window fits
             span = self.episodes.num_steps - 1
             decided = keep & (ids // self.batch_size + span < state.steps)

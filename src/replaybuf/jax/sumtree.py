@@ -65,15 +65,25 @@ def _fan_out(sums: tuple, level: int) -> int:
 DENSE_CHILDREN = 512
 
 
-def tree_update(trees: Trees, slots: jax.Array, masses: jax.Array) -> Trees:
+def tree_update(trees: Trees, slots: jax.Array, masses: jax.Array, after: jax.Array | None = None) -> Trees:
     """Set the leaves ``slots`` to ``masses`` and recompute their ancestors.
 
     A slot at or past the leaf level's size is dropped (the caller marks entries to skip that
-    way). Duplicate slots: one of their masses is kept (which one is unspecified).
+    way). Duplicate slots: one of their masses is kept (which one is unspecified). ``after``:
+    a value computed from other reads of these levels, which the writes must wait for.
     """
     sums, mins = list(trees.sums), list(trees.mins)
     leaves = len(sums) - 1
-    index = slots.astype(jnp.int32)
+    # The writes wait for the roots: every read of these levels by the update that made them
+    # (the rows gathered to recompute parents) comes before its roots, so XLA can write in
+    # place. Without that data dependency, an update right after another (an add, then
+    # update_priorities) made XLA copy the big levels every step (~100 us at 1M); XLA on CPU
+    # drops optimization barriers before it decides copies, so the dependency is a value:
+    # a NaN root (which valid masses never make) would drop the writes.
+    roots = sums[0][0] if not mins else sums[0][0] + jnp.minimum(mins[0][0], 0.0)
+    if after is not None:
+        roots = roots + jnp.minimum(after, 0.0)
+    index = jnp.where(jnp.isnan(roots), sums[-1].shape[0], slots.astype(jnp.int32))
     sums[-1] = sums[-1].at[index].set(masses, mode="drop")
     for level in range(leaves - 1, -1, -1):
         fan_out = _fan_out(sums, level)
