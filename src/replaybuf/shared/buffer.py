@@ -305,22 +305,24 @@ class SharedReplayBuffer(ReplayBuffer):
         lows = [max(0, c[WRITING] - self._max_length, c[FLOOR]) for c in cursors]
         return lows, [max(c[STEPS], lo) for c, lo in zip(cursors, lows, strict=True)]
 
+    def _priority_bounds(self) -> tuple[list[int], list[int]]:
+        """Each writer's whole steps ``(lows, highs)``; with episodes, the bounds the episode
+        index and the priorities have both taken in (what the window trees follow)."""
+        if self._windows is None:
+            return self._lows_highs()
+        return self._windows.take_in(self._cursors, self._records)
+
     def _draw_prioritized(
         self, count: int, num_steps: int | None, tries: int = 0
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``_draw`` by priority: also returns the importance weights. With episodes, windows are
         drawn from the tree of those inside one episode (replaybuf.shared.windows)."""
         length, batch_size, max_length = num_steps or 1, self._batch_size, self._max_length
-        if self._windows is not None:
-            lows, highs = self._windows.take_in(self._cursors, self._records)
-        else:
-            lows, highs = self._lows_highs()
+        lows, highs = self._priority_bounds()
         if not any(highs):
             self._raise_empty(length, np.zeros(1, np.int64))
-        if self._windows is not None:
-            writer, step, stream, probabilities, weights = self._windows.draw(self._rng, count, length, lows)
-        else:
-            writer, step, stream, probabilities, weights = self._priorities.draw(self._rng, count, length, lows, highs)
+        sampler = self._priorities if self._windows is None else self._windows
+        writer, step, stream, probabilities, weights = sampler.draw(self._rng, count, length, lows, highs)
         column = writer * batch_size + stream
         steps = step if num_steps is None else step[:, None] + np.arange(num_steps)
         ids = steps * self._streams + (column if num_steps is None else column[:, None])
@@ -358,10 +360,7 @@ class SharedReplayBuffer(ReplayBuffer):
         step, column = np.divmod(ids, self._streams)
         writer, stream = np.divmod(column, self._batch_size)
         with self._lock:
-            if self._windows is not None:
-                lows, highs = self._windows.take_in(self._cursors, self._records)
-            else:
-                lows, highs = self._lows_highs()
+            lows, highs = self._priority_bounds()
             live, masses = self._priorities.update(writer, step, stream, priorities, lows, highs, ids)
             if self._windows is not None:
                 self._windows.updated(writer[live], step[live], stream[live], masses)

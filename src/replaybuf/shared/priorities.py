@@ -87,17 +87,27 @@ class SegmentPriorities:
 
     # -- draws ------------------------------------------------------------------------------
     def draw(
-        self, rng: np.random.Generator, count: int, num_steps: int, lows: list[int], highs: list[int]
+        self,
+        rng: np.random.Generator,
+        count: int,
+        num_steps: int,
+        lows: list[int],
+        highs: list[int],
+        windows: SumTree | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``count`` window starts by priority: ``(writer, step, stream, probabilities, weights)``.
 
         Starts whose window of ``num_steps`` would pass its writer's head are never drawn
-        (their mass is left out of the probabilities).
+        (their mass is left out of the probabilities). ``windows``: descend that tree instead
+        (the masses of the valid starts only, already taken in: replaybuf.shared.windows).
         """
-        self.take_in(lows, highs)
-        total = self.sums.root()
-        excluded_slots = self._head_slots(num_steps, lows, highs)
-        excluded = float(self.sums.values(excluded_slots).sum()) if excluded_slots.size else 0.0
+        if windows is None:
+            self.take_in(lows, highs)
+            tree, total = self.sums, self.sums.root()
+            excluded_slots = self._head_slots(num_steps, lows, highs)
+            excluded = float(self.sums.values(excluded_slots).sum()) if excluded_slots.size else 0.0
+        else:
+            tree, total, excluded = windows, windows.root(), 0.0
         if total - excluded <= 0:
             raise EmptyBufferError(f"no stream holds {num_steps} whole steps yet; add more steps")
         low_of, high_of = np.asarray(lows), np.asarray(highs)
@@ -106,7 +116,7 @@ class SegmentPriorities:
         todo = np.arange(count)
         for _ in range(_REDRAWS):
             found, mass = np.empty(todo.size, np.int64), np.empty(todo.size, np.float64)
-            self.sums.kernels.find(self.sums.tree, self.sums.offsets, self.sums.arity, targets, found, mass)
+            tree.kernels.find(tree.tree, tree.offsets, tree.arity, targets, found, mass)
             slots[todo], values[todo] = found, mass
             writer, row, stream = _split_slot(found, self.segment, self.batch_size)
             step = low_of[writer] + (row - low_of[writer]) % self.max_length

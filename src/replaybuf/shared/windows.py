@@ -17,14 +17,13 @@ from collections import OrderedDict
 import numpy as np
 
 from replaybuf.errors import EmptyBufferError
-from replaybuf.samplers.sumtree import MIN_WEIGHT, SumTree
+from replaybuf.samplers.sumtree import SumTree
 from replaybuf.shared.episodes import SegmentEpisodes
 from replaybuf.shared.priorities import SegmentPriorities
 
 __all__ = ["SegmentWindows"]
 
 _TREES = 4  # window lengths whose trees are kept (least recently used dropped)
-_REDRAWS = 64
 
 
 class SegmentWindows:
@@ -46,7 +45,7 @@ class SegmentWindows:
         return lows, highs
 
     def draw(
-        self, rng: np.random.Generator, count: int, size: int, lows: list[int]
+        self, rng: np.random.Generator, count: int, size: int, lows: list[int], highs: list[int]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``count`` starts of windows of ``size`` by priority (after ``take_in``):
         ``(writer, step, stream, probabilities, weights)``.
@@ -61,29 +60,7 @@ class SegmentWindows:
                 f"num_steps={size}: no stored window of that length lies inside one episode; "
                 "add more steps or ask for shorter windows"
             )
-        slots, values = np.empty(count, np.int64), np.empty(count, np.float64)
-        targets = (np.arange(count) + rng.random(count)) * (total / count)
-        todo = np.arange(count)
-        for _ in range(_REDRAWS):
-            found, mass = np.empty(todo.size, np.int64), np.empty(todo.size, np.float64)
-            tree.kernels.find(tree.tree, tree.offsets, tree.arity, targets, found, mass)
-            slots[todo], values[todo] = found, mass
-            bad = mass <= 0  # rounding onto an empty slot
-            if not bad.any():
-                break
-            todo = todo[bad]
-            targets = rng.random(todo.size) * total
-        else:
-            raise EmptyBufferError(f"num_steps={size}: no window start found in {_REDRAWS} redraws")
-        priorities = self.priorities
-        writer, inner = np.divmod(slots, priorities.segment)
-        row, stream = np.divmod(inner, priorities.batch_size)
-        low_of = np.asarray(lows)[writer]
-        step = low_of + (row - low_of) % priorities.max_length
-        smallest = priorities.mins.root()
-        beta = priorities.beta()
-        weights = np.maximum((values / smallest) ** -beta, MIN_WEIGHT) if np.isfinite(smallest) else values
-        return writer, step, stream, (values / total).astype(np.float32), weights.astype(np.float32)
+        return self.priorities.draw(rng, count, size, lows, highs, windows=tree)
 
     def updated(self, writer: np.ndarray, step: np.ndarray, stream: np.ndarray, masses: np.ndarray) -> None:
         """The priorities of these stored items were set to ``masses``: so are the leaves of the
