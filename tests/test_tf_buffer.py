@@ -229,6 +229,45 @@ def test_random_dataset_draws_ahead_only_while_nothing_is_added():
     assert sorted(iterator._group_iterators) == [2, 4]  # reads 2-3 and 4 of the first stretch
 
 
+def _maps_reading_storage(dataset):
+    """The map nodes of ``dataset``'s graph whose function (or one it calls) gathers rows."""
+    graph = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
+    functions = {f.signature.name: f for f in graph.library.function}
+
+    def gathers(name):
+        for node in functions[name].node_def:
+            called = [a.func.name for a in node.attr.values() if a.func.name in functions]
+            if node.op == "ResourceGather" or any(gathers(f) for f in called):
+                return True
+        return False
+
+    return [n for n in graph.node if "MapDataset" in n.op and gathers(n.attr["f"].func.name)]
+
+
+@pytest.mark.parametrize("group", [None, 4])
+def test_random_draws_run_their_ops_on_the_asking_thread(group):
+    """Handing a draw's few dozen small ops to the inter-op pool cost more than the ops."""
+    buffer = make()
+    buffer.add_batch(step_batch(0, 2))
+    dataset = buffer.as_dataset(2, num_steps=1)
+    dataset = dataset if group is None else dataset.groups(group)
+    maps = _maps_reading_storage(dataset)
+    assert len(maps) == 1
+    assert maps[0].attr["use_inter_op_parallelism"].b is False
+
+
+def test_dataset_draws_without_the_inline_map_class_use_tf_data_map(monkeypatch):
+    from replaybuf.tf import datasets
+
+    monkeypatch.setattr(datasets, "_INLINE_MAP", None)
+    buffer = make()
+    buffer.add_batch(step_batch(0, 2))
+    dataset = buffer.as_dataset(2, num_steps=1)
+    assert _maps_reading_storage(dataset)[0].attr["use_inter_op_parallelism"].b is True
+    items, info = next(iter(dataset))
+    np.testing.assert_array_equal(items["id"].numpy(), info.ids.numpy())
+
+
 def test_random_dataset_is_exact_after_adds_and_clears_traced_in_graphs():
     """Adds and clears inside tf.function (a driver) bump no Python counter: the eager
     iterator then reads the step and clear counters before handing out an early draw."""

@@ -11,6 +11,7 @@ counter when an iterator reads its first element (TF-Agents' moment), as tensors
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,15 @@ import tensorflow as tf
 
 from replaybuf.buffer import BufferInfo
 
-__all__ = ["PassPlan", "deterministic_pass", "element_unflatten", "group_dataset", "random_dataset", "when_asked"]
+__all__ = [
+    "PassPlan",
+    "deterministic_pass",
+    "element_unflatten",
+    "group_dataset",
+    "inline_map",
+    "random_dataset",
+    "when_asked",
+]
 
 
 Attempt = Callable[[int | None], tuple[list, tf.Tensor, tf.Tensor, tf.Tensor]]
@@ -105,17 +114,41 @@ def _intact_draws(drawn: Callable, num_parallel_calls: int | None) -> tf.data.Da
     def element(item: Any, _: tf.Tensor) -> Any:
         return item
 
-    return (
-        tf.data.Dataset.from_tensors(tf.constant(0, tf.int64))
-        .repeat()
-        .map(
-            drawn,
-            num_parallel_calls=num_parallel_calls,
-            deterministic=None if num_parallel_calls is None else False,
-        )
-        .filter(is_intact)
-        .map(element)
-    )
+    calls = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
+    if num_parallel_calls is None:
+        draws = inline_map(calls, drawn)
+    else:
+        draws = calls.map(drawn, num_parallel_calls=num_parallel_calls, deterministic=False)
+    return draws.filter(is_intact).map(element)
+
+
+def inline_map(dataset: tf.data.Dataset, function: Callable) -> tf.data.Dataset:
+    """``dataset.map(function)`` whose function runs its ops on the thread that asks for the
+    element.
+
+    ``Dataset.map`` runs them on TensorFlow's inter-op thread pool: for a draw of a few
+    dozen small ops the hand-offs between threads cost more than the ops (one ``next()``
+    drawing 256 windows: ~210 us against ~115 inline, docs/tensorflow.md). The switch is
+    ``MapDataset``'s ``use_inter_op_parallelism`` attribute, which ``Dataset.map`` does not
+    expose; where TensorFlow's class for it is missing or changed, the map is tf.data's own.
+    ``function`` must hold no loop: the single-threaded executor that runs it refuses
+    lowered control flow.
+    """
+    if _INLINE_MAP is None:
+        return dataset.map(function)
+    return _INLINE_MAP(dataset, function, use_inter_op_parallelism=False, preserve_cardinality=True)
+
+
+def _inline_map_class() -> type | None:
+    try:
+        from tensorflow.python.data.ops.map_op import _MapDataset
+    except ImportError:
+        return None
+    parameters = inspect.signature(_MapDataset).parameters
+    return _MapDataset if {"use_inter_op_parallelism", "preserve_cardinality"} <= parameters.keys() else None
+
+
+_INLINE_MAP = _inline_map_class()
 
 
 def when_asked(dataset: tf.data.Dataset) -> tf.data.Dataset:
@@ -202,9 +235,9 @@ def deterministic_pass(
             first = tf.maximum(steps - plan.max_length, 0)
         windows = plan.num_windows(first, steps)
         total = plan.num_groups * windows
-        return tf.data.Dataset.range(total).map(lambda k: plan.element_ids(k, first, steps, windows))
+        return inline_map(tf.data.Dataset.range(total), lambda k: plan.element_ids(k, first, steps, windows))
 
     def element(ids: tf.Tensor) -> tuple[Any, BufferInfo]:
         return unflatten(read(ids)), BufferInfo(ids, ())
 
-    return tf.data.Dataset.range(1).flat_map(elements).map(element)
+    return tf.data.Dataset.range(1).flat_map(elements).map(element)  # read's loop: not inline
