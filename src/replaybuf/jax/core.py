@@ -43,6 +43,7 @@ from jax.experimental import checkify
 
 from replaybuf.buffers.stream import reject_unused
 from replaybuf.errors import ArgumentError, SpecMismatchError
+from replaybuf.jax.bits import random_bits, random_uniform
 from replaybuf.jax.rows import RowLayout, pieces_of, row_layout, unpack
 from replaybuf.jax.sumtree import Trees, tree_descend, tree_init, tree_update
 from replaybuf.nest import FlatSpec
@@ -351,7 +352,7 @@ class Buffer:
     def _draw_uniform(self, state, key, size, num_steps):
         low, high = self._starts(state, num_steps)
         count = jnp.maximum(high - low, 0) * self.batch_size
-        offsets = _uniform_below(key, (size,), count)
+        offsets = _uniform_below(key, (size,), count, self.checked)
         first = low * self.batch_size + offsets.astype(low.dtype)
         probability = jnp.where(count > 0, 1.0 / jnp.maximum(count, 1).astype(jnp.float32), 0.0)
         return first, jnp.broadcast_to(probability, (size,)), jnp.broadcast_to(count > 0, (size,))
@@ -394,7 +395,7 @@ class Buffer:
         candidates = self.episodes.candidates
 
         def draw(round_key):
-            offsets = _uniform_below(round_key, (size, candidates), count)
+            offsets = _uniform_below(round_key, (size, candidates), count, self.checked)
             starts = low * self.batch_size + offsets.astype(low.dtype)
             fits = self._window_fits(state, starts, num_steps)
             pick = jnp.argmax(fits, axis=-1)
@@ -445,7 +446,8 @@ class Buffer:
             found = (step >= low) & (step < high) & (masses > 0)
             return ids, masses, found if fits is None else found & fits(ids)
 
-        strata = (jnp.arange(size, dtype=jnp.float32) + jax.random.uniform(key, (size,))) / size  # key: as above
+        jitter = random_uniform(key, (size,), self.checked)  # the key itself first, as above
+        strata = (jnp.arange(size, dtype=jnp.float32) + jitter) / size
         first, drawn, found = accept(*tree_descend(sums, strata * total))
 
         def more(carry):
@@ -453,7 +455,7 @@ class Buffer:
 
         def again(carry):
             first, drawn, found, round_ = carry
-            targets = jax.random.uniform(jax.random.fold_in(key, round_), (size,)) * total
+            targets = random_uniform(jax.random.fold_in(key, round_), (size,), self.checked) * total
             new_first, new_drawn, new_found = accept(*tree_descend(sums, targets))
             return (
                 jnp.where(found, first, new_first), jnp.where(found, drawn, new_drawn), found | new_found, round_ + 1
@@ -549,10 +551,10 @@ def _check_sizes(sample_batch_size: Any, num_steps: Any, max_length: int) -> tup
     return int(sample_batch_size), steps
 
 
-def _uniform_below(key: jax.Array, shape: tuple, count: jax.Array) -> jax.Array:
+def _uniform_below(key: jax.Array, shape: tuple, count: jax.Array, checked: bool) -> jax.Array:
     """Integers in ``[0, count)`` (0 when count is 0): raw 32-bit draws modulo the range (~4x
     cheaper than ``randint`` on CPU; the modulo bias is below ``count / 2**32``)."""
-    bits = jax.random.bits(key, shape, jnp.uint32)
+    bits = random_bits(key, shape, checked)
     return bits % jnp.maximum(count, 1).astype(jnp.uint32)
 
 
