@@ -1,4 +1,4 @@
-"""Random bits from a JAX key, Threefry-2x32 written out so that XLA fuses it.
+"""Random bits from a JAX key: Threefry-2x32 written out, one kernel of its own on CPU.
 
 On CPU, ``jax.random`` lowers Threefry as a rolled loop of five steps (short compile
 times), which XLA runs as a loop of small kernels: ~4 us for 256 draws, a share of every
