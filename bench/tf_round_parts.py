@@ -3,10 +3,14 @@
 
     .venv-tf-agents/bin/python bench/tf_round_parts.py
 
-Per buffer (64 streams, bench/libs/tf_common.py's transition, ``as_dataset(256, num_steps=2)``):
-the add call, the ``next()`` after it, the whole round, ``next()`` with no adds between
-reads, and the cost of calling an empty ``tf.function`` that takes the same dict (the
-floor of the add). Microseconds, median of 5 runs of 200.
+Per buffer (64 streams, bench/libs/tf_common.py's transition, the sizes of bench/run.py's
+tf_dataset_add row: capacity 1M, 200k stored; ``as_dataset(256, num_steps=2)``): the add
+call, the ``next()`` after it, the whole round, ``next()`` with no adds between reads, and
+the cost of calling an empty ``tf.function`` that takes the same dict (the floor of the
+add). Then floors of the round, replaybuf's add followed by a ``next()`` on: a dataset
+of zeros of the element (no draw at all), a bare draw (random windows and one gather per
+leaf, no checks) of rows among the first 1,000 items (cache-resident), and the same bare
+draw over all 200k stored items. Microseconds, median of 5 runs of 200.
 """
 
 from __future__ import annotations
@@ -18,13 +22,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "libs"))
 
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_common  # noqa: E402
 from tf_agents.replay_buffers import tf_uniform_replay_buffer as theirs  # noqa: E402
 
+from replaybuf.tf import datasets  # noqa: E402
+from replaybuf.tf.iteration import fast_iteration  # noqa: E402
 from replaybuf.tf_agents import tf_uniform_replay_buffer as ours  # noqa: E402
 
-STREAMS, ROUNDS = 64, 200
+STREAMS, ROUNDS, CAPACITY, STORED, BATCH = 64, 200, 1_000_000, 200_000, 256
 
 
 def median_us(run) -> float:
@@ -37,8 +44,8 @@ def median_us(run) -> float:
     return statistics.median(times)
 
 
-def parts(module) -> dict[str, float]:
-    buffer = module.TFUniformReplayBuffer(tf_common.spec(tf), STREAMS, 200_000 // STREAMS)
+def parts(module) -> tuple[dict[str, float], dict[str, float]]:
+    buffer = module.TFUniformReplayBuffer(tf_common.spec(tf), STREAMS, CAPACITY // STREAMS)
 
     @tf.function
     def add(items):
@@ -49,9 +56,9 @@ def parts(module) -> dict[str, float]:
         return items["obs"][0, 0]
 
     step = {k: tf.constant(v) for k, v in tf_common.small_pool(STREAMS).items()}
-    for _ in range(200):
+    for _ in range(STORED // STREAMS):
         add(step)
-    iterator = iter(buffer.as_dataset(sample_batch_size=256, num_steps=2))
+    iterator = iter(buffer.as_dataset(sample_batch_size=BATCH, num_steps=2))
     empty(step)
     timed = {"add": 0.0, "next after add": 0.0}
 
@@ -70,10 +77,42 @@ def parts(module) -> dict[str, float]:
     out.update({k: v / (5 * ROUNDS) * 1e6 for k, v in timed.items()})
     out["next, no adds"] = median_us(lambda: next(iterator))
     out["empty tf.function call"] = median_us(lambda: empty(step))
-    return out
+    if module is theirs:
+        return out, {}
+    floors = {}
+    for name, dataset in floor_datasets(buffer).items():
+        floor_iterator = iter(fast_iteration(datasets.when_asked(dataset)))
+        floors[name] = median_us(lambda it=floor_iterator: (add(step), next(it)))
+    return out, floors
+
+
+def floor_datasets(buffer) -> dict[str, tf.data.Dataset]:
+    """Datasets whose ``next()`` does less than replaybuf's draw (see the module docstring)."""
+    leaves, calls = buffer._store.leaves, tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
+    rng = tf.random.Generator.from_seed(1)
+
+    def zeros(_):
+        return [tf.zeros((BATCH, 2) + tuple(leaf.shape[1:]), leaf.dtype) for leaf in leaves]
+
+    def bare_draw(items: int):
+        def draw(_):
+            first = rng.uniform([BATCH], 0, items - STREAMS, tf.int64)
+            ids = first[:, None] + np.arange(2) * STREAMS
+            return [tf.gather(leaf, ids) for leaf in leaves]
+
+        return draw
+
+    return {
+        "add + next of zeros": datasets.inline_map(calls, zeros),
+        "add + bare draw of cache-resident rows": datasets.inline_map(calls, bare_draw(1_000)),
+        "add + bare draw over all stored": datasets.inline_map(calls, bare_draw(STORED)),
+    }
 
 
 if __name__ == "__main__":
     print(f"TensorFlow {tf.__version__}; us per call, median of 5 x {ROUNDS}")
     for name, module in (("tf-agents", theirs), ("replaybuf", ours)):
-        print(name, {k: round(v) for k, v in parts(module).items()})
+        out, floors = parts(module)
+        print(name, {k: round(v) for k, v in out.items()})
+        if floors:
+            print("floors (replaybuf's add)", {k: round(v) for k, v in floors.items()})

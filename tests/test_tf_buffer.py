@@ -229,6 +229,33 @@ def test_random_dataset_draws_ahead_only_while_nothing_is_added():
     assert sorted(iterator._group_iterators) == [2, 4]  # reads 2-3 and 4 of the first stretch
 
 
+def test_while_every_read_follows_an_add_the_iterator_draws_fresh_without_checking():
+    """The DQN loop (an add in a tf.function, then one read): after two reads that each
+    followed an add, the iterator stops reading the write version for SKIPPED_CHECKS reads,
+    and each of those reads still sees the add before it; reads without adds bring the
+    groups back."""
+    from replaybuf.tf.iteration import SKIPPED_CHECKS
+
+    buffer = make(batch_size=2, max_length=1)  # every add replaces everything stored
+    add = tf.function(buffer.add_batch)
+    checks = []
+    version = buffer._write_version
+    buffer._write_version = lambda: checks.append(1) or version()
+    iterator = iter(buffer.as_dataset(4))
+    reads = 4 * (SKIPPED_CHECKS + 2)
+    for step in range(reads):
+        add(tf_batch(step, 2))
+        _, info = next(iterator)
+        np.testing.assert_array_equal(info.ids.numpy() // 2, step)  # only the latest step
+    assert len(checks) == 4 * 2  # two checks (this read follows an add, so did the one before) per cycle
+    assert iterator._group_iterators == {}
+
+    for _ in range(SKIPPED_CHECKS + 8):  # no more adds
+        _, info = next(iterator)
+        np.testing.assert_array_equal(info.ids.numpy() // 2, reads - 1)
+    assert 2 in iterator._group_iterators
+
+
 def _maps_reading_storage(dataset):
     """The map nodes of ``dataset``'s graph whose function (or one it calls) gathers rows."""
     graph = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
