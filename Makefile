@@ -32,9 +32,11 @@ test: $(STAMP) $(TFA)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(TFA)/bin/python -m pytest -q -c tests/tf_agents_suite/pytest.ini tests/tf_agents_suite
 
-# make lint: ruff (configured in pyproject.toml) over the code, tests, benchmarks and examples.
+# make lint: ruff's checks and its formatter (configured in pyproject.toml) over the code,
+# tests, benchmarks and examples.
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench examples
+	$(PY) -m ruff format --check src tests bench examples
 
 # make test-tf215: the TensorFlow tests and the conformance suite on TensorFlow 2.15 (the
 # version TF-Agents pins) with NumPy 1.26, in their own venv (no torch; ~500 MB download).

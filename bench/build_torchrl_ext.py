@@ -28,13 +28,26 @@ def main() -> int:
     torch_lib = Path(torch.__file__).parent / "lib"
     abi = int(torch.compiled_with_cxx11_abi())
     cmd = [
-        "g++", "-O2", "-shared", "-fPIC", "-std=c++17", "-w",
+        "g++",
+        "-O2",
+        "-shared",
+        "-fPIC",
+        "-std=c++17",
+        "-w",
         *sources,
         *(f"-I{p}" for p in cpp_extension.include_paths()),
         f"-I{sysconfig.get_paths()['include']}",
-        f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_EXTENSION_NAME=_torchrl", "-DTORCH_API_INCLUDE_EXTENSION_H",
-        f"-L{torch_lib}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{torch_lib}",
-        "-o", str(target) + ".new",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        "-DTORCH_EXTENSION_NAME=_torchrl",
+        "-DTORCH_API_INCLUDE_EXTENSION_H",
+        f"-L{torch_lib}",
+        "-lc10",
+        "-ltorch",
+        "-ltorch_cpu",
+        "-ltorch_python",
+        f"-Wl,-rpath,{torch_lib}",
+        "-o",
+        str(target) + ".new",
     ]
     print(" ".join(cmd), flush=True)
     subprocess.check_call(cmd)

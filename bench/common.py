@@ -37,10 +37,18 @@ class Sizes:
 
 
 FULL = Sizes()
-QUICK = Sizes(capacity=200_000, stored=50_000, image_capacity=20_000, image_stored=10_000, reps=3, rep_seconds=0.08,
-              warmup_seconds=0.03)
-TINY = Sizes(capacity=4096, stored=2048, image_capacity=512, image_stored=300, reps=2, rep_seconds=0.005,
-             warmup_seconds=0.0)
+QUICK = Sizes(
+    capacity=200_000,
+    stored=50_000,
+    image_capacity=20_000,
+    image_stored=10_000,
+    reps=3,
+    rep_seconds=0.08,
+    warmup_seconds=0.03,
+)
+TINY = Sizes(
+    capacity=4096, stored=2048, image_capacity=512, image_stored=300, reps=2, rep_seconds=0.005, warmup_seconds=0.0
+)
 SIZES = {"full": FULL, "quick": QUICK, "tiny": TINY}
 
 
@@ -70,10 +78,24 @@ ROWS = [
     Row("w1_add1", "W1a single add (45-byte transition)", "items/s", 1, "numpy-loop", "best peer", 1.0),
     Row("w1_add256", "W1b add 256 at once", "items/s", BATCH, "numpy-slice", "best peer", 1.0),
     Row("w1_sample256", "W1c sample 256 of 200k stored", "batches/s", 1, "numpy-fancy", "reference", 1.5),
-    Row("w2_sample32", "W2 sample 32 x 84x84x4 uint8", "MB/s", 32 * IMAGE_ITEM_BYTES / MB, "numpy-memcpy",
-        "reference", 0.75),
-    Row("w2_sample256", "W2 sample 256 x 84x84x4 uint8", "MB/s", BATCH * IMAGE_ITEM_BYTES / MB, "numpy-memcpy",
-        "reference", 0.75),
+    Row(
+        "w2_sample32",
+        "W2 sample 32 x 84x84x4 uint8",
+        "MB/s",
+        32 * IMAGE_ITEM_BYTES / MB,
+        "numpy-memcpy",
+        "reference",
+        0.75,
+    ),
+    Row(
+        "w2_sample256",
+        "W2 sample 256 x 84x84x4 uint8",
+        "MB/s",
+        BATCH * IMAGE_ITEM_BYTES / MB,
+        "numpy-memcpy",
+        "reference",
+        0.75,
+    ),
     Row("w2_rss", "W2 RSS per stored 84x84x4 transition", "bytes", 1, "numpy-take", higher_is_better=False),
     Row("w3_per", "W3 PER sample 256 + update priorities", "rounds/s", 1, "numpy-per", "best peer", 2),
     Row("w4_windows", "W4 sample 256 windows of 8 steps", "batches/s", 1, "numpy-fancy", "flashbax", 2),

@@ -149,8 +149,10 @@ def codec_table(frames: np.ndarray, reps: int) -> list[tuple[str, float, float, 
     import zstandard
 
     codecs: dict = {
-        "lz4 fast (0)": (lambda b: lz4.block.compress(b, store_size=False),
-                         lambda b: lz4.block.decompress(b, uncompressed_size=FRAME[0] * FRAME[1])),
+        "lz4 fast (0)": (
+            lambda b: lz4.block.compress(b, store_size=False),
+            lambda b: lz4.block.decompress(b, uncompressed_size=FRAME[0] * FRAME[1]),
+        ),
     }
     for level in (3, 9):  # 3: replaybuf's default for "lz4"
         codecs[f"lz4-hc {level}"] = (
@@ -204,8 +206,20 @@ def fill_alone(kind: str, args: argparse.Namespace) -> None:
 
 
 def rss_per_transition(kind: str, args: argparse.Namespace) -> float:
-    command = [sys.executable, __file__, "--fill-alone", kind, "--game", args.game, "--stored", str(args.stored),
-               "--capacity", str(args.capacity), "--steps", str(args.steps)]
+    command = [
+        sys.executable,
+        __file__,
+        "--fill-alone",
+        kind,
+        "--game",
+        args.game,
+        "--stored",
+        str(args.stored),
+        "--capacity",
+        str(args.capacity),
+        "--steps",
+        str(args.steps),
+    ]
     result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
     return result["grown"] / result["stored"] / 1000
 
@@ -252,9 +266,11 @@ def main() -> None:
         fill_alone(args.fill_alone, args)
         return
     frames, starts = game_frames(args.game, args.steps)
-    print(f"{args.game}: {len(frames)} frames 84x84 uint8 ({int(starts.sum())} episodes, replayed to fill "
-          f"{args.stored} transitions), "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"{args.game}: {len(frames)} frames 84x84 uint8 ({int(starts.sum())} episodes, replayed to fill "
+        f"{args.stored} transitions), "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+    )
     if not args.no_codecs:
         print(f"\ncodec       bytes/frame  ratio  compress us/frame  decode us/frame (1280 a batch, {args.reps} reps)")
         for name, size, compress_us, decode_us in codec_table(frames, args.reps):
@@ -262,18 +278,23 @@ def main() -> None:
     if args.codecs_only:
         return
     rss = {kind: rss_per_transition(kind, args) for kind in KINDS}
-    buffers = {kind: FrameStackReplayBuffer(spec(), 1, args.capacity, seed=0, compression=c) for kind, c in
-               KINDS.items()}
+    buffers = {
+        kind: FrameStackReplayBuffer(spec(), 1, args.capacity, seed=0, compression=c) for kind, c in KINDS.items()
+    }
     add = fill(buffers, transitions(frames, starts, args.stored))
     rates = {size: sample_rates(buffers, size, args.reps) for size in (32, 256)}
-    print(f"\n{args.game} [4, 84, 84] obs + next_obs, capacity {args.capacity}, "
-          f"{buffers['lz4'].num_frames()} stored, decode threads {buffers['lz4']._storage.decode_threads}")
+    print(
+        f"\n{args.game} [4, 84, 84] obs + next_obs, capacity {args.capacity}, "
+        f"{buffers['lz4'].num_frames()} stored, decode threads {buffers['lz4']._storage.decode_threads}"
+    )
     print(f"{'buffer':13} {'RSS KB/transition':>18} {'add us':>8} {'sample 32 MB/s':>15} {'sample 256 MB/s':>16}")
     for kind in KINDS:
         print(f"{kind:13} {rss[kind]:18.2f} {add[kind]:8.1f} {rates[32][kind]:15.0f} {rates[256][kind]:16.0f}")
     for kind in ("lz4", "zstd"):
-        print(f"{kind}/uncompressed: sample 32 {rates[32][kind] / rates[32]['uncompressed']:.0%}, sample 256 "
-              f"{rates[256][kind] / rates[256]['uncompressed']:.0%}, add speed {add['uncompressed'] / add[kind]:.0%}")
+        print(
+            f"{kind}/uncompressed: sample 32 {rates[32][kind] / rates[32]['uncompressed']:.0%}, sample 256 "
+            f"{rates[256][kind] / rates[256]['uncompressed']:.0%}, add speed {add['uncompressed'] / add[kind]:.0%}"
+        )
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

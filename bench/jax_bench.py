@@ -45,8 +45,11 @@ def pool(batches: int) -> dict:
     n = batches * STREAMS
     obs = rng.standard_normal((n + 1, 4), dtype=np.float32)
     flat = {
-        "obs": obs[:n], "action": rng.integers(0, 2, n).astype(np.int32),
-        "reward": rng.standard_normal(n, dtype=np.float32), "done": rng.random(n) < 0.01, "next_obs": obs[1:],
+        "obs": obs[:n],
+        "action": rng.integers(0, 2, n).astype(np.int32),
+        "reward": rng.standard_normal(n, dtype=np.float32),
+        "done": rng.random(n) < 0.01,
+        "next_obs": obs[1:],
     }
     return {k: jnp.asarray(v.reshape(batches, STREAMS, *v.shape[1:])) for k, v in flat.items()}
 
@@ -61,8 +64,9 @@ def scanned(step, steps: int):
     def run(state, data, key):
         def body(carry, i):
             state, total = carry
-            state, value = step(state, jax.tree_util.tree_map(lambda x: x[i % x.shape[0]], data),
-                                jax.random.fold_in(key, i))
+            state, value = step(
+                state, jax.tree_util.tree_map(lambda x: x[i % x.shape[0]], data), jax.random.fold_in(key, i)
+            )
             return (state, total + value), None
 
         (state, total), _ = jax.lax.scan(body, (state, jnp.zeros(())), jnp.arange(steps))
@@ -103,13 +107,20 @@ def build(capacity: int, steps: int) -> dict[str, tuple[Case, Case]]:
     single = jax.tree_util.tree_map(lambda x: x[0, 0], data)
     ours = make_buffer(SPEC, STREAMS, max_length)
     ours_per = make_buffer(SPEC, STREAMS, max_length, prioritized=True, alpha=0.6)
-    ours_ep = make_buffer(SPEC, STREAMS, max_length, respect_episodes=True, episode_end_field="done",
-                          episode_num_steps=WINDOW)
+    ours_ep = make_buffer(
+        SPEC, STREAMS, max_length, respect_episodes=True, episode_end_field="done", episode_num_steps=WINDOW
+    )
     flat = fbx.make_flat_buffer(capacity, 2, SAMPLE, add_batch_size=STREAMS)
     items = fbx.make_item_buffer(capacity, 1, SAMPLE, add_batches=True)
     per = fbx.make_prioritised_flat_buffer(capacity, 2, SAMPLE, add_batch_size=STREAMS, priority_exponent=0.6)
-    traj = fbx.make_trajectory_buffer(add_batch_size=STREAMS, sample_batch_size=SAMPLE, sample_sequence_length=WINDOW,
-                                      period=1, min_length_time_axis=WINDOW, max_length_time_axis=max_length)
+    traj = fbx.make_trajectory_buffer(
+        add_batch_size=STREAMS,
+        sample_batch_size=SAMPLE,
+        sample_sequence_length=WINDOW,
+        period=1,
+        min_length_time_axis=WINDOW,
+        max_length_time_axis=max_length,
+    )
     full = max_length  # adds of 256 that fill every slot
     ours_state = fill(ours.init(), ours.add, data, full)
     ours_per_state = fill(ours_per.init(), ours_per.add, data, full)
@@ -117,8 +128,9 @@ def build(capacity: int, steps: int) -> dict[str, tuple[Case, Case]]:
     flat_state = fill(flat.init(single), flat.add, data, full)
     items_state = fill(items.init(single), items.add, data, full)
     per_state = fill(per.init(single), per.add, data, full)
-    traj_state = fill(traj.init(single), lambda s, b: traj.add(s, jax.tree_util.tree_map(lambda x: x[:, None], b)),
-                      data, full)
+    traj_state = fill(
+        traj.init(single), lambda s, b: traj.add(s, jax.tree_util.tree_map(lambda x: x[:, None], b)), data, full
+    )
 
     def ours_per_step(state, batch, key):
         sampled, info = ours_per.sample(state, key, SAMPLE, 2)
@@ -190,8 +202,10 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=2**20)
     parser.add_argument("--only", default="", help="run the cases whose name contains this")
     args = parser.parse_args()
-    print(f"replaybuf.jax vs flashbax {version('flashbax')}, jax {jax.__version__}, {jax.devices()[0].platform}, "
-          f"capacity {args.capacity}, {args.steps} iterations per scan, {args.reps} repetitions (median)")
+    print(
+        f"replaybuf.jax vs flashbax {version('flashbax')}, jax {jax.__version__}, {jax.devices()[0].platform}, "
+        f"capacity {args.capacity}, {args.steps} iterations per scan, {args.reps} repetitions (median)"
+    )
     cases = {k: v for k, v in build(args.capacity, args.steps).items() if args.only in k}
     times: dict[str, tuple[list, list]] = {name: ([], []) for name in cases}
     for _ in range(args.reps):

@@ -58,11 +58,16 @@ def fill(buffer: PyUniformReplayBuffer, spec: dict, count: int, chunk: int) -> N
     rng = np.random.default_rng(0)
     for start in range(0, count, chunk):
         n = min(chunk, count - start)
-        buffer.add_batch({
-            k: (rng.integers(0, 255, (n, *s.shape), dtype=s.dtype) if s.dtype == np.uint8
-                else rng.standard_normal((n, *s.shape)).astype(s.dtype))
-            for k, s in spec.items()
-        })
+        buffer.add_batch(
+            {
+                k: (
+                    rng.integers(0, 255, (n, *s.shape), dtype=s.dtype)
+                    if s.dtype == np.uint8
+                    else rng.standard_normal((n, *s.shape)).astype(s.dtype)
+                )
+                for k, s in spec.items()
+            }
+        )
 
 
 def evict(folder: Path) -> None:
@@ -155,8 +160,10 @@ def rss_mb() -> float:
 
 
 def memmap_rows(frames: int, root: Path, reps: int) -> None:
-    print(f"\nsample get_next(256), {frames} frames of 84x84x4 uint8 in a capacity of {2 * frames} "
-          f"({2 * frames * FRAME_BYTES / 1e9:.2f} GB); RSS growth of the process at each stage:")
+    print(
+        f"\nsample get_next(256), {frames} frames of 84x84x4 uint8 in a capacity of {2 * frames} "
+        f"({2 * frames * FRAME_BYTES / 1e9:.2f} GB); RSS growth of the process at each stage:"
+    )
     buffers, rss = {}, {}
     frame = np.empty((1, 84, 84, 4), np.uint8)
     for storage in ("memory", "memmap"):

@@ -78,8 +78,13 @@ def limiter(on: bool):
 def measure(shards: int, with_limiter: bool, args) -> dict:
     rows, rng = args.rows, np.random.default_rng(0)
     buffer = ShardedReplayBuffer(
-        SPEC, shards=shards, batch_size=rows * shards, max_length=args.max_length, seed=0,
-        rate_limiter=limiter(with_limiter), max_in_flight=8,
+        SPEC,
+        shards=shards,
+        batch_size=rows * shards,
+        max_length=args.max_length,
+        seed=0,
+        rate_limiter=limiter(with_limiter),
+        max_in_flight=8,
         actor_options={"scheduling_strategy": "SPREAD"} if args.spread else None,
     )
     writers = [buffer.writer(k) for k in range(shards)]
@@ -163,16 +168,22 @@ def main() -> None:
     finally:
         ray.shutdown()
     print(f"machine: {os.cpu_count()} cores; Ray {ray.__version__}; empty actor round trip {rtt * 1e3:.2f} ms")
-    print(f"in-process UniformReplayBuffer: add {local['add_rows_per_s']:,.0f} rows/s ({args.rows} rows per add), "
-          f"get_next({args.sample}) {local['get_next_per_s']:,.0f}/s")
+    print(
+        f"in-process UniformReplayBuffer: add {local['add_rows_per_s']:,.0f} rows/s ({args.rows} rows per add), "
+        f"get_next({args.sample}) {local['get_next_per_s']:,.0f}/s"
+    )
     print()
-    print("| shards | limiter | add rows/s (writers in this process) | add rows/s (writer actors) "
-          f"| get_next({args.sample})/s | as_dataset/s (4 in flight) | fan-out vs in-process get_next |")
+    print(
+        "| shards | limiter | add rows/s (writers in this process) | add rows/s (writer actors) "
+        f"| get_next({args.sample})/s | as_dataset/s (4 in flight) | fan-out vs in-process get_next |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['shards']} | {'yes' if r['limiter'] else 'no'} | {r['add_rows_per_s_driver']:,.0f} "
-              f"| {r['add_rows_per_s_actors']:,.0f} | {r['get_next_per_s']:,.0f} | {r['dataset_per_s']:,.0f} "
-              f"| {local['get_next_per_s'] / r['get_next_per_s']:.0f}x slower |")
+        print(
+            f"| {r['shards']} | {'yes' if r['limiter'] else 'no'} | {r['add_rows_per_s_driver']:,.0f} "
+            f"| {r['add_rows_per_s_actors']:,.0f} | {r['get_next_per_s']:,.0f} | {r['dataset_per_s']:,.0f} "
+            f"| {local['get_next_per_s'] / r['get_next_per_s']:.0f}x slower |"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"round_trip_s": rtt, "in_process": local, "rows": rows, "args": vars(args)}, f, indent=1)

@@ -79,8 +79,12 @@ class ReplaybufShared:
         segments = max(writers, 1)
         streams = 1 if staged else rows
         self.buffer = SharedReplayBuffer(
-            spec, writers=segments, batch_size=streams, max_length=CAPACITY // (segments * streams),
-            flush_every=256 if staged else 1, context="fork",
+            spec,
+            writers=segments,
+            batch_size=streams,
+            max_length=CAPACITY // (segments * streams),
+            flush_every=256 if staged else 1,
+            context="fork",
         )
         pool = small_pool(max(CAPACITY, 4096))
         for w in range(segments):
@@ -161,8 +165,9 @@ class TorchrlShared:
         pool = small_pool(CAPACITY)
 
         def td(lo: int, n: int):
-            return TensorDict({k: torch.from_numpy(np.ascontiguousarray(v[lo : lo + n])) for k, v in pool.items()},
-                              batch_size=[n])
+            return TensorDict(
+                {k: torch.from_numpy(np.ascontiguousarray(v[lo : lo + n])) for k, v in pool.items()}, batch_size=[n]
+            )
 
         self.buffer.extend(td(0, CAPACITY))
         self.batches = [td(i * rows, rows) for i in range(4)]
@@ -249,8 +254,7 @@ def measure(
         if codes != [0] * writers:
             raise RuntimeError(f"{lib}: writer exit codes {codes}")
         with_writers = batches / elapsed
-        return {"rows_per_s": counter.value / elapsed, "batches_per_s": with_writers,
-                "vs_alone": with_writers / alone}
+        return {"rows_per_s": counter.value / elapsed, "batches_per_s": with_writers, "vs_alone": with_writers / alone}
     finally:
         for proc in procs:
             if proc.is_alive():
@@ -260,9 +264,7 @@ def measure(
         os.sched_setaffinity(0, cpus)
 
 
-def worker(
-    lib: str, configs: list[tuple[int, int, bool]], reps: int, seconds: float, pace: float, pin: bool
-) -> None:
+def worker(lib: str, configs: list[tuple[int, int, bool]], reps: int, seconds: float, pace: float, pin: bool) -> None:
     """Print one JSON line per configuration: medians over ``reps`` repetitions."""
     for writers, rows, staged in configs:
         if staged and lib != "replaybuf":
@@ -325,14 +327,23 @@ def rate_limit_demo(seconds: float, spi: float = 8.0, min_size: int = 100, error
             diff = state["inserts"] * spi - state["samples"]
             low, high = spi * min_size - error_buffer, spi * min_size + error_buffer
             out["limited"] = {
-                "inserts": state["inserts"], "samples": state["samples"], "seconds": elapsed,
-                "diff": diff, "range": [low, high], "inside": low <= diff <= high,
+                "inserts": state["inserts"],
+                "samples": state["samples"],
+                "seconds": elapsed,
+                "diff": diff,
+                "range": [low, high],
+                "inside": low <= diff <= high,
                 "observed_range": list(observed),
                 "samples_per_insert_after_min_size": state["samples"] / max(1, state["inserts"] - min_size),
             }
         else:
-            out["free"] = {"inserts": inserted, "samples": samples, "seconds": elapsed,
-                           "inserts_per_s": inserted / elapsed, "samples_per_s": samples / elapsed}
+            out["free"] = {
+                "inserts": inserted,
+                "samples": samples,
+                "seconds": elapsed,
+                "inserts_per_s": inserted / elapsed,
+                "samples_per_s": samples / elapsed,
+            }
     out["writer_speedup"] = out["free"]["inserts_per_s"] / (out["free"]["samples_per_s"] / spi)
     return out
 
@@ -356,10 +367,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--capacity", type=int, default=CAPACITY, help="rows of the ring")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--pace", type=float, default=0.0,
-                        help="seconds each writer sleeps after an add (0: as fast as it can)")
-    parser.add_argument("--pin", action="store_true",
-                        help="the learner alone on CPU 0, the writers on the other CPUs")
+    parser.add_argument(
+        "--pace", type=float, default=0.0, help="seconds each writer sleeps after an add (0: as fast as it can)"
+    )
+    parser.add_argument("--pin", action="store_true", help="the learner alone on CPU 0, the writers on the other CPUs")
     parser.add_argument("--no-staged", action="store_true", help="skip replaybuf's staged rows")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--rate-limit-demo", action="store_true", help="run the docs' rate limiter example")
@@ -378,9 +389,24 @@ def main(argv: list[str]) -> int:
         return 0
     results = []
     for lib in args.libs.split(","):
-        cmd = [python_for(lib), __file__, "--worker", lib, "--writers", args.writers, "--rows", args.rows,
-               "--reps", str(args.reps), "--seconds", str(args.seconds), "--pace", str(args.pace),
-               "--capacity", str(args.capacity)]
+        cmd = [
+            python_for(lib),
+            __file__,
+            "--worker",
+            lib,
+            "--writers",
+            args.writers,
+            "--rows",
+            args.rows,
+            "--reps",
+            str(args.reps),
+            "--seconds",
+            str(args.seconds),
+            "--pace",
+            str(args.pace),
+            "--capacity",
+            str(args.capacity),
+        ]
         cmd += ["--no-staged"] * args.no_staged + ["--pin"] * args.pin
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent / "src"), str(HERE)]))
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)

@@ -31,9 +31,7 @@ parser.add_argument("--learning-rate", type=float, default=2.3e-3)
 parser.add_argument("--batch-size", type=int, default=128)
 parser.add_argument("--gamma", type=float, default=0.99)
 parser.add_argument("--learning-starts", type=int, default=1_000)
-parser.add_argument(
-    "--train-every", type=int, default=256, help="env steps between training phases"
-)
+parser.add_argument("--train-every", type=int, default=256, help="env steps between training phases")
 parser.add_argument("--gradient-steps", type=int, default=64, help="gradient steps per phase")
 parser.add_argument("--exploration-steps", type=int, default=10_000)
 parser.add_argument("--eval-every", type=int, default=5_000)
@@ -49,9 +47,7 @@ spec = collect_data_spec(envs)
 rb = UniformReplayBuffer(spec, batch_size=args.num_envs, max_length=25_000, seed=args.seed)
 
 num_actions = int(envs.single_action_space.n)
-q_network = nn.Sequential(
-    nn.Linear(4, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, num_actions)
-)
+q_network = nn.Sequential(nn.Linear(4, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, num_actions))
 target_network = nn.Sequential(
     nn.Linear(4, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, num_actions)
 )
@@ -111,9 +107,7 @@ while steps < args.total_steps:
             next_q = target_network(observation[:, 1]).gather(1, next_action).squeeze(1)
             target = reward + args.gamma * discount * next_q
         q = q_network(observation[:, 0]).gather(1, action[:, None]).squeeze(1)
-        loss = (
-            nn.functional.smooth_l1_loss(q, target, reduction="none") * valid
-        ).sum() / valid.sum().clamp(min=1)
+        loss = (nn.functional.smooth_l1_loss(q, target, reduction="none") * valid).sum() / valid.sum().clamp(min=1)
         optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(q_network.parameters(), 10.0)
@@ -124,10 +118,7 @@ while steps < args.total_steps:
         next_eval += args.eval_every
         score = evaluate(seed=10_000 + steps)
         recent = np.mean(episodes.returns[-10:]) if episodes.returns else float("nan")
-        print(
-            f"step {steps}: loss {loss_value:.4f}, training return {recent:.1f}, "
-            f"greedy return {score:.1f}"
-        )
+        print(f"step {steps}: loss {loss_value:.4f}, training return {recent:.1f}, greedy return {score:.1f}")
         if score > best:
             best, best_weights = score, {k: v.clone() for k, v in q_network.state_dict().items()}
         if best >= 495:

@@ -62,17 +62,13 @@ def train(experience, gamma=0.99):
 
 
 replay_buffer_capacity = 1000
-replay_buffer = TFUniformReplayBuffer(
-    collect_data_spec, batch_size=1, max_length=replay_buffer_capacity
-)
+replay_buffer = TFUniformReplayBuffer(collect_data_spec, batch_size=1, max_length=replay_buffer_capacity)
 
 # Add an observer that adds to the replay buffer:
 replay_observer = [replay_buffer.add_batch]
 
 collect_steps_per_iteration = 10
-driver = StepDriver(
-    env, collect_policy, observers=replay_observer, num_steps=collect_steps_per_iteration, seed=0
-)
+driver = StepDriver(env, collect_policy, observers=replay_observer, num_steps=collect_steps_per_iteration, seed=0)
 for _ in range(10):
     driver.run()
 print("frames in the buffer:", int(replay_buffer.num_frames()))

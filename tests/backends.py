@@ -65,7 +65,6 @@ def _torch_to_numpy(value):
     return np.asarray(value)
 
 
-
 def _tf_uniform(data_spec, batch_size, max_length, seed):
     tf_backend = pytest.importorskip("replaybuf.tf")
     return tf_backend.TFUniformReplayBuffer(data_spec, batch_size=batch_size, max_length=max_length, seed=seed)
@@ -74,6 +73,7 @@ def _tf_uniform(data_spec, batch_size, max_length, seed):
 def _tf_to_numpy(value):
     """A tf.Tensor as NumPy (through .numpy()); anything else through np.asarray."""
     return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+
 
 # memmap storages live in folders under one temporary root, removed when the tests exit
 # (a factory cannot take pytest's tmp_path).
@@ -108,9 +108,7 @@ def _numpy_py_columns(data_spec, batch_size, max_length, seed):
 def _numpy_prioritized(data_spec, batch_size, max_length, seed):
     # No test here updates priorities, so every item keeps the initial priority and PER
     # must draw exactly uniformly: the suite checks its probabilities like the others'.
-    return replaybuf.PrioritizedReplayBuffer(
-        data_spec, batch_size=batch_size, max_length=max_length, seed=seed
-    )
+    return replaybuf.PrioritizedReplayBuffer(data_spec, batch_size=batch_size, max_length=max_length, seed=seed)
 
 
 def _numpy_frames(data_spec, batch_size, max_length, seed):

@@ -68,7 +68,10 @@ def _kill_self_at(event: int) -> None:
         return wrapped
 
     os.fsync, os.replace, os.mkdir, shutil.rmtree = (
-        hook(os.fsync), hook(os.replace), hook(os.mkdir), hook(shutil.rmtree)
+        hook(os.fsync),
+        hook(os.replace),
+        hook(os.mkdir),
+        hook(shutil.rmtree),
     )
 
 

@@ -53,11 +53,13 @@ def _fill_prioritized(buffer: Any, variant: int) -> None:
 def _fill_frames(buffer: Any, variant: int) -> None:
     rng = np.random.default_rng(variant)
     for t in range(5 + variant):
-        buffer.add_batch({
-            "observation": rng.integers(0, 3, (2, 2, 3, 2), dtype=np.uint8),
-            "action": np.full(2, t, np.int64),
-            "step_type": np.full(2, 0 if t % 3 == 0 else 1, np.int32),
-        })
+        buffer.add_batch(
+            {
+                "observation": rng.integers(0, 3, (2, 2, 3, 2), dtype=np.uint8),
+                "action": np.full(2, t, np.int64),
+                "step_type": np.full(2, 0 if t % 3 == 0 else 1, np.int32),
+            }
+        )
     buffer.get_next(3)
 
 
@@ -145,6 +147,7 @@ def source_state(kind: str, tmp_path: Any = None) -> dict:
 
 def plain(value: Any) -> Any:
     """A state or sample with every tensor as a NumPy array (for comparisons)."""
+
     def leaf(x: Any) -> Any:
         if hasattr(x, "detach") and hasattr(x, "cpu"):
             return x.detach().cpu().numpy()

@@ -29,8 +29,19 @@ def run_module():
 
 def test_runner_writes_rows_and_table(run_module, tmp_path):
     out, results = tmp_path / "bench.md", tmp_path / "results.json"
-    args = ["--tiny", "--libs", "replaybuf,numpy", "--rows", ",".join(ROWS), "--out", str(out), "--png", "",
-            "--results", str(results)]
+    args = [
+        "--tiny",
+        "--libs",
+        "replaybuf,numpy",
+        "--rows",
+        ",".join(ROWS),
+        "--out",
+        str(out),
+        "--png",
+        "",
+        "--results",
+        str(results),
+    ]
     assert run_module.main(args) == 0
 
     records = json.loads(results.read_text())["records"]
@@ -49,8 +60,19 @@ def test_a_new_report_keeps_the_hand_written_sections(run_module, tmp_path):
     out = tmp_path / "bench.md"
     marker = run_module.report.HAND_WRITTEN
     out.write_text(f"# old generated report\n\n{marker}\n\n## Many writers\n\nmeasured by hand\n")
-    args = ["--tiny", "--libs", "replaybuf", "--rows", "w1_add256", "--out", str(out), "--png", "",
-            "--results", str(tmp_path / "results.json")]
+    args = [
+        "--tiny",
+        "--libs",
+        "replaybuf",
+        "--rows",
+        "w1_add256",
+        "--out",
+        str(out),
+        "--png",
+        "",
+        "--results",
+        str(tmp_path / "results.json"),
+    ]
     assert run_module.main(args) == 0
     text = out.read_text()
     assert "old generated report" not in text

@@ -24,7 +24,10 @@ def run_worker(mode, folder, seed, count, kind="uniform"):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     done = subprocess.run(
         [sys.executable, WORKER, mode, str(folder), str(seed), str(count), kind],
-        capture_output=True, text=True, timeout=120, env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])

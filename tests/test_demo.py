@@ -132,9 +132,7 @@ def test_double_q_values_the_q_networks_action_with_the_target_network():
 def test_gradients_are_clipped_to_max_grad_norm():
     agent = _agent(max_grad_norm=0.01)
     agent.train(_windows([StepType.MID] * 4, [100.0] * 4, [1.0] * 4, np.ones(4)))
-    norm = torch.linalg.vector_norm(
-        torch.cat([p.grad.flatten() for p in agent.q_network.parameters()])
-    )
+    norm = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in agent.q_network.parameters()]))
     assert float(norm) == pytest.approx(0.01, rel=1e-4)
 
 
@@ -143,9 +141,7 @@ def test_dqn_learns_a_constant_target_and_syncs_the_target_network():
     batch = _windows([StepType.MID] * 8, [1.0] * 8, [0.0] * 8, np.ones(4))
     losses = [agent.train(batch) for _ in range(60)]
     assert losses[-1] < 0.05 * losses[0]
-    for online, target in zip(
-        agent.q_network.parameters(), agent.target_network.parameters(), strict=True
-    ):
+    for online, target in zip(agent.q_network.parameters(), agent.target_network.parameters(), strict=True):
         assert torch.equal(online, target)  # 60 is a multiple of the period
 
 
@@ -157,9 +153,7 @@ def test_dqn_policies_and_bad_input():
     actions = {int(a) for _ in range(20) for a in agent.collect_policy(observation)}
     assert actions == {0, 1}
     with pytest.raises(ArgumentError, match=r"\[B, 2\]"):
-        agent.train(
-            _windows([StepType.MID], [1.0], [1.0], np.ones(4))._replace(step_type=np.zeros((1, 3)))
-        )
+        agent.train(_windows([StepType.MID], [1.0], [1.0], np.ones(4))._replace(step_type=np.zeros((1, 3))))
     with pytest.raises(ArgumentError, match="action_spec"):
         DqnAgent(
             BoundedArraySpec((4,), np.float32, None, -1, 1),
@@ -168,9 +162,7 @@ def test_dqn_policies_and_bad_input():
 
 
 def _run_example(*args):
-    result = subprocess.run(
-        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=240
-    )
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
 

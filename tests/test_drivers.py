@@ -156,9 +156,7 @@ def test_termination_and_truncation_discounts_are_kept_apart():
     for truncate, final_discount in ((False, 0.0), (True, 1.0)):
         seen = []
         StepDriver(CountEnv(4, truncate), policy, [seen.append], num_steps=8).run()
-        traj = Trajectory(
-            *(() if isinstance(x[0], tuple) else np.concatenate(x) for x in zip(*seen, strict=True))
-        )
+        traj = Trajectory(*(() if isinstance(x[0], tuple) else np.concatenate(x) for x in zip(*seen, strict=True)))
         assert traj.discount[traj.is_last()].tolist() == [final_discount] * 2
         assert (traj.discount[~traj.is_last()] == 1.0).all()
 
@@ -238,9 +236,7 @@ def test_step_driver_counts_steps_without_boundaries():
 
 def test_step_driver_on_vector_env_counts_every_stream():
     calls = []
-    driver = StepDriver(
-        vector_env({"length": 10}, {"length": 10}, {"length": 10}), policy, [calls.append], 5
-    )
+    driver = StepDriver(vector_env({"length": 10}, {"length": 10}, {"length": 10}), policy, [calls.append], 5)
     assert driver.run() == 6  # two batched steps of 3 streams
     assert len(calls) == 2 and calls[0].step_type.shape == (3,)
 
@@ -296,9 +292,7 @@ def test_policy_may_return_torch_tensors():
 
 def test_single_env_trajectory_has_batch_dim_one():
     seen = []
-    StepDriver(
-        gym.make("CartPole-v1"), lambda o: np.zeros(len(o), np.int64), [seen.append], 1, seed=0
-    ).run()
+    StepDriver(gym.make("CartPole-v1"), lambda o: np.zeros(len(o), np.int64), [seen.append], 1, seed=0).run()
     assert seen[0].observation.shape == (1, 4) and seen[0].step_type.shape == (1,)
 
 

@@ -30,17 +30,25 @@ def _numpy_prioritized(batch_size, max_length, seed):  # no priority updates her
 
 
 def _numpy_padded(batch_size, max_length, seed):
-    return replaybuf.UniformReplayBuffer(SPEC, batch_size=batch_size, max_length=max_length, seed=seed,
-                                         pad_episode_ends=True, **EPISODES)
+    return replaybuf.UniformReplayBuffer(
+        SPEC, batch_size=batch_size, max_length=max_length, seed=seed, pad_episode_ends=True, **EPISODES
+    )
 
 
 def _jax(prioritized, pad=False):
     def make(batch_size, max_length, seed):
         from replaybuf.jax import JaxUniformReplayBuffer
 
-        return JaxUniformReplayBuffer(SPEC, batch_size=batch_size, max_length=max_length, seed=seed,
-                                      episode_num_steps=min(2, max_length), prioritized=prioritized,
-                                      pad_episode_ends=pad, **EPISODES)
+        return JaxUniformReplayBuffer(
+            SPEC,
+            batch_size=batch_size,
+            max_length=max_length,
+            seed=seed,
+            episode_num_steps=min(2, max_length),
+            prioritized=prioritized,
+            pad_episode_ends=pad,
+            **EPISODES,
+        )
 
     return make
 
@@ -49,8 +57,9 @@ def _shared(sampler):
     def make(batch_size, max_length, seed):  # prioritized: no priority updates here, uniform draws
         from replaybuf.shared import SharedReplayBuffer
 
-        return SharedReplayBuffer(SPEC, writers=1, batch_size=batch_size, max_length=max_length, seed=seed,
-                                  sampler=sampler, **EPISODES)
+        return SharedReplayBuffer(
+            SPEC, writers=1, batch_size=batch_size, max_length=max_length, seed=seed, sampler=sampler, **EPISODES
+        )
 
     return make
 
@@ -166,7 +175,9 @@ def machine_for(make, batch_size, padded):
 def test_episode_windows_match_model(name, batch_size):
     machine = machine_for(BACKENDS[name], batch_size, padded=name.endswith("padded"))
     machine.TestCase.settings = settings(
-        max_examples=10 if name.startswith("jax") else 40, stateful_step_count=20, deadline=None,
+        max_examples=10 if name.startswith("jax") else 40,
+        stateful_step_count=20,
+        deadline=None,
         phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
     )
     machine.TestCase().runTest()

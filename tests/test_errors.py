@@ -19,8 +19,13 @@ def batch(n: int, camera_shape=(3, 2), camera_dtype=np.float32, action=None):
 
 
 def test_error_tree():
-    for error in (replaybuf.SpecError, replaybuf.SpecMismatchError, replaybuf.EmptyBufferError,
-                  replaybuf.ArgumentError, replaybuf.PriorityError):
+    for error in (
+        replaybuf.SpecError,
+        replaybuf.SpecMismatchError,
+        replaybuf.EmptyBufferError,
+        replaybuf.ArgumentError,
+        replaybuf.PriorityError,
+    ):
         assert issubclass(error, replaybuf.ReplayBufferError)
         assert issubclass(error, ValueError)
 
@@ -75,18 +80,27 @@ def test_py_uniform_unbatched_item_says_how_to_add_one():
         buffer.add_batch({"observation": {"camera": np.zeros((3, 2), np.float32)}, "action": np.zeros(1, np.int32)})
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"batch_size": 0}, "batch_size"), ({"max_length": -1}, "max_length"),
-    ({"batch_size": 1.5}, "batch_size"), ({"dataset_window_shift": 0}, "dataset_window_shift"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"batch_size": 0}, "batch_size"),
+        ({"max_length": -1}, "max_length"),
+        ({"batch_size": 1.5}, "batch_size"),
+        ({"dataset_window_shift": 0}, "dataset_window_shift"),
+    ],
+)
 def test_constructor_arguments(kwargs, field):
     with pytest.raises(replaybuf.ArgumentError, match=f"{field}: expected a positive int"):
         replaybuf.UniformReplayBuffer(SPEC, **kwargs)
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"sample_batch_size": 0}, "sample_batch_size"), ({"num_steps": True}, "num_steps"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"sample_batch_size": 0}, "sample_batch_size"),
+        ({"num_steps": True}, "num_steps"),
+    ],
+)
 def test_read_arguments(kwargs, field):
     buffer = replaybuf.UniformReplayBuffer(SPEC)
     buffer.add_batch(batch(1))

@@ -207,8 +207,10 @@ def test_checkpoints_load_across_compressed_and_uncompressed_buffers(source, tar
     assert state["frames"]["codec"] == source
     if source is not None:
         assert "pool" not in state["frames"]
-        blobs = [blob_of(original._storage, c) for c in range(
-            original._storage.counter - len(state["frames"]["sizes"]), original._storage.counter)]
+        blobs = [
+            blob_of(original._storage, c)
+            for c in range(original._storage.counter - len(state["frames"]["sizes"]), original._storage.counter)
+        ]
         assert state["frames"]["blobs"].tobytes() == b"".join(blobs)  # saved as they are
         np.testing.assert_array_equal(state["frames"]["sizes"], [len(b) for b in blobs])
     if through_files:
@@ -311,8 +313,11 @@ def test_a_missing_codec_package_is_an_argument_error(monkeypatch):
     with pytest.raises(ArgumentError, match=r"'lz4' needs the lz4 package \(pip install 'replaybuf\[compress\]'\)"):
         FrameStackReplayBuffer(spec(4, 0), 1, 5, compression="lz4")
     with pytest.raises(ArgumentError, match="zstandard"):
-        monkeypatch.setattr(builtins, "__import__", lambda n, *a, **k: (_ for _ in ()).throw(ImportError(n))
-                            if n.startswith("zstandard") else real(n, *a, **k))
+        monkeypatch.setattr(
+            builtins,
+            "__import__",
+            lambda n, *a, **k: (_ for _ in ()).throw(ImportError(n)) if n.startswith("zstandard") else real(n, *a, **k),
+        )
         make_codec("zstd", None, 4)
 
 

@@ -201,8 +201,12 @@ EDITS = [
     ("max_priority a string", PRIORITIZED, _set("priorities", "max_priority", value="1.0"), r"\['max_priority'\]"),
     ("position negative", EPISODES, _position(lambda p, i: p.__setitem__(i, -1)), r"\['position'\]"),
     ("position jumps", EPISODES, _position(lambda p, i: p.__setitem__(i, 3)), r"\['position'\]"),
-    ("position 2**64 - 1", EPISODES,
-     _set("episodes", "position", value=lambda p: np.full(p.shape, 2**64 - 1, np.uint64)), r"\['position'\]"),
+    (
+        "position 2**64 - 1",
+        EPISODES,
+        _set("episodes", "position", value=lambda p: np.full(p.shape, 2**64 - 1, np.uint64)),
+        r"\['position'\]",
+    ),
     ("last off", EPISODES, _set("episodes", "last", value=lambda last: last + 1), r"\['last'\]"),
     ("frames pointer outside the pool", ("frames",), _frames_pointer_out_of_pool, r"\['pointers'\]"),
     ("frames floor above a frame", ("frames",), _frames_floor_above, r"\['floors'\]"),
@@ -211,11 +215,7 @@ EDITS = [
     ("limiter deletes > inserts", ("limited",), _set("rate_limiter", "deletes", value=10**6), r"deletes"),
 ]
 
-CASES = [
-    pytest.param(kind, edit, match, id=f"{kind}-{name}")
-    for name, kinds, edit, match in EDITS
-    for kind in kinds
-]
+CASES = [pytest.param(kind, edit, match, id=f"{kind}-{name}") for name, kinds, edit, match in EDITS for kind in kinds]
 
 
 @pytest.mark.parametrize(("kind", "edit", "match"), CASES)

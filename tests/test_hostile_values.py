@@ -95,8 +95,14 @@ def test_extreme_priorities_keep_masses_in_range_and_both_kernels_agree(name):
 
 @pytest.mark.parametrize("compiled", [False, None])
 def test_extreme_priorities_in_episode_window_trees(compiled):
-    buffer = _extreme_buffer(2.0, 0.0, [1e-300, 1e200, 1.0, 1.0, 1e-300, 1.0, 1.0, 1.0], compiled,
-                             respect_episodes=True, episode_end_field="flag")
+    buffer = _extreme_buffer(
+        2.0,
+        0.0,
+        [1e-300, 1e200, 1.0, 1.0, 1e-300, 1.0, 1.0, 1.0],
+        compiled,
+        respect_episodes=True,
+        episode_end_field="flag",
+    )
     for _ in range(3):
         _, info = buffer.get_next(16, 2)
         _check_sample(info)
@@ -216,8 +222,17 @@ def test_update_priorities_with_non_numbers_names_the_argument(kind, priorities,
 
 
 SIZE_KINDS = [
-    "uniform", "columns", "py-uniform", "prioritized", "episodes", "uniform-episodes", "frames", "memmap", "limited",
-    "torch", "torch-py",
+    "uniform",
+    "columns",
+    "py-uniform",
+    "prioritized",
+    "episodes",
+    "uniform-episodes",
+    "frames",
+    "memmap",
+    "limited",
+    "torch",
+    "torch-py",
 ]
 HUGE_SAMPLES = [
     ((2**62, None), r"sample_batch_size: expected a positive int <= 2147483647"),
@@ -442,6 +457,7 @@ def test_checkpoints_and_memmap_folders_of_namedtuple_specs_still_match(tmp_path
 def _other_backends():
     """The shared-memory and JAX buffers (Ray's shards take the same check, untested here:
     starting a Ray session costs seconds)."""
+
     def shared():
         return replaybuf.SharedReplayBuffer(SPEC, writers=1, batch_size=2, max_length=5, seed=5)
 

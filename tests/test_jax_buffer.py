@@ -47,8 +47,15 @@ def test_prioritized_update_and_its_errors_change_nothing():
 
 
 def test_episode_windows_never_cross_an_end_and_errors_when_none_fits():
-    rb = JaxUniformReplayBuffer(DONE_SPEC, batch_size=1, max_length=8, respect_episodes=True,
-                                episode_end_field="done", episode_num_steps=3, seed=0)
+    rb = JaxUniformReplayBuffer(
+        DONE_SPEC,
+        batch_size=1,
+        max_length=8,
+        respect_episodes=True,
+        episode_end_field="done",
+        episode_num_steps=3,
+        seed=0,
+    )
     for t, done in enumerate([0, 1, 0, 0, 1]):  # episodes [0 1] [2 3 4]
         rb.add_batch({"x": np.array([t], np.int32), "done": np.array([bool(done)])})
     items, info = rb.get_next(64, 3)

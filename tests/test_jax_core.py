@@ -167,8 +167,11 @@ def _large_copies(compiled_text: str, elements: int) -> list[str]:
 EPISODES = {"respect_episodes": True, "episode_end_field": "done", "episode_num_steps": 3}
 
 
-@pytest.mark.parametrize("options", [EPISODES, {"prioritized": True}, {**EPISODES, "prioritized": True}],
-                         ids=["episodes", "prioritized", "both"])
+@pytest.mark.parametrize(
+    "options",
+    [EPISODES, {"prioritized": True}, {**EPISODES, "prioritized": True}],
+    ids=["episodes", "prioritized", "both"],
+)
 def test_a_scanned_add_sample_update_step_copies_no_positions_or_tree_level(options):
     """Episode positions ([max_length, batch_size]) and the sum trees' big levels are updated
     in place by every add and priority update. A read of an old version beside a write, two
@@ -221,8 +224,9 @@ def _brute_force_starts(done, batch_size, max_length, steps, num_steps):
 @pytest.mark.parametrize("steps", [4, 11, 23])
 def test_episode_windows_match_brute_force(num_steps, steps):
     batch_size, max_length = 3, 7
-    buffer = make_buffer(SMALL, batch_size, max_length, respect_episodes=True, episode_end_field="done",
-                         episode_num_steps=3)
+    buffer = make_buffer(
+        SMALL, batch_size, max_length, respect_episodes=True, episode_end_field="done", episode_num_steps=3
+    )
     done, batch = _episode_batches(batch_size, steps, seed=steps)
     state = filled(buffer, steps, batch)
     expected = _brute_force_starts(done, batch_size, max_length, steps, num_steps)
@@ -247,8 +251,15 @@ def test_episode_windows_match_brute_force(num_steps, steps):
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_padded_windows_are_uniform_over_all_starts_and_pad_past_the_end(prioritized):
     batch_size, max_length, steps, size = 3, 7, 12, 3
-    buffer = make_buffer(SMALL, batch_size, max_length, respect_episodes=True, episode_end_field="done",
-                         pad_episode_ends=True, prioritized=prioritized)
+    buffer = make_buffer(
+        SMALL,
+        batch_size,
+        max_length,
+        respect_episodes=True,
+        episode_end_field="done",
+        pad_episode_ends=True,
+        prioritized=prioritized,
+    )
     done, batch = _episode_batches(batch_size, steps, seed=9)
     state = filled(buffer, steps, batch)
     low = steps - max_length
@@ -287,8 +298,11 @@ def test_episode_markers_from_step_type():
 # -- prioritized ----------------------------------------------------------------------------
 def test_sum_tree_is_recomputed_and_cannot_drift():
     buffer = make_buffer(SMALL, 4, 50, prioritized=True, alpha=1.0, epsilon=0.0)
-    state = filled(buffer, 60, lambda t: {"obs": np.zeros((4, 4), np.float32), "action": np.zeros(4, np.int32),
-                                          "done": np.zeros(4, bool)})
+    state = filled(
+        buffer,
+        60,
+        lambda t: {"obs": np.zeros((4, 4), np.float32), "action": np.zeros(4, np.int32), "done": np.zeros(4, bool)},
+    )
     update = jax.jit(buffer.update_priorities, donate_argnums=0)
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -307,8 +321,15 @@ def test_sum_tree_is_recomputed_and_cannot_drift():
 
 def test_prioritized_draws_follow_priorities_with_probabilities_and_weights():
     buffer = make_buffer(SMALL, 2, 8, prioritized=True, alpha=1.0, beta=0.5, epsilon=0.0)
-    state = filled(buffer, 8, lambda t: {"obs": np.zeros((2, 4), np.float32), "action": np.arange(2, dtype=np.int32),
-                                         "done": np.zeros(2, bool)})
+    state = filled(
+        buffer,
+        8,
+        lambda t: {
+            "obs": np.zeros((2, 4), np.float32),
+            "action": np.arange(2, dtype=np.int32),
+            "done": np.zeros(2, bool),
+        },
+    )
     priorities = np.arange(1, 17, dtype=np.float32)  # id i gets priority i + 1
     state = buffer.update_priorities(state, jnp.arange(16), priorities)
     counts = np.zeros(16)
@@ -335,8 +356,15 @@ def test_prioritized_windows_share_the_mass_of_the_starts_they_fit_after(steps, 
     """Starts in the last num_steps - 1 steps are left out of the mass, wherever the ring wrapped."""
     batch, length = 2, 8
     buffer = make_buffer(SMALL, batch, length, prioritized=True, alpha=1.0, epsilon=0.0)
-    state = filled(buffer, steps, lambda t: {"obs": np.zeros((batch, 4), np.float32),
-                                             "action": np.zeros(batch, np.int32), "done": np.zeros(batch, bool)})
+    state = filled(
+        buffer,
+        steps,
+        lambda t: {
+            "obs": np.zeros((batch, 4), np.float32),
+            "action": np.zeros(batch, np.int32),
+            "done": np.zeros(batch, bool),
+        },
+    )
     ids = np.arange(max(steps - length, 0) * batch, steps * batch)
     priorities = np.random.default_rng(steps * 10 + num_steps).random(ids.size).astype(np.float32) + 0.1
     state = buffer.update_priorities(state, jnp.asarray(ids, jnp.int32), jnp.asarray(priorities))
@@ -349,8 +377,11 @@ def test_prioritized_windows_share_the_mass_of_the_starts_they_fit_after(steps, 
 
 def test_bad_priority_updates_are_dropped_and_counted_inside_jit():
     buffer = make_buffer(SMALL, 2, 4, prioritized=True)
-    state = filled(buffer, 6, lambda t: {"obs": np.zeros((2, 4), np.float32), "action": np.zeros(2, np.int32),
-                                         "done": np.zeros(2, bool)})
+    state = filled(
+        buffer,
+        6,
+        lambda t: {"obs": np.zeros((2, 4), np.float32), "action": np.zeros(2, np.int32), "done": np.zeros(2, bool)},
+    )
     before = np.asarray(state.priorities.trees.sums[-1])
     ids = jnp.array([0, 5, 12, -1, 6, 7, 8])  # 0: stale; 12, -1: never added; 6/7/8 priorities bad
     values = jnp.array([9.0, 4.0, 1.0, 1.0, jnp.nan, 0.0, -2.0])
@@ -368,8 +399,18 @@ def _episodes_with_priorities(steps, seed):
     """A buffer of 3 streams x 7 steps with random episode ends, filled, then given random
     priorities in two rounds (one before and one after more adds, stale ids included)."""
     batch_size, max_length = 3, 7
-    buffer = make_buffer(SMALL, batch_size, max_length, respect_episodes=True, episode_end_field="done",
-                         episode_num_steps=3, prioritized=True, alpha=1.0, beta=0.5, epsilon=0.0)
+    buffer = make_buffer(
+        SMALL,
+        batch_size,
+        max_length,
+        respect_episodes=True,
+        episode_end_field="done",
+        episode_num_steps=3,
+        prioritized=True,
+        alpha=1.0,
+        beta=0.5,
+        epsilon=0.0,
+    )
     done, batch = _episode_batches(batch_size, steps, seed=seed)
     rng = np.random.default_rng(seed)
     add = jax.jit(buffer.add, donate_argnums=0)

@@ -16,8 +16,18 @@ from hypothesis import strategies as st
 
 from replaybuf.jax.rows import pack, row_layout, unpack
 
-DTYPES = [np.bool_, np.int8, np.uint8, np.int16, np.float16, ml_dtypes.bfloat16, np.int32, np.uint32, np.float32,
-          np.complex64]
+DTYPES = [
+    np.bool_,
+    np.int8,
+    np.uint8,
+    np.int16,
+    np.float16,
+    ml_dtypes.bfloat16,
+    np.int32,
+    np.uint32,
+    np.float32,
+    np.complex64,
+]
 SHAPES = [(), (1,), (3,), (4,), (0,), (2, 3), (5, 2)]
 
 
@@ -59,7 +69,11 @@ def test_whole_word_leaves_take_their_bytes_and_small_ones_share_the_tail():
     # float32[4]: 4 words, int32: 1 word, float16[2]: 1 word; bool and uint8[3] share one tail word
     assert layout.words == 7 and layout.tail == 6
     assert [(f.start, f.size, f.in_tail) for f in layout.fields] == [
-        (0, 4, False), (0, 1, True), (4, 1, False), (1, 3, True), (5, 1, False)
+        (0, 4, False),
+        (0, 1, True),
+        (4, 1, False),
+        (1, 3, True),
+        (5, 1, False),
     ]
 
 
@@ -96,7 +110,10 @@ def test_64_bit_leaves_round_trip_under_x64():
         """
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "JAX_ENABLE_X64": "1", "JAX_PLATFORMS": "cpu"},
     )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

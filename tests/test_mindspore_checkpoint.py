@@ -80,7 +80,11 @@ def test_state_dict_holds_tensors_and_survives_torch_save_weights_only():
     state = original.state_dict()
     assert isinstance(state["items"]["0"], torch.Tensor) and isinstance(state["rng"], torch.Tensor)
     assert (state["class"], state["capacity"], state["steps"], state["head"], state["count"]) == (
-        "ReplayBuffer", 6, 9, 3, 6,
+        "ReplayBuffer",
+        6,
+        9,
+        3,
+        6,
     )
     assert state["items"]["1"][:, 0].tolist() == list(range(3, 9))  # valid rows only, oldest first
     original.insert(rows(9, 2))

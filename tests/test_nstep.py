@@ -12,14 +12,17 @@ G = 0.5
 # (rewards, terminated, truncated, n) -> per start t: (return, discount, last index)
 TABLE = [
     # no end: full n-step sums, bootstrap g^k; at the data's end fewer steps
-    ([1, 2, 4, 8], [0, 0, 0, 0], [0, 0, 0, 0], 2,
-     [(1 + G * 2, G**2, 1), (2 + G * 4, G**2, 2), (4 + G * 8, G**2, 3), (8, G, 3)]),
+    (
+        [1, 2, 4, 8],
+        [0, 0, 0, 0],
+        [0, 0, 0, 0],
+        2,
+        [(1 + G * 2, G**2, 1), (2 + G * 4, G**2, 2), (4 + G * 8, G**2, 3), (8, G, 3)],
+    ),
     # termination at step 1: no bootstrap for starts 0 and 1
-    ([1, 2, 4, 8], [0, 1, 0, 0], [0, 0, 0, 0], 3,
-     [(1 + G * 2, 0.0, 1), (2, 0.0, 1), (4 + G * 8, G**2, 3), (8, G, 3)]),
+    ([1, 2, 4, 8], [0, 1, 0, 0], [0, 0, 0, 0], 3, [(1 + G * 2, 0.0, 1), (2, 0.0, 1), (4 + G * 8, G**2, 3), (8, G, 3)]),
     # truncation at step 1: same sums, but bootstrap from next_observation[1]
-    ([1, 2, 4, 8], [0, 0, 0, 0], [0, 1, 0, 0], 3,
-     [(1 + G * 2, G**2, 1), (2, G, 1), (4 + G * 8, G**2, 3), (8, G, 3)]),
+    ([1, 2, 4, 8], [0, 0, 0, 0], [0, 1, 0, 0], 3, [(1 + G * 2, G**2, 1), (2, G, 1), (4 + G * 8, G**2, 3), (8, G, 3)]),
     # n = 1 is the one-step transition
     ([3, 5], [0, 1], [0, 0], 1, [(3, G, 0), (5, 0.0, 1)]),
     # termination on the first step

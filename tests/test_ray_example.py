@@ -23,9 +23,23 @@ def test_apex_example_runs_briefly():
     if ray.is_initialized():  # the example starts its own Ray; leave no other session beside it
         ray.shutdown()
     out = subprocess.run(
-        [sys.executable, EXAMPLE, "--total-steps", "1024", "--learning-starts", "256", "--eval-every", "512",
-         "--steps-per-round", "128", "--gradient-steps", "8"],
-        capture_output=True, text=True, timeout=360,
+        [
+            sys.executable,
+            EXAMPLE,
+            "--total-steps",
+            "1024",
+            "--learning-starts",
+            "256",
+            "--eval-every",
+            "512",
+            "--steps-per-round",
+            "128",
+            "--gradient-steps",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=360,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     progress = re.findall(r"step (\d+): loss ([\d.]+), .* stored (\d+)", out.stdout)

@@ -65,8 +65,15 @@ def wait_for(condition, timeout: float, what: str):
 
 def test_killed_shard_restarts_from_its_checkpoint(cluster, tmp_path):
     buffer = ShardedReplayBuffer(
-        SPEC, shards=2, batch_size=2, max_length=1000, seed=0,
-        checkpoint_dir=tmp_path, checkpoint_every=10, call_timeout=5, retry_timeout=120,
+        SPEC,
+        shards=2,
+        batch_size=2,
+        max_length=1000,
+        seed=0,
+        checkpoint_dir=tmp_path,
+        checkpoint_every=10,
+        call_timeout=5,
+        retry_timeout=120,
     )
     first = buffer.writer(0)
     for t in range(50):  # shard 0 holds 50 items tagged with their ids (0, 2, ..., 98)
@@ -110,8 +117,16 @@ def test_node_removed_then_replaced(cluster, tmp_path):
     worker = cluster.add_node(num_cpus=1, resources={"shard_slot": 1})
     cluster.wait_for_nodes()
     buffer = ShardedReplayBuffer(
-        SPEC, shards=2, batch_size=2, max_length=100, seed=1, checkpoint_dir=tmp_path, checkpoint_every=5,
-        call_timeout=3, retry_timeout=5, actor_options={"resources": {"shard_slot": 1}},
+        SPEC,
+        shards=2,
+        batch_size=2,
+        max_length=100,
+        seed=1,
+        checkpoint_dir=tmp_path,
+        checkpoint_every=5,
+        call_timeout=3,
+        retry_timeout=5,
+        actor_options={"resources": {"shard_slot": 1}},
     )
     for k in range(2):
         w = buffer.writer(k)
@@ -146,8 +161,15 @@ def test_restarted_shard_asks_for_a_resend_across_a_gap(cluster, tmp_path):
     # The bug behind a lost-too-much flake: a restarted shard took a writer's first add as
     # where the writer stood, so adds still in flight before it were skipped as applied.
     buffer = ShardedReplayBuffer(
-        SPEC, shards=1, batch_size=1, max_length=100, seed=0,
-        checkpoint_dir=tmp_path, checkpoint_every=10, call_timeout=5, retry_timeout=60,
+        SPEC,
+        shards=1,
+        batch_size=1,
+        max_length=100,
+        seed=0,
+        checkpoint_dir=tmp_path,
+        checkpoint_every=10,
+        call_timeout=5,
+        retry_timeout=60,
     )
     actor = buffer.actors[0]
     flat = lambda t: buffer._flat.flatten_batch(fields_for_ids(np.array([t])), 1)  # noqa: E731

@@ -58,8 +58,10 @@ def fill_unequal(buffer, steps_per_shard):
             ids = buffer._global(k, local)
             writer.add_batch(shard_batch(ids))
         writer.flush()
-    stored = [buffer._global(k, np.arange(min(s, buffer.max_length) * c) + max(0, s - buffer.max_length) * c)
-              for k, (s, c) in enumerate(zip(steps_per_shard, buffer._stream_counts, strict=True))]
+    stored = [
+        buffer._global(k, np.arange(min(s, buffer.max_length) * c) + max(0, s - buffer.max_length) * c)
+        for k, (s, c) in enumerate(zip(steps_per_shard, buffer._stream_counts, strict=True))
+    ]
     return np.concatenate(stored)
 
 
@@ -149,8 +151,13 @@ def test_episode_aware_shards_split_by_windows_inside_episodes():
 
 def test_prioritized_split_is_exact_and_weights_global():
     buffer = ShardedReplayBuffer(
-        SPEC, shards=3, batch_size=3, max_length=50, seed=3,
-        buffer_class=replaybuf.PrioritizedReplayBuffer, buffer_options={"alpha": 1.0, "epsilon": 0.0, "beta": 0.5},
+        SPEC,
+        shards=3,
+        batch_size=3,
+        max_length=50,
+        seed=3,
+        buffer_class=replaybuf.PrioritizedReplayBuffer,
+        buffer_options={"alpha": 1.0, "epsilon": 0.0, "beta": 0.5},
     )
     stored = fill_unequal(buffer, [40, 10, 25])
     priority = 1.0 + (stored % 7)  # shards get different priority totals
@@ -218,7 +225,9 @@ def test_writer_errors():
     assert buffer.num_frames() == 0
     episodes = ShardedReplayBuffer(
         {"step_type": replaybuf.ArraySpec((), np.int32), "x": replaybuf.ArraySpec((), np.float32)},
-        shards=2, max_length=8, buffer_options={"respect_episodes": True},
+        shards=2,
+        max_length=8,
+        buffer_options={"respect_episodes": True},
     )
     episodes.writer(0)
     with pytest.raises(replaybuf.ArgumentError, match="each writer needs its own shard"):
@@ -359,8 +368,13 @@ def test_restarted_limiter_rebuilds_its_counts_from_the_shards():
 def test_checkpoint_and_restore_the_whole_buffer(tmp_path):
     def make():
         return ShardedReplayBuffer(
-            SPEC, shards=2, batch_size=3, max_length=6, seed=5,
-            buffer_class=replaybuf.PrioritizedReplayBuffer, rate_limiter=replaybuf.MinSize(2),
+            SPEC,
+            shards=2,
+            batch_size=3,
+            max_length=6,
+            seed=5,
+            buffer_class=replaybuf.PrioritizedReplayBuffer,
+            rate_limiter=replaybuf.MinSize(2),
         )
 
     buffer = make()

@@ -15,8 +15,24 @@ pytestmark = pytest.mark.timeout(120)
 
 def test_the_writer_benchmark_reports_positive_rates_for_every_configuration(tmp_path):
     out = tmp_path / "results.json"
-    cmd = [sys.executable, str(BENCH / "shared_writers.py"), "--libs", "replaybuf", "--writers", "0,1",
-           "--rows", "1,4", "--reps", "1", "--seconds", "0.05", "--capacity", "16384", "--json", str(out)]
+    cmd = [
+        sys.executable,
+        str(BENCH / "shared_writers.py"),
+        "--libs",
+        "replaybuf",
+        "--writers",
+        "0,1",
+        "--rows",
+        "1,4",
+        "--reps",
+        "1",
+        "--seconds",
+        "0.05",
+        "--capacity",
+        "16384",
+        "--json",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=100)
     assert proc.returncode == 0, proc.stderr[-2000:]
     import json

@@ -26,7 +26,6 @@ from shared_workers import buffers, no_leaked_segments, shm_blocks, write  # noq
 pytestmark = pytest.mark.timeout(60)
 
 
-
 # -- arguments ---------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "kwargs, match",

@@ -42,8 +42,9 @@ def assert_draws_match(buffer, episodes, size, draws=60):
 
 @pytest.mark.parametrize("size", [1, 2, 3])
 def test_windows_match_brute_force_as_writers_add_and_wrap(buffers, size):
-    buffer = buffers(SPEC, writers=2, batch_size=2, max_length=6, seed=1, respect_episodes=True,
-                     episode_end_field="done")
+    buffer = buffers(
+        SPEC, writers=2, batch_size=2, max_length=6, seed=1, respect_episodes=True, episode_end_field="done"
+    )
     episodes = Episodes(buffer, seed=size)
     episodes.add(0, 4)
     episodes.add(1, 2)
@@ -59,10 +60,12 @@ def test_windows_match_brute_force_as_writers_add_and_wrap(buffers, size):
 
 
 def test_probabilities_match_the_single_process_episode_buffer(buffers):
-    shared = buffers(SPEC, writers=1, batch_size=3, max_length=8, seed=0, respect_episodes=True,
-                     episode_end_field="done")
-    local = UniformReplayBuffer(SPEC, batch_size=3, max_length=8, seed=0, respect_episodes=True,
-                                episode_end_field="done")
+    shared = buffers(
+        SPEC, writers=1, batch_size=3, max_length=8, seed=0, respect_episodes=True, episode_end_field="done"
+    )
+    local = UniformReplayBuffer(
+        SPEC, batch_size=3, max_length=8, seed=0, respect_episodes=True, episode_end_field="done"
+    )
     rng = np.random.default_rng(3)
     writer = shared.writer(0)
     for t in range(13):
@@ -95,8 +98,9 @@ def test_staged_steps_count_once_committed(buffers):
 
 
 def test_no_window_inside_an_episode_raises_and_clear_and_load_start_over(buffers, tmp_path):
-    buffer = buffers(SPEC, writers=2, batch_size=1, max_length=8, seed=2, respect_episodes=True,
-                     episode_end_field="done")
+    buffer = buffers(
+        SPEC, writers=2, batch_size=1, max_length=8, seed=2, respect_episodes=True, episode_end_field="done"
+    )
     episodes = Episodes(buffer, seed=5)
     episodes.add(0, 5, p_end=1.0)  # episodes of one step: no window of 2
     with pytest.raises(EmptyBufferError, match="num_steps=2: no stored window of that length lies inside one episode"):
@@ -129,8 +133,16 @@ def test_windows_drawn_while_writer_processes_wrap_never_cross_an_end(sampler):
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
     writers, batch_size, max_length = 2, 2, 32
-    with SharedReplayBuffer(SPEC, writers=writers, batch_size=batch_size, max_length=max_length, seed=4,
-                            respect_episodes=True, episode_end_field="done", sampler=sampler) as buffer:
+    with SharedReplayBuffer(
+        SPEC,
+        writers=writers,
+        batch_size=batch_size,
+        max_length=max_length,
+        seed=4,
+        respect_episodes=True,
+        episode_end_field="done",
+        sampler=sampler,
+    ) as buffer:
         processes = [
             context.Process(target=write_episodes_until_closed, args=(buffer.writer(w, flush_every=4),), daemon=True)
             for w in range(writers)

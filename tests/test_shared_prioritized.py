@@ -34,8 +34,9 @@ def test_without_updates_every_item_is_equally_likely_with_weight_one(buffers):
 
 
 def test_updated_priorities_set_probabilities_and_weights(buffers):
-    buffer = buffers(SPEC, writers=2, batch_size=1, max_length=8, sampler="prioritized", alpha=1.0, beta=1.0,
-                     epsilon=0.0, seed=1)
+    buffer = buffers(
+        SPEC, writers=2, batch_size=1, max_length=8, sampler="prioritized", alpha=1.0, beta=1.0, epsilon=0.0, seed=1
+    )
     write(buffer.writer(0), range(3))  # ids 0, 2, 4
     write(buffer.writer(1), range(1))  # id 1
     buffer.update_priorities(np.array([0, 2, 4, 1]), np.array([1.0, 1.0, 1.0, 7.0]))
@@ -137,8 +138,9 @@ def test_prioritized_sampling_while_writer_processes_wrap(buffers):
 
 
 def _prioritized(buffers, seed: int = 3, **kwargs):
-    return buffers(SPEC, writers=2, batch_size=2, max_length=6, sampler="prioritized", alpha=1.0, epsilon=0.0,
-                   seed=seed, **kwargs)
+    return buffers(
+        SPEC, writers=2, batch_size=2, max_length=6, sampler="prioritized", alpha=1.0, epsilon=0.0, seed=seed, **kwargs
+    )
 
 
 def _filled_with_priorities(buffers):

@@ -78,8 +78,16 @@ def assert_draws_match(buffer, model, size, draws=60):
 
 
 def make(buffers, **kwargs):
-    return buffers(SPEC, sampler="prioritized", alpha=1.0, beta=BETA, epsilon=0.0, respect_episodes=True,
-                   episode_end_field="done", **kwargs)
+    return buffers(
+        SPEC,
+        sampler="prioritized",
+        alpha=1.0,
+        beta=BETA,
+        epsilon=0.0,
+        respect_episodes=True,
+        episode_end_field="done",
+        **kwargs,
+    )
 
 
 @pytest.mark.parametrize("size", [1, 2, 3])

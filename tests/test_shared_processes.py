@@ -27,7 +27,6 @@ pytestmark = pytest.mark.timeout(300)  # generous: a loaded 2-core machine start
 METHODS = [m for m in ("spawn", "forkserver", "fork") if m in multiprocessing.get_all_start_methods()]
 
 
-
 class Children:
     """Child processes that are always reaped: joined with a timeout, killed if still alive."""
 

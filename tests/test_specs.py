@@ -23,8 +23,14 @@ def test_array_spec_normalises_shape_and_dtype():
 
 @pytest.mark.parametrize(
     "dtype, expected",
-    [(np.int32, np.int32), ("uint8", np.uint8), (tf.float16, np.float16), (torch.int64, np.int64),
-     (torch.bool, np.bool_), (tf.bool, np.bool_)],
+    [
+        (np.int32, np.int32),
+        ("uint8", np.uint8),
+        (tf.float16, np.float16),
+        (torch.int64, np.int64),
+        (torch.bool, np.bool_),
+        (tf.bool, np.bool_),
+    ],
 )
 def test_dtype_conversions(dtype, expected):
     assert as_numpy_dtype(dtype) == np.dtype(expected)
@@ -51,9 +57,7 @@ def test_bounded_spec_broadcasts_bounds():
 
 
 def test_tf_tensor_specs_convert():
-    spec = replaybuf.as_data_spec(
-        (tf.TensorSpec([3], tf.float32, "action"), {"b": tf.TensorSpec([], tf.int32)})
-    )
+    spec = replaybuf.as_data_spec((tf.TensorSpec([3], tf.float32, "action"), {"b": tf.TensorSpec([], tf.int32)}))
     assert spec == (replaybuf.ArraySpec((3,), np.float32, "action"), {"b": replaybuf.ArraySpec((), np.int32, None)})
 
 

@@ -82,8 +82,10 @@ def machine_for(backend, batch_size: int):
         @precondition(lambda self: any(self.model.streams))
         @rule()
         def deterministic_pass(self):
-            ids = [int(np.asarray(backend.to_numpy(info.ids))) for _, info in
-                   self.buffer.as_dataset(single_deterministic_pass=True)]
+            ids = [
+                int(np.asarray(backend.to_numpy(info.ids)))
+                for _, info in self.buffer.as_dataset(single_deterministic_pass=True)
+            ]
             assert ids == [i for stream in self.model.streams for i in stream]
 
         @invariant()
@@ -109,7 +111,9 @@ def test_buffer_matches_model(backend, batch_size):
     # Graph backends trace functions for every new buffer: fewer, equally long, runs there.
     examples = 40 if backend.name.startswith("numpy") else 8
     machine.TestCase.settings = settings(
-        max_examples=examples, stateful_step_count=25, deadline=None,
+        max_examples=examples,
+        stateful_step_count=25,
+        deadline=None,
         phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
     )
     machine.TestCase().runTest()

@@ -70,8 +70,9 @@ def sample(batch_size, images=False):
         if images:
             buffer = _images(sizes)[0]
         else:
-            buffer = shared("small", lambda: _fill(ReplayBuffer(sizes.capacity, SMALL), small_pool(sizes.stored),
-                                                   sizes.stored))
+            buffer = shared(
+                "small", lambda: _fill(ReplayBuffer(sizes.capacity, SMALL), small_pool(sizes.stored), sizes.stored)
+            )
 
         return repeat(buffer.sample, batch_size)
 
@@ -86,8 +87,12 @@ def _images(sizes):
 
 
 def per(sizes):
-    buffer = shared("per", lambda: _fill(PrioritizedReplayBuffer(sizes.capacity, SMALL, alpha=0.6),
-                                         small_pool(sizes.stored), sizes.stored))
+    buffer = shared(
+        "per",
+        lambda: _fill(
+            PrioritizedReplayBuffer(sizes.capacity, SMALL, alpha=0.6), small_pool(sizes.stored), sizes.stored
+        ),
+    )
     rng = np.random.default_rng(1)
 
     def run(n):

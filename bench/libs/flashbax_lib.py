@@ -115,8 +115,14 @@ def _images(sizes):
 def windows(sizes):
     def build():
         chunk = min(4096, sizes.stored)
-        buffer = fbx.make_trajectory_buffer(add_batch_size=1, sample_batch_size=BATCH, sample_sequence_length=WINDOW,
-                                            period=1, min_length_time_axis=WINDOW, max_size=sizes.capacity)
+        buffer = fbx.make_trajectory_buffer(
+            add_batch_size=1,
+            sample_batch_size=BATCH,
+            sample_sequence_length=WINDOW,
+            period=1,
+            min_length_time_axis=WINDOW,
+            max_size=sizes.capacity,
+        )
         return buffer, _filled(buffer, small_pool(sizes.stored), sizes.stored, chunk, sequences=True)
 
     NOTES.append("not episode-aware (flashbax sequences ignore episode ends)")
@@ -125,8 +131,7 @@ def windows(sizes):
 
 def per(sizes):
     def build():
-        buffer = fbx.make_prioritised_flat_buffer(sizes.capacity, 2, BATCH, add_batch_size=BATCH,
-                                                  priority_exponent=0.6)
+        buffer = fbx.make_prioritised_flat_buffer(sizes.capacity, 2, BATCH, add_batch_size=BATCH, priority_exponent=0.6)
         return buffer, _filled(buffer, small_pool(sizes.stored), sizes.stored)
 
     buffer, state0 = shared("per", build)

@@ -42,8 +42,12 @@ def _fill(buffer, pool, total):
 
 
 def _filled_small(sizes):
-    return shared("small", lambda: _fill(PyUniformReplayBuffer(SMALL_SPEC, sizes.capacity, seed=1),
-                                         small_pool(sizes.stored), sizes.stored))
+    return shared(
+        "small",
+        lambda: _fill(
+            PyUniformReplayBuffer(SMALL_SPEC, sizes.capacity, seed=1), small_pool(sizes.stored), sizes.stored
+        ),
+    )
 
 
 def add1(sizes):
@@ -110,8 +114,9 @@ def _episode_windows_buffer(sizes):
         NOTES.append("not episode-aware: UniformReplayBuffer has no respect_episodes yet")
         return _filled_small(sizes)
     NOTES.append("episode-aware (UniformReplayBuffer, 256 streams, respect_episodes=True)")
-    return shared("episodes", lambda: _streams(UniformReplayBuffer, sizes, respect_episodes=True,
-                                               episode_end_field="done"))
+    return shared(
+        "episodes", lambda: _streams(UniformReplayBuffer, sizes, respect_episodes=True, episode_end_field="done")
+    )
 
 
 def per(sizes):

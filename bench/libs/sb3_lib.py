@@ -28,8 +28,15 @@ def version(lib: str) -> str:
 
 
 def _buffer(capacity, space=SMALL_SPACE, n_envs=1, images=False):
-    return ReplayBuffer(capacity, space, ACTIONS, device="cpu", n_envs=n_envs, optimize_memory_usage=images,
-                        handle_timeout_termination=False)
+    return ReplayBuffer(
+        capacity,
+        space,
+        ACTIONS,
+        device="cpu",
+        n_envs=n_envs,
+        optimize_memory_usage=images,
+        handle_timeout_termination=False,
+    )
 
 
 def _fill(buffer, pool, total, images=False):
@@ -73,8 +80,9 @@ def sample(batch_size, images=False):
         if images:
             buffer = _images(sizes)[0]
         else:
-            buffer = shared("small", lambda: _fill(_buffer(sizes.capacity, n_envs=BATCH), small_pool(sizes.stored),
-                                                   sizes.stored))
+            buffer = shared(
+                "small", lambda: _fill(_buffer(sizes.capacity, n_envs=BATCH), small_pool(sizes.stored), sizes.stored)
+            )
 
         return repeat(buffer.sample, batch_size)
 

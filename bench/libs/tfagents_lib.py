@@ -51,8 +51,9 @@ def add1(sizes):
     def run(n):
         for j in range(n):
             o, a, r, d, no = rows[j & 4095]
-            buffer.add_batch({"obs": o[None], "action": a[None], "reward": r[None], "done": d[None],
-                              "next_obs": no[None]})
+            buffer.add_batch(
+                {"obs": o[None], "action": a[None], "reward": r[None], "done": d[None], "next_obs": no[None]}
+            )
 
     return run
 
@@ -72,8 +73,9 @@ def add256(sizes):
 
 
 def _small(sizes):
-    return shared("small", lambda: _fill(PyUniformReplayBuffer(SMALL, sizes.capacity), small_pool(sizes.stored),
-                                         sizes.stored))
+    return shared(
+        "small", lambda: _fill(PyUniformReplayBuffer(SMALL, sizes.capacity), small_pool(sizes.stored), sizes.stored)
+    )
 
 
 def sample(batch_size, num_steps=None, images=False):

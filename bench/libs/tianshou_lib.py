@@ -26,8 +26,13 @@ def _fill_single(buffer, pool, total, obs_next=True):
     n = len(pool["obs"])
     for i in range(total):
         j = i % n
-        fields = dict(obs=pool["obs"][j], act=pool["action"][j], rew=pool["reward"][j], terminated=pool["done"][j],
-                      truncated=False)
+        fields = dict(
+            obs=pool["obs"][j],
+            act=pool["action"][j],
+            rew=pool["reward"][j],
+            terminated=pool["done"][j],
+            truncated=False,
+        )
         if obs_next:
             fields["obs_next"] = pool["next_obs"][j]
         buffer.add(Batch(**fields))
@@ -51,8 +56,14 @@ def add256(sizes):
     buffer = VectorReplayBuffer(sizes.capacity, BATCH)
     pool = small_pool(BATCH * 16)
     batches = [
-        Batch(obs=pool["obs"][s], act=pool["action"][s], rew=pool["reward"][s], terminated=pool["done"][s],
-              truncated=np.zeros(BATCH, bool), obs_next=pool["next_obs"][s])
+        Batch(
+            obs=pool["obs"][s],
+            act=pool["action"][s],
+            rew=pool["reward"][s],
+            terminated=pool["done"][s],
+            truncated=np.zeros(BATCH, bool),
+            obs_next=pool["next_obs"][s],
+        )
         for s in (slice(b * BATCH, (b + 1) * BATCH) for b in range(16))
     ]
     ids = np.arange(BATCH)
@@ -102,8 +113,12 @@ def _images(sizes):
 
 
 def per(sizes):
-    buffer = shared("per", lambda: _fill_single(PrioritizedReplayBuffer(sizes.capacity, alpha=0.6, beta=0.4),
-                                                small_pool(sizes.stored), sizes.stored))
+    buffer = shared(
+        "per",
+        lambda: _fill_single(
+            PrioritizedReplayBuffer(sizes.capacity, alpha=0.6, beta=0.4), small_pool(sizes.stored), sizes.stored
+        ),
+    )
     rng = np.random.default_rng(1)
 
     def run(n):

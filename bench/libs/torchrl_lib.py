@@ -28,8 +28,10 @@ NAMES = ("obs", "action", "reward", "done", "next_obs")
 
 
 def version(lib: str) -> str:
-    return (f"torchrl {dist_version('torchrl')}, tensordict {dist_version('tensordict')}, torch {torch.__version__}, "
-            f"numpy {np.__version__}")
+    return (
+        f"torchrl {dist_version('torchrl')}, tensordict {dist_version('tensordict')}, torch {torch.__version__}, "
+        f"numpy {np.__version__}"
+    )
 
 
 def _td(batch):
@@ -45,8 +47,10 @@ def _fill(buffer, pool, total):
 
 def add1(sizes):
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(sizes.capacity))
-    rows = [TensorDict({k: torch.as_tensor(v) for k, v in zip(NAMES, row, strict=True)}, batch_size=[])
-            for row in single_rows(small_pool(1024), 1024)]
+    rows = [
+        TensorDict({k: torch.as_tensor(v) for k, v in zip(NAMES, row, strict=True)}, batch_size=[])
+        for row in single_rows(small_pool(1024), 1024)
+    ]
     NOTES.append("TensorDicts built outside the timed loop")
 
     def run(n):
@@ -74,17 +78,34 @@ def _sampler(buffer):
 
 
 def sample256(sizes):
-    return _sampler(shared("small", lambda: _fill(
-        TensorDictReplayBuffer(storage=LazyTensorStorage(sizes.capacity), batch_size=BATCH),
-        small_pool(sizes.stored), sizes.stored)))
+    return _sampler(
+        shared(
+            "small",
+            lambda: _fill(
+                TensorDictReplayBuffer(storage=LazyTensorStorage(sizes.capacity), batch_size=BATCH),
+                small_pool(sizes.stored),
+                sizes.stored,
+            ),
+        )
+    )
 
 
 def windows(sizes):
     NOTES.append("episode-aware (SliceSampler, end_key='done')")
-    return _sampler(shared("windows", lambda: _fill(
-        TensorDictReplayBuffer(storage=LazyTensorStorage(sizes.capacity), batch_size=BATCH * WINDOW,
-                               sampler=SliceSampler(slice_len=WINDOW, end_key="done")),
-        small_pool(sizes.stored), sizes.stored)))
+    return _sampler(
+        shared(
+            "windows",
+            lambda: _fill(
+                TensorDictReplayBuffer(
+                    storage=LazyTensorStorage(sizes.capacity),
+                    batch_size=BATCH * WINDOW,
+                    sampler=SliceSampler(slice_len=WINDOW, end_key="done"),
+                ),
+                small_pool(sizes.stored),
+                sizes.stored,
+            ),
+        )
+    )
 
 
 def images(batch_size):
@@ -105,10 +126,16 @@ def _images(sizes):
 
 
 def per(sizes):
-    buffer = shared("per", lambda: _fill(
-        TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=LazyTensorStorage(sizes.capacity),
-                                          batch_size=BATCH),
-        small_pool(sizes.stored), sizes.stored))
+    buffer = shared(
+        "per",
+        lambda: _fill(
+            TensorDictPrioritizedReplayBuffer(
+                alpha=0.6, beta=0.4, storage=LazyTensorStorage(sizes.capacity), batch_size=BATCH
+            ),
+            small_pool(sizes.stored),
+            sizes.stored,
+        ),
+    )
     priorities = [torch.rand(BATCH, generator=torch.Generator().manual_seed(i)) + 0.01 for i in range(16)]
 
     def run(n):

@@ -105,9 +105,7 @@ class _Driver:
         seed: int | None,
     ):
         if not callable(policy):
-            raise ArgumentError(
-                f"policy: expected a callable from observations to actions, got {policy!r}"
-            )
+            raise ArgumentError(f"policy: expected a callable from observations to actions, got {policy!r}")
         observers = list(observers or ())
         for index, observer in enumerate(observers):
             if not callable(observer):

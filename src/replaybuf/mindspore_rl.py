@@ -121,9 +121,7 @@ class ReplayBuffer(TorchCheckpoints):
         missing = [key for key in _CONFIG_KEYS if key not in config]
         unknown = [key for key in config if key not in _CONFIG_KEYS + _IGNORED_CONFIG_KEYS]
         if missing or unknown:
-            raise ArgumentError(
-                f"config: expected the keys {list(_CONFIG_KEYS)}, missing {missing}, unknown {unknown}"
-            )
+            raise ArgumentError(f"config: expected the keys {list(_CONFIG_KEYS)}, missing {missing}, unknown {unknown}")
         names = {"shapes": "data_shape", "types": "data_type", "batch_size": "sample_size"}
         try:
             return cls(config["sample_size"], config["capacity"], config["data_shape"], config["data_type"], **kwargs)
@@ -131,7 +129,7 @@ class ReplayBuffer(TorchCheckpoints):
             message = str(err)
             for argument, key in names.items():
                 if message.startswith(f"{argument}:"):
-                    raise ArgumentError(f"config[{key!r}]{message[len(argument):]}") from None
+                    raise ArgumentError(f"config[{key!r}]{message[len(argument) :]}") from None
             raise
 
     # -- properties ------------------------------------------------------------------------

@@ -35,9 +35,7 @@ def unbatched(path: str, spec: ArraySpec, batch_size: int | None, shape: Sequenc
     )
 
 
-def wrong_shape(
-    path: str, spec: ArraySpec, batch_size: int | None, shape: Any, got_dtype: Any
-) -> SpecMismatchError:
+def wrong_shape(path: str, spec: ArraySpec, batch_size: int | None, shape: Any, got_dtype: Any) -> SpecMismatchError:
     """A batch whose shape is not ``[batch_size] + spec.shape``."""
     want = ", ".join((_outer(batch_size), *map(str, spec.shape)))
     return SpecMismatchError(

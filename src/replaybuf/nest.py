@@ -93,8 +93,7 @@ class FlatSpec:
                 return self.flatten(plain)
             expected = optree.tree_map(lambda s: s.describe(), self.data_spec)
             raise SpecMismatchError(
-                f"items: expected the structure of the data_spec {expected}, "
-                f"got {_describe_nest(items)} ({err})"
+                f"items: expected the structure of the data_spec {expected}, got {_describe_nest(items)} ({err})"
             ) from None
 
     #: ``flatten_batch(items, batch_size)``: validated NumPy leaves of a batch, each shaped
@@ -119,8 +118,11 @@ class FlatSpec:
             pass
         out = [
             leaf
-            if leaf.__class__ is _NDARRAY and leaf.dtype == spec.dtype and leaf.shape[1:] == spec.shape
-            and (batch_size is None or leaf.shape[0] == batch_size) and leaf.ndim == len(spec.shape) + 1
+            if leaf.__class__ is _NDARRAY
+            and leaf.dtype == spec.dtype
+            and leaf.shape[1:] == spec.shape
+            and (batch_size is None or leaf.shape[0] == batch_size)
+            and leaf.ndim == len(spec.shape) + 1
             else self._coerce(index, leaf, batch_size)
             for index, (leaf, spec) in enumerate(zip(leaves, self.leaves, strict=True))
         ]
@@ -225,14 +227,16 @@ def _fast_flatten_batch(flat: FlatSpec, paths: list[tuple]) -> Callable[[Any, in
         f"{name}.shape == (n, {''.join(f'{int(d)}, ' for d in leaf.shape)})"
         for name, leaf in zip(names, flat.leaves, strict=True)
     ]
-    source = "\n".join([
-        "def flatten_batch(items, batch_size):",
-        *lines,
-        "    n = batch_size if batch_size is not None else (l0.shape[0] if l0.__class__ is ND and l0.ndim else -1)",
-        f"    if {' and '.join(checks)}:",
-        f"        return [{', '.join(names)}]",
-        "    return slow(items, batch_size)",
-    ])
+    source = "\n".join(
+        [
+            "def flatten_batch(items, batch_size):",
+            *lines,
+            "    n = batch_size if batch_size is not None else (l0.shape[0] if l0.__class__ is ND and l0.ndim else -1)",
+            f"    if {' and '.join(checks)}:",
+            f"        return [{', '.join(names)}]",
+            "    return slow(items, batch_size)",
+        ]
+    )
     exec(compile(source, f"<replaybuf flatten_batch of {count} leaves>", "exec"), env)  # noqa: S102
     function = env["flatten_batch"]
     function.__doc__ = FlatSpec.checked_batch.__doc__

@@ -38,9 +38,7 @@ class NStep(NamedTuple):
     steps: np.ndarray
 
 
-def n_step(
-    reward: Any, terminated: Any, truncated: Any, *, gamma: float, n: int, mask: Any = None
-) -> NStep:
+def n_step(reward: Any, terminated: Any, truncated: Any, *, gamma: float, n: int, mask: Any = None) -> NStep:
     """The n-step return and discount for every start of ``[..., T]`` sequences.
 
     ``mask`` (e.g. ``info.mask`` of padded windows) marks the real steps; masked steps are
@@ -95,9 +93,7 @@ def n_step_transitions(window: dict, *, gamma: float, n: int | None = None, mask
     if missing:
         raise ArgumentError(f"window: expected the keys {keys}, missing {missing}")
     reward = np.asarray(window["reward"])
-    result = n_step(
-        reward, window["terminated"], window["truncated"], gamma=gamma, n=n or reward.shape[-1], mask=mask
-    )
+    result = n_step(reward, window["terminated"], window["truncated"], gamma=gamma, n=n or reward.shape[-1], mask=mask)
     axis = reward.ndim - 1
     last = result.last[..., 0]
     next_obs = np.asarray(window["next_observation"])

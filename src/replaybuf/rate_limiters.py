@@ -212,9 +212,7 @@ class RateLimiter:
         for key, value in self._config().items():
             saved = state.get(key)
             if isinstance(saved, bool) or not isinstance(saved, (int, float)) or saved != value:
-                raise CheckpointError(
-                    f"rate limiter state[{key!r}]: saved {saved!r:.60}, this limiter has {value!r}"
-                )
+                raise CheckpointError(f"rate limiter state[{key!r}]: saved {saved!r:.60}, this limiter has {value!r}")
         return state
 
     def load_state(self, state: dict) -> None:

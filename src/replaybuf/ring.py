@@ -53,9 +53,7 @@ class StreamRing:
         low, high = self.first_valid_step(), self.steps - num_steps + 1
         if high <= low:
             if self.steps == 0:
-                raise EmptyBufferError(
-                    f"The {self.name} is empty. Make sure to add items before sampling the buffer."
-                )
+                raise EmptyBufferError(f"The {self.name} is empty. Make sure to add items before sampling the buffer.")
             raise EmptyBufferError(
                 f"num_steps={num_steps}: each stream holds only {self.num_valid_steps()} steps "
                 f"(max_length={self.max_length}); add more steps or ask for shorter windows"

@@ -60,9 +60,7 @@ class Trajectory(NamedTuple):
 
     def is_mid(self) -> Any:
         """True where this step and the next are both inside one episode."""
-        return np.logical_and(
-            np.equal(self.step_type, StepType.MID), np.equal(self.next_step_type, StepType.MID)
-        )
+        return np.logical_and(np.equal(self.step_type, StepType.MID), np.equal(self.next_step_type, StepType.MID))
 
 
 def collect_data_spec(env: Any, policy_info_spec: Any = ()) -> Trajectory:

@@ -53,9 +53,15 @@ def main(agent: str, which: str, iterations: int, seed: int) -> None:
         record_evals(train_eval.metric_utils, evals)
         never = 10**9
         train_eval.train_eval(
-            root, num_iterations=iterations, eval_interval=iterations // 2, num_eval_episodes=10,
-            log_interval=never, summary_interval=never, train_checkpoint_interval=never,
-            policy_checkpoint_interval=never, rb_checkpoint_interval=never,
+            root,
+            num_iterations=iterations,
+            eval_interval=iterations // 2,
+            num_eval_episodes=10,
+            log_interval=never,
+            summary_interval=never,
+            train_checkpoint_interval=never,
+            policy_checkpoint_interval=never,
+            rb_checkpoint_interval=never,
         )
     elif agent == "reinforce":
         from tf_agents.agents.reinforce.examples.v2 import train_eval
@@ -64,7 +70,10 @@ def main(agent: str, which: str, iterations: int, seed: int) -> None:
             evals.append((int(step), round(float(results["AverageReturn"]), 1)))
 
         train_eval.train_eval(
-            root, num_iterations=iterations, eval_interval=iterations // 4, num_eval_episodes=10,
+            root,
+            num_iterations=iterations,
+            eval_interval=iterations // 4,
+            num_eval_episodes=10,
             eval_metrics_callback=record,
         )
     elif agent in ("ddpg", "sac"):  # their MuJoCo default is not installed: Pendulum-v1 through suite_gym
@@ -79,13 +88,23 @@ def main(agent: str, which: str, iterations: int, seed: int) -> None:
         extra = {}
         if agent == "sac":  # (its defaults: 10k initial steps and a 1M buffer, sized for HalfCheetah)
             extra = dict(
-                initial_collect_steps=1000, replay_buffer_capacity=100_000, train_checkpoint_interval=never,
-                policy_checkpoint_interval=never, rb_checkpoint_interval=never,
+                initial_collect_steps=1000,
+                replay_buffer_capacity=100_000,
+                train_checkpoint_interval=never,
+                policy_checkpoint_interval=never,
+                rb_checkpoint_interval=never,
             )
         train_eval.train_eval(
-            root, env_name="Pendulum-v1", env_load_fn=suite_gym.load, num_iterations=iterations,
-            eval_interval=iterations // 4, num_eval_episodes=10, log_interval=never, summary_interval=never,
-            eval_metrics_callback=record, **extra,
+            root,
+            env_name="Pendulum-v1",
+            env_load_fn=suite_gym.load,
+            num_iterations=iterations,
+            eval_interval=iterations // 4,
+            num_eval_episodes=10,
+            log_interval=never,
+            summary_interval=never,
+            eval_metrics_callback=record,
+            **extra,
         )
     elif agent == "ppo":  # its MuJoCo default is not installed: CartPole-v0 through suite_gym
         from tf_agents.agents.ppo.examples.v2 import train_eval_clip_agent as train_eval
@@ -96,10 +115,19 @@ def main(agent: str, which: str, iterations: int, seed: int) -> None:
         system_multiprocessing.enable_interactive_mode()
         never = 10**9
         train_eval.train_eval(
-            root, env_name="CartPole-v0", env_load_fn=suite_gym.load, random_seed=seed,
-            num_environment_steps=iterations, collect_episodes_per_iteration=4, num_parallel_environments=4,
-            num_eval_episodes=10, eval_interval=500, log_interval=never, summary_interval=never,
-            train_checkpoint_interval=never, policy_checkpoint_interval=never,
+            root,
+            env_name="CartPole-v0",
+            env_load_fn=suite_gym.load,
+            random_seed=seed,
+            num_environment_steps=iterations,
+            collect_episodes_per_iteration=4,
+            num_parallel_environments=4,
+            num_eval_episodes=10,
+            eval_interval=500,
+            log_interval=never,
+            summary_interval=never,
+            train_checkpoint_interval=never,
+            policy_checkpoint_interval=never,
         )
     else:
         raise SystemExit(f"agent: expected dqn, reinforce, ddpg, sac or ppo, got {agent!r}")

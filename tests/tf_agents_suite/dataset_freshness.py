@@ -40,8 +40,7 @@ def measure(module, added: int = 1000, reads: int = 600) -> str:
     first = np.concatenate(firsts)
     counts = np.bincount(first[first < added - 1], minlength=added - 1)
     chi2 = ((counts - counts.mean()) ** 2 / counts.mean()).sum() / (added - 2)
-    return (f"gap median {np.median(gaps):.0f} min {np.min(gaps)}, mean first id {first.mean():.1f}, "
-            f"chi2/dof {chi2:.2f}")
+    return f"gap median {np.median(gaps):.0f} min {np.min(gaps)}, mean first id {first.mean():.1f}, chi2/dof {chi2:.2f}"
 
 
 if __name__ == "__main__":

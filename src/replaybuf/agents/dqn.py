@@ -74,8 +74,7 @@ class DqnAgent:
         )
         if minimum is None or action_spec.shape != () or action_spec.dtype.kind not in "iu":
             raise ArgumentError(
-                f"action_spec: expected a scalar integer BoundedArraySpec (a Discrete space), "
-                f"got {action_spec!r}"
+                f"action_spec: expected a scalar integer BoundedArraySpec (a Discrete space), got {action_spec!r}"
             )
         self._action_offset = int(minimum)
         self._action_dtype = action_spec.dtype

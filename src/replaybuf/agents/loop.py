@@ -77,9 +77,7 @@ class DqnRun:
     wall_time: float
 
 
-def make_buffer(
-    backend: str, data_spec: Any, batch_size: int, max_length: int, seed: int | None = None
-) -> Any:
+def make_buffer(backend: str, data_spec: Any, batch_size: int, max_length: int, seed: int | None = None) -> Any:
     """A uniform replay buffer of the named backend: numpy, tf or torch.
 
     Raises:
@@ -92,15 +90,12 @@ def make_buffer(
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as err:
         raise ArgumentError(
-            f"backend {backend!r} needs {module_name}.{class_name}, which is not available "
-            f"({err}); use --backend numpy"
+            f"backend {backend!r} needs {module_name}.{class_name}, which is not available ({err}); use --backend numpy"
         ) from None
     return cls(data_spec, batch_size=batch_size, max_length=max_length, seed=seed)
 
 
-def evaluate(
-    env_id: str, policy: Callable[[Any], Any], num_episodes: int, seed: int
-) -> list[float]:
+def evaluate(env_id: str, policy: Callable[[Any], Any], num_episodes: int, seed: int) -> list[float]:
     """The return of one episode in each of ``num_episodes`` parallel envs under ``policy``."""
     import gymnasium as gym
 
@@ -148,9 +143,7 @@ def train_dqn(config: DqnConfig, on_iteration: Callable[[DqnRun], None] | None =
         seed=config.seed,
     )
     returns = EpisodeReturns()
-    driver = StepDriver(
-        env, agent.collect_policy, [buffer.add_batch, returns], config.train_every, seed=config.seed
-    )
+    driver = StepDriver(env, agent.collect_policy, [buffer.add_batch, returns], config.train_every, seed=config.seed)
     run = DqnRun(agent, 0, [], [], [], [], -math.inf, 0.0)
     best_weights = None
     dataset = None
@@ -158,18 +151,14 @@ def train_dqn(config: DqnConfig, on_iteration: Callable[[DqnRun], None] | None =
     try:
         while run.steps < config.total_steps:
             fraction = min(1.0, run.steps / max(1, config.exploration_steps))
-            agent.epsilon = config.epsilon_start + fraction * (
-                config.epsilon_end - config.epsilon_start
-            )
+            agent.epsilon = config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
             seen = len(returns.returns)
             run.steps += driver.run()
             run.episode_returns += returns.returns[seen:]
             run.episode_steps += [run.steps] * (len(returns.returns) - seen)
             if run.steps >= config.learning_starts:
                 if dataset is None:
-                    dataset = iter(
-                        buffer.as_dataset(sample_batch_size=config.batch_size, num_steps=2)
-                    )
+                    dataset = iter(buffer.as_dataset(sample_batch_size=config.batch_size, num_steps=2))
                 for _ in range(config.gradient_steps):
                     trajectories, _ = next(dataset)
                     run.losses.append(agent.train(trajectories))
@@ -191,10 +180,7 @@ def train_dqn(config: DqnConfig, on_iteration: Callable[[DqnRun], None] | None =
                     best_weights = {k: v.clone() for k, v in agent.q_network.state_dict().items()}
             if on_iteration is not None:
                 on_iteration(run)
-            if (
-                run.best_return >= config.stop_return
-                or time.perf_counter() - start > config.time_limit
-            ):
+            if run.best_return >= config.stop_return or time.perf_counter() - start > config.time_limit:
                 break
     finally:
         env.close()

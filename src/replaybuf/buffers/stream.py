@@ -354,8 +354,7 @@ def check_capacity(flat: FlatSpec, batch_size: int, max_length: int, name: str) 
         if name != "capacity":
             geometry += f" (batch_size {batch_size} x max_length {max_length})"
         raise ArgumentError(
-            f"{name}: a capacity of {geometry} items of {item} bytes is more than 2**62 bytes; "
-            "no storage can hold it"
+            f"{name}: a capacity of {geometry} items of {item} bytes is more than 2**62 bytes; no storage can hold it"
         )
 
 

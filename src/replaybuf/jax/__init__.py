@@ -20,6 +20,14 @@ from replaybuf.jax.core import (
 )
 
 __all__ = [
-    "Buffer", "BufferState", "EpisodeOptions", "EpisodeState", "PriorityOptions", "PriorityState", "SampleInfo",
-    "JaxUniformReplayBuffer", "checked", "make_buffer",
+    "Buffer",
+    "BufferState",
+    "EpisodeOptions",
+    "EpisodeState",
+    "PriorityOptions",
+    "PriorityState",
+    "SampleInfo",
+    "JaxUniformReplayBuffer",
+    "checked",
+    "make_buffer",
 ]

@@ -102,10 +102,17 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         check_positive("dataset_window_shift", dataset_window_shift)
         self._flat = FlatSpec(data_spec)
         self._core = make_buffer(
-            self._flat.data_spec, batch_size, max_length, respect_episodes=respect_episodes,
-            episode_end_field=episode_end_field, episode_num_steps=episode_num_steps,
-            pad_episode_ends=pad_episode_ends, prioritized=prioritized,
-            alpha=alpha, beta=beta, epsilon=epsilon,
+            self._flat.data_spec,
+            batch_size,
+            max_length,
+            respect_episodes=respect_episodes,
+            episode_end_field=episode_end_field,
+            episode_num_steps=episode_num_steps,
+            pad_episode_ends=pad_episode_ends,
+            prioritized=prioritized,
+            alpha=alpha,
+            beta=beta,
+            epsilon=epsilon,
         )
         self._ring = StreamRing(int(batch_size), int(max_length), type(self).__name__)
         stored = zip(self._flat.leaves, self._core.dtypes, strict=True)

@@ -49,7 +49,13 @@ from replaybuf.jax.sumtree import Trees, tree_descend, tree_init, tree_update
 from replaybuf.nest import FlatSpec
 
 __all__ = [
-    "Buffer", "BufferState", "EpisodeOptions", "EpisodeState", "PriorityOptions", "PriorityState", "SampleInfo",
+    "Buffer",
+    "BufferState",
+    "EpisodeOptions",
+    "EpisodeState",
+    "PriorityOptions",
+    "PriorityState",
+    "SampleInfo",
     "make_buffer",
 ]
 
@@ -458,7 +464,10 @@ class Buffer:
             targets = random_uniform(jax.random.fold_in(key, round_), (size,), self.checked) * total
             new_first, new_drawn, new_found = accept(*tree_descend(sums, targets))
             return (
-                jnp.where(found, first, new_first), jnp.where(found, drawn, new_drawn), found | new_found, round_ + 1
+                jnp.where(found, first, new_first),
+                jnp.where(found, drawn, new_drawn),
+                found | new_found,
+                round_ + 1,
             )
 
         first, drawn, found, _ = lax.while_loop(more, again, (first, drawn, found, jnp.ones((), jnp.int32)))

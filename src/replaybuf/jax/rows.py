@@ -159,8 +159,10 @@ def unpack(layout: RowLayout, rows: jax.Array) -> list[jax.Array]:
     for field in layout.fields:
         if field.in_tail:
             data = tail[..., field.start : field.start + field.size]
-            units = data if field.unit == 1 else lax.bitcast_convert_type(
-                data.reshape(*lead, field.count, field.unit), _UNSIGNED[field.unit]
+            units = (
+                data
+                if field.unit == 1
+                else lax.bitcast_convert_type(data.reshape(*lead, field.count, field.unit), _UNSIGNED[field.unit])
             )
         else:
             units = _from_words(rows[..., field.start : field.start + field.size], field, lead)

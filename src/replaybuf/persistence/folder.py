@@ -83,9 +83,7 @@ def write_state(path: str | os.PathLike, state: dict) -> Path:
     try:
         files: list[str] = []
         tree = _encode(state, "", temp, files)
-        manifest = json.dumps(
-            {"format": FORMAT, "format_version": FORMAT_VERSION, "state": tree}, indent=1
-        ).encode()
+        manifest = json.dumps({"format": FORMAT, "format_version": FORMAT_VERSION, "state": tree}, indent=1).encode()
         _write_file(temp / MANIFEST, manifest)
         _fsync_dir(temp)
         os.replace(temp, root / version)
@@ -425,7 +423,9 @@ def _open_npy(folder: Path, entry: dict) -> StoredArray:
         raise CheckpointError(f"{folder / MANIFEST}: bad array file name {name!r:.80}")
     path = folder / name
     if set(entry) != {_ARRAY_KEY, "shape", "dtype", "bytes", "crc32"} or not (
-        _is_shape(entry["shape"]) and isinstance(entry["dtype"], str) and _is_count(entry["bytes"])
+        _is_shape(entry["shape"])
+        and isinstance(entry["dtype"], str)
+        and _is_count(entry["bytes"])
         and _is_count(entry["crc32"])
     ):
         raise CheckpointError(f"{folder / MANIFEST}: the entry of {name!r} is malformed ({entry!r:.160})")
@@ -440,8 +440,7 @@ def _open_npy(folder: Path, entry: dict) -> StoredArray:
         raise CheckpointError(f"{path}: cannot read ({err})") from None
     if fortran or list(shape) != entry["shape"] or dtype.str != entry["dtype"]:
         raise CheckpointError(
-            f"{path}: header says {shape} {dtype.str}, the manifest says "
-            f"{entry['shape']} {entry['dtype']}; corrupt"
+            f"{path}: header says {shape} {dtype.str}, the manifest says {entry['shape']} {entry['dtype']}; corrupt"
         )
     if header_size + math.prod(shape) * dtype.itemsize != size:
         raise CheckpointError(f"{path}: size does not match its header; truncated or corrupt")
@@ -472,8 +471,11 @@ def _is_count(value: Any) -> bool:
 def _is_shape(value: Any) -> bool:
     """A list of at most 64 dims (NumPy's limit) of at most 2**62 elements in all."""
     return (
-        isinstance(value, list) and len(value) <= 64 and all(_is_count(n) for n in value)
-        and math.prod(value) <= 2**62 and all(n <= 2**62 for n in value)
+        isinstance(value, list)
+        and len(value) <= 64
+        and all(_is_count(n) for n in value)
+        and math.prod(value) <= 2**62
+        and all(n <= 2**62 for n in value)
     )
 
 

@@ -19,8 +19,20 @@ from replaybuf.errors import CheckpointError
 from replaybuf.nest import FlatSpec
 
 __all__ = [
-    "ID_ROOM", "MAX_ID", "SPEC_KEYS", "check_header", "check_items", "check_rng_state", "check_spec_state",
-    "first_stored_step", "max_steps", "plain_equal", "read_run", "require", "ring_views", "spec_state",
+    "ID_ROOM",
+    "MAX_ID",
+    "SPEC_KEYS",
+    "check_header",
+    "check_items",
+    "check_rng_state",
+    "check_spec_state",
+    "first_stored_step",
+    "max_steps",
+    "plain_equal",
+    "read_run",
+    "require",
+    "ring_views",
+    "spec_state",
 ]
 
 MAX_ID = 2**63 - 1  # ids are int64
@@ -240,9 +252,7 @@ def _describe(spec: Any) -> str:
     columns = [spec.get(key) for key in ("paths", "shapes", "dtypes")]
     if not all(isinstance(column, list) for column in columns):
         return f"{spec!r:.200}"
-    leaves = ", ".join(
-        f"{p}: {_describe_shape(s)} {_describe_dtype(d)}" for p, s, d in zip(*columns, strict=False)
-    )
+    leaves = ", ".join(f"{p}: {_describe_shape(s)} {_describe_dtype(d)}" for p, s, d in zip(*columns, strict=False))
     return f"{spec.get('structure')!s:.200} [{leaves}]"
 
 

@@ -24,7 +24,6 @@ __all__ = [
 ]
 
 
-
 class ShardUnavailableError(ReplayBufferError, TimeoutError):
     """A shard (or the limiter) stayed unreachable past the deadline; the call was not made."""
 

@@ -284,9 +284,7 @@ class Shard:
             raise CheckpointError(f"{folder}: expected a shard checkpoint (with a 'shard' entry), got another state")
         with self.lock:
             self.buffer.load_state_dict(state["buffer"])
-            self.writers = {
-                str(k): {"applied": int(v), "epoch": 0, "busy": False} for k, v in meta["applied"].items()
-            }
+            self.writers = {str(k): {"applied": int(v), "epoch": 0, "busy": False} for k, v in meta["applied"].items()}
             self.cond.notify_all()
             self.counts = {key: int(meta.get(key, 0)) for key in ("inserts", "samples", "deletes")}
             self.since_checkpoint = 0

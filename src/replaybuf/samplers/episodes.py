@@ -25,7 +25,12 @@ from replaybuf.ring import StreamRing
 from replaybuf.samplers.uniform import filled_probabilities
 
 __all__ = [
-    "EpisodeIndex", "EpisodeSampler", "check_episode_state", "episode_markers", "episode_positions", "pad_windows",
+    "EpisodeIndex",
+    "EpisodeSampler",
+    "check_episode_state",
+    "episode_markers",
+    "episode_positions",
+    "pad_windows",
 ]
 
 FIRST, LAST = 0, 2
@@ -165,9 +170,7 @@ class EpisodeIndex:
         self._counts = {}
 
 
-def episode_positions(
-    starts: np.ndarray | None, ends: np.ndarray, last: np.ndarray, ended: np.ndarray
-) -> np.ndarray:
+def episode_positions(starts: np.ndarray | None, ends: np.ndarray, last: np.ndarray, ended: np.ndarray) -> np.ndarray:
     """Positions ``[k, batch]`` of k new steps with episode ``starts`` (None: only ends) and
     ``ends`` ``[k, batch]``, after each stream's ``last`` position (``ended``: its episode
     ended there): 0 where an episode begins, else one more than the step before."""

@@ -87,9 +87,7 @@ def check_priority_state(saved: Any, count: int) -> tuple[np.ndarray, float]:
             f"{mass[bad][:3].tolist()} at rows {np.flatnonzero(bad)[:3].tolist()}"
         )
     if not isinstance(largest, float) or not (np.isfinite(largest) and largest > 0):
-        raise CheckpointError(
-            f"state['priorities']['max_priority']: expected a finite float > 0, got {largest!r:.60}"
-        )
+        raise CheckpointError(f"state['priorities']['max_priority']: expected a finite float > 0, got {largest!r:.60}")
     return mass, float(largest)
 
 

@@ -328,8 +328,9 @@ class SharedReplayBuffer(ReplayBuffer):
         ids = steps * self._streams + (column if num_steps is None else column[:, None])
         segment_of = writer if num_steps is None else writer[:, None]
         stream_of = stream if num_steps is None else stream[:, None]
-        rows = read_rows(self._records, (segment_of * max_length + steps % max_length) * batch_size + stream_of,
-                         self._read_threads)
+        rows = read_rows(
+            self._records, (segment_of * max_length + steps % max_length) * batch_size + stream_of, self._read_threads
+        )
         torn = step < self._cursors[:, WRITING][writer] - max_length  # read after the copy
         if torn.any():
             if tries == _MAX_REDRAWS:
@@ -741,4 +742,3 @@ def _release(shm: shared_memory.SharedMemory, limiter: RateLimiter | None) -> No
         shm.unlink()
     except FileNotFoundError:
         pass
-

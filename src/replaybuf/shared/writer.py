@@ -24,7 +24,6 @@ from replaybuf.storages.records import RecordStorage
 __all__ = ["SharedWriter"]
 
 
-
 class SharedWriter:
     """Adds steps to writer ``index``'s segment of a ``SharedReplayBuffer``; get it from ``buffer.writer(i)``.
 
@@ -56,8 +55,17 @@ class SharedWriter:
 
     # -- pickling: the handle travels, the mapping does not ------------------------------------
     def __getstate__(self) -> dict:
-        keep = ("_name", "_data_spec", "_episode_end_field", "_geometry", "index", "flush_every", "_limiter",
-                "_timeout", "_after_write")
+        keep = (
+            "_name",
+            "_data_spec",
+            "_episode_end_field",
+            "_geometry",
+            "index",
+            "flush_every",
+            "_limiter",
+            "_timeout",
+            "_after_write",
+        )
         return {key: self.__dict__[key] for key in keep}
 
     def __setstate__(self, state: dict) -> None:

@@ -136,18 +136,20 @@ def straight_writer(
                 "    except ValueError:  # the last axis is not contiguous",
                 f"        f{i}[start:end] = a{i}",
             ]
-    source = "\n".join([
-        "def write(start, arrays, steps=1):",
-        f"    {names}, = arrays",
-        "    n = a0.shape[0]",
-        "    if n == 1:  # one item: integer indexing is cheaper than a slice",
-        *(f"        f{i}[start] = a{i}[0]" for i in range(count)),
-        "        return",
-        "    end = start + n",
-        f"    if end > {len(fields[0])}:",
-        "        return wrapping(start, arrays, steps)",
-        *run,
-    ])
+    source = "\n".join(
+        [
+            "def write(start, arrays, steps=1):",
+            f"    {names}, = arrays",
+            "    n = a0.shape[0]",
+            "    if n == 1:  # one item: integer indexing is cheaper than a slice",
+            *(f"        f{i}[start] = a{i}[0]" for i in range(count)),
+            "        return",
+            "    end = start + n",
+            f"    if end > {len(fields[0])}:",
+            "        return wrapping(start, arrays, steps)",
+            *run,
+        ]
+    )
     env: dict[str, Any] = {f"f{i}": field for i, field in enumerate(fields)}
     env.update({f"p{i}": view for i, view in enumerate(packed) if view is not None})
     env.update({f"V{i}": view.dtype for i, view in enumerate(packed) if view is not None})

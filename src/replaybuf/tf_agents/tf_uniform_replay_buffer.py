@@ -75,4 +75,3 @@ class TFUniformReplayBuffer(_Buffer):
     def variables(self) -> list:  # TF-Agents: a method, where tf.Module has a property
         """Every variable of the buffer (storage, counters, the sampling generator's state)."""
         return list(super().variables)
-

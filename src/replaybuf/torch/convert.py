@@ -103,8 +103,10 @@ def _check_tensor(path: str, spec: ArraySpec, tensor: torch.Tensor, batch_size: 
     shape = tuple(tensor.shape)
     if shape == spec.shape:
         raise unbatched(path, spec, batch_size, shape, "x[None] or x.unsqueeze(0)")
-    if len(shape) != len(spec.shape) + 1 or shape[1:] != spec.shape or (
-        batch_size is not None and shape[0] != batch_size
+    if (
+        len(shape) != len(spec.shape) + 1
+        or shape[1:] != spec.shape
+        or (batch_size is not None and shape[0] != batch_size)
     ):
         raise wrong_shape(path, spec, batch_size, shape, tensor.dtype)
     return tensor

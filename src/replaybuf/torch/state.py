@@ -59,6 +59,7 @@ class TorchCheckpoints:
         ring = self._ring
         steps = check_header(state, type(self).__name__, self._flat, self._geometry())
         kinds = (torch.Tensor, np.ndarray, StoredArray)
+
         def dtypes(spec: Any) -> tuple:
             return as_torch_dtype(spec.dtype), spec.dtype
 

@@ -26,8 +26,7 @@ class TorchStorage:
         self.capacity = capacity
         self.device = device
         self.tensors = [
-            torch.empty((capacity,) + spec.shape, dtype=as_torch_dtype(spec.dtype), device=device)
-            for spec in leaves
+            torch.empty((capacity,) + spec.shape, dtype=as_torch_dtype(spec.dtype), device=device) for spec in leaves
         ]
         # a CPU storage is written through NumPy views of the same memory (see DeviceBatcher)
         self._views = [t.numpy() for t in self.tensors] if device.type == "cpu" else None
@@ -65,7 +64,4 @@ class TorchStorage:
     def read(self, slots: torch.Tensor) -> list[torch.Tensor]:
         """The leaves at ``slots`` (int64 on the device), each ``slots.shape + leaf.shape``."""
         flat = slots.reshape(-1)
-        return [
-            torch.index_select(storage, 0, flat).view(slots.shape + storage.shape[1:])
-            for storage in self.tensors
-        ]
+        return [torch.index_select(storage, 0, flat).view(slots.shape + storage.shape[1:]) for storage in self.tensors]
