@@ -211,9 +211,10 @@ class Buffer:
         window lies inside one episode, else 0)."""
         span = self.episodes.num_steps - 1
         first = t - span
-        starts = (first % self.max_length).astype(jnp.int32) * self.batch_size + jnp.arange(self.batch_size)
+        row = (first % self.max_length).astype(jnp.int32) * self.batch_size
+        starts = row + jnp.arange(self.batch_size)
         inside = lax.dynamic_index_in_dim(episodes.position, (t % self.max_length).astype(jnp.int32), 0, False) >= span
-        masses = jnp.where(inside, priorities.trees.sums[-1][starts], 0.0)
+        masses = jnp.where(inside, lax.dynamic_slice_in_dim(priorities.trees.sums[-1], row, self.batch_size), 0.0)
         outside = priorities.trees.sums[-1].shape[0]  # an out-of-range slot: the update drops it
         # one update for both rows (distinct: 0 < span < max_length); two in a row made XLA copy
         # the levels, to keep the first update's reads apart from the second one's writes
