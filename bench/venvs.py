@@ -27,6 +27,7 @@ ENVIRONMENTS = {
     "cpprb": ["cpprb.txt"],
     "sb3": ["sb3.txt"],
     "torchrl": ["torchrl.txt"],
+    "torchrl-minari": ["torchrl.txt", "minari.txt"],
     "tianshou": ["tianshou.txt"],
     "flashbax": ["flashbax.txt"],
     "jax": ["jax.txt"],
@@ -102,8 +103,8 @@ def _build_torchrl_extension(name: str, log: Path) -> None:
     _run([str(python_of(name)), str(HERE / "build_torchrl_ext.py")], log, f"{name}: build C++ extension")
 
 
-POST_INSTALL = {"torchrl": _build_torchrl_extension}
-POST_INSTALL_SCRIPTS = {"torchrl": [HERE / "build_torchrl_ext.py"]}
+POST_INSTALL = {"torchrl": _build_torchrl_extension, "torchrl-minari": _build_torchrl_extension}
+POST_INSTALL_SCRIPTS = {name: [HERE / "build_torchrl_ext.py"] for name in POST_INSTALL}
 
 
 def main(argv: list[str]) -> int:

@@ -36,6 +36,7 @@ CORE_NAMES = {
     "RateLimiterTimeout",
     "BufferClosedError",
     "SharedReplayBuffer",
+    "DatasetError",
 }
 
 
@@ -49,6 +50,12 @@ def test_backend_modules_export_their_classes():
     assert hasattr(replaybuf.mindspore_rl, "ReplayBuffer")
 
 
+def test_minari_module_exports_load_and_export():
+    import replaybuf.minari
+
+    assert replaybuf.minari.__all__ == ["export", "load"]
+
+
 def test_all_names_the_public_api():
     assert CORE_NAMES <= set(replaybuf.__all__)
     for name in replaybuf.__all__:
@@ -58,7 +65,7 @@ def test_all_names_the_public_api():
 def test_import_pulls_in_no_framework():
     code = (
         "import sys, replaybuf; "
-        "print(sorted(m for m in ('tensorflow', 'torch', 'gymnasium', 'jax') if m in sys.modules))"
+        "print(sorted(m for m in ('tensorflow', 'torch', 'gymnasium', 'jax', 'minari', 'h5py') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

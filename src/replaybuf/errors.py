@@ -12,6 +12,8 @@
     ├── CheckpointError (ValueError)  a checkpoint or storage folder that is missing, corrupt,
     │                                 truncated, made for another buffer, or holds values no
     │                                 buffer could have produced; nothing is loaded
+    ├── DatasetError (ValueError)     an offline dataset (Minari) that is missing, unreadable or
+    │                                 corrupt; nothing is written to the buffer
     ├── RateLimiterTimeout (TimeoutError)
     │                                 a rate-limited add or sample still blocked after its
     │                                 timeout; nothing was written or counted
@@ -30,6 +32,7 @@ __all__ = [
     "ArgumentError",
     "BufferClosedError",
     "CheckpointError",
+    "DatasetError",
     "EmptyBufferError",
     "PriorityError",
     "RateLimiterTimeout",
@@ -69,6 +72,10 @@ class PriorityError(ReplayBufferError, ValueError):
 
 class CheckpointError(ReplayBufferError, ValueError):
     """A checkpoint that cannot be loaded (missing, corrupt, another spec); nothing is loaded."""
+
+
+class DatasetError(ReplayBufferError, ValueError):
+    """An offline dataset that is missing, unreadable or corrupt; the buffer is left as it was."""
 
 
 class RateLimiterTimeout(ReplayBufferError, TimeoutError):
