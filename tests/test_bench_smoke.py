@@ -5,6 +5,7 @@ figures, and writes the Markdown table where it is told to. Speed itself is neve
 asserted here (that is what bench/ measures).
 """
 
+import importlib.util
 import json
 import math
 import sys
@@ -14,6 +15,26 @@ import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 ROWS = ["w1_add1", "w1_add256", "w1_sample256", "w2_sample32", "w2_rss", "w4_windows"]
+
+
+def test_minari_bench_quick(capsys, monkeypatch):
+    """bench/minari.py --quick: records two tiny datasets and prints a row per loader."""
+    # bench/ must be off the path: its minari.py would stand in for the minari package
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p or ".").resolve() != BENCH])
+    pytest.importorskip("minari")
+    spec = importlib.util.spec_from_file_location("bench_minari", BENCH / "minari.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--quick", "--loaders", "numpy"]) == 0
+    rows = [
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("| random") or line.startswith("| balancing")
+    ]
+    assert len(rows) == 2
+    for row in rows:
+        rate = float(row.split("|")[4].replace(",", ""))
+        assert rate > 0 and math.isfinite(rate)
 
 
 @pytest.fixture(scope="module")

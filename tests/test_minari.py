@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import shutil
 import warnings
 
 import numpy as np
@@ -21,14 +22,32 @@ IMPLICIT_CLEANUP = "ignore:Implicitly cleaning up:ResourceWarning"
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning:minari.*"), pytest.mark.filterwarnings(IMPLICIT_CLEANUP)]
 
 
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """The module's datasets, recorded once (Minari's DataCollector is slow) in their own root."""
+    base = tmp_path_factory.mktemp("minari-recorded")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MINARI_DATASETS_PATH", str(base))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            warnings.simplefilter("ignore", ResourceWarning)
+            cartpole()
+            cartpole("test/cartpole-short-v0", episodes=2)
+            dict_cartpole()
+            image_cartpole()
+            record(gym.make("Blackjack-v1"), "test/blackjack-v0", 12)
+            record(gym.make("Pendulum-v1", max_episode_steps=15), "test/pendulum-v0", 4)
+            gc.collect()
+    return base
+
+
 @pytest.fixture(autouse=True)
-def minari_root(tmp_path, monkeypatch):
-    """Every dataset of a test lives in its own temporary Minari root, never the user's home."""
-    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
-    yield tmp_path / "minari"
-    with warnings.catch_warnings():  # collect the collectors here, not in another module's test
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
+def minari_root(recorded, tmp_path, monkeypatch):
+    """A copy of the recorded datasets in a temporary Minari root per test, never the user's home."""
+    root = tmp_path / "minari"
+    shutil.copytree(recorded, root)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    return root
 
 
 def record(env, dataset_id, episodes, seed=0):
@@ -158,7 +177,7 @@ BACKENDS = {
 @pytest.mark.parametrize("batch_size", [1, 3])
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_load_fills_each_backend_with_the_episodes_minari_returns(backend, batch_size):
-    dataset = cartpole()
+    dataset = minari.load_dataset("test/cartpole-v0")
     spec = replaybuf.collect_data_spec(dataset)
     buffer = BACKENDS[backend](spec, batch_size, 200)
     try:
@@ -170,7 +189,7 @@ def test_load_fills_each_backend_with_the_episodes_minari_returns(backend, batch
 
 
 def test_load_builds_a_buffer_holding_the_whole_dataset():
-    dataset = cartpole()
+    dataset = minari.load_dataset("test/cartpole-v0")
     buffer = load(dataset, batch_size=2)
     assert isinstance(buffer, replaybuf.UniformReplayBuffer)
     assert buffer.data_spec == replaybuf.collect_data_spec(dataset)
@@ -183,32 +202,32 @@ def test_load_builds_a_buffer_holding_the_whole_dataset():
 
 
 def test_load_by_folder_and_a_single_stream_buffer(minari_root):
-    dataset = cartpole()
+    dataset = minari.load_dataset("test/cartpole-v0")
     buffer = replaybuf.PyUniformReplayBuffer(replaybuf.collect_data_spec(dataset), capacity=500)
     load(minari_root / "test" / "cartpole-v0", buffer)
     assert_holds(buffer, dataset)
 
 
 def test_load_keeps_dict_and_tuple_observations_as_nested_specs():
-    dataset = dict_cartpole()
+    dataset = minari.load_dataset("test/dict-cartpole-v0")
     buffer = load(dataset, batch_size=2)
     assert set(buffer.data_spec.observation) == {"position", "angle"}
     assert_holds(buffer, dataset)
-    blackjack = record(gym.make("Blackjack-v1"), "test/blackjack-v0", 12)
+    blackjack = minari.load_dataset("test/blackjack-v0")
     buffer = load(blackjack)
     assert isinstance(buffer.data_spec.observation, tuple) and len(buffer.data_spec.observation) == 3
     assert_holds(buffer, blackjack)
 
 
 def test_load_box_actions():
-    dataset = record(gym.make("Pendulum-v1", max_episode_steps=15), "test/pendulum-v0", 4)
+    dataset = minari.load_dataset("test/pendulum-v0")
     buffer = load(dataset, batch_size=2)
     assert buffer.data_spec.action.shape == (1,)
     assert_holds(buffer, dataset)
 
 
 def test_load_image_observations_into_a_frame_stack_buffer():
-    dataset = image_cartpole()
+    dataset = minari.load_dataset("test/image-cartpole-v0")
     spec = replaybuf.collect_data_spec(dataset)
     frames = replaybuf.FrameStackReplayBuffer(spec, batch_size=2, max_length=100)
     load(dataset, frames)
@@ -228,6 +247,9 @@ def test_export_writes_what_the_drivers_collected():
     )
     driver.run()
     recorded = collector.create_dataset("test/recorded-v0", description="driver", algorithm_name="random")
+    collector.close()
+    del collector, driver
+    gc.collect()  # here, where its TemporaryDirectory's warning is ignored, not in another module's test
     export(buffer, "test/exported-v0", description="export")
     back = minari.load_dataset("test/exported-v0")
     # the driver stops after the 6th episode's last step: its boundary item (the final observation)
@@ -244,7 +266,7 @@ def test_export_writes_what_the_drivers_collected():
 
 @pytest.mark.parametrize("backend", ["numpy", "torch", "jax", "shared"])
 def test_round_trip_load_export_load(backend):
-    dataset = dict_cartpole()
+    dataset = minari.load_dataset("test/dict-cartpole-v0")
     buffer = BACKENDS[backend](replaybuf.collect_data_spec(dataset), 2, 100)
     try:
         load(dataset, buffer)
@@ -263,7 +285,7 @@ def test_round_trip_load_export_load(backend):
 
 
 def test_export_leaves_out_episodes_the_ring_cut():
-    dataset = cartpole(episodes=9)
+    dataset = minari.load_dataset("test/cartpole-v0")
     lengths = [len(e.rewards) + 1 for e in dataset.iterate_episodes()]
     keep = sum(lengths[-3:]) + 2  # the last 3 episodes whole, the end of the 6th
     buffer = load(dataset, max_length=keep)
@@ -274,7 +296,6 @@ def test_export_leaves_out_episodes_the_ring_cut():
 
 
 def test_progress_bar(capsys):
-    cartpole()
     load("test/cartpole-v0", progress=True)
     assert "loading test/cartpole-v0" in capsys.readouterr().err
 
@@ -299,7 +320,7 @@ def test_folder_without_a_dataset(tmp_path):
 
 
 def test_spaces_that_do_not_match_the_buffer():
-    dataset = cartpole()
+    dataset = minari.load_dataset("test/cartpole-v0")
     spec = replaybuf.collect_data_spec(dataset)._replace(observation=replaybuf.ArraySpec((3,), np.float32))
     buffer = replaybuf.UniformReplayBuffer(spec, 1, 100)
     with pytest.raises(replaybuf.SpecMismatchError, match=r"observation: the buffer expects \(3,\) float32, the dat"):
@@ -310,16 +331,32 @@ def test_spaces_that_do_not_match_the_buffer():
     assert buffer.num_frames() == 0 and wrong.num_frames() == 0
 
 
+def _drop_rewards(episode):
+    del episode["rewards"]
+
+
+def _lengthen_in_metadata(episode):
+    episode.attrs["total_steps"] = episode.attrs["total_steps"] + 1
+
+
+CORRUPTIONS = {
+    "missing field": (_drop_rewards, "dataset test/cartpole-v0: an episode cannot be read"),
+    "length": (_lengthen_in_metadata, r"dataset test/cartpole-v0, episode 5: its metadata says \d+ steps, its data"),
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
 @pytest.mark.parametrize("prefilled", [False, True])
-def test_corrupt_episode_writes_nothing(minari_root, prefilled):
+def test_corrupt_episode_writes_nothing(minari_root, prefilled, corruption):
     h5py = pytest.importorskip("h5py")
-    dataset = cartpole()
+    dataset = minari.load_dataset("test/cartpole-v0")
     buffer, before = filled_buffer(dataset) if prefilled else (load(dataset, max_length=400), None)
     if not prefilled:
         buffer.clear()
+    corrupt, message = CORRUPTIONS[corruption]
     with h5py.File(minari_root / "test" / "cartpole-v0" / "data" / "main_data.hdf5", "a") as file:
-        del file["episode_5"]["rewards"]
-    with pytest.raises(replaybuf.DatasetError, match="dataset test/cartpole-v0: an episode cannot be read"):
+        corrupt(file["episode_5"])
+    with pytest.raises(replaybuf.DatasetError, match=message):
         load("test/cartpole-v0", buffer)
     if prefilled:
         optree.tree_map(np.testing.assert_array_equal, buffer.gather_all(), before)
@@ -328,7 +365,7 @@ def test_corrupt_episode_writes_nothing(minari_root, prefilled):
 
 
 def test_corrupt_file():
-    dataset = cartpole()
+    dataset = minari.load_dataset("test/cartpole-v0")
     path = dataset.storage.data_path / "main_data.hdf5"
     path.write_bytes(b"not an hdf5 file" * 100)
     with pytest.raises(replaybuf.DatasetError, match="test/cartpole-v0.*cannot be read"):
@@ -337,7 +374,6 @@ def test_corrupt_file():
 
 def test_episode_of_the_wrong_shape(minari_root):
     h5py = pytest.importorskip("h5py")
-    cartpole()
     with h5py.File(minari_root / "test" / "cartpole-v0" / "data" / "main_data.hdf5", "a") as file:
         observations = file["episode_2"]["observations"][()]
         del file["episode_2"]["observations"]
@@ -347,7 +383,7 @@ def test_episode_of_the_wrong_shape(minari_root):
 
 
 def test_bad_arguments():
-    dataset = cartpole(episodes=2)
+    dataset = minari.load_dataset("test/cartpole-short-v0")
     with pytest.raises(replaybuf.ArgumentError, match="batch_size: expected at most the dataset's 2 non-empty"):
         load(dataset, batch_size=3)
     buffer = replaybuf.UniformReplayBuffer(replaybuf.collect_data_spec(dataset), 2, 100)
@@ -357,13 +393,13 @@ def test_bad_arguments():
         load(dataset, buffer, batch_size=1)
     with pytest.raises(replaybuf.ArgumentError, match="chunk_steps: expected a positive int"):
         load(dataset, buffer, chunk_steps=0)
-    with pytest.raises(replaybuf.DatasetError, match="dataset: expected a Minari dataset id"):
+    with pytest.raises(replaybuf.ArgumentError, match="dataset: expected a Minari dataset id"):
         load(3)
     assert buffer.num_frames() == 0
 
 
 def test_export_errors():
-    dataset = cartpole()
+    dataset = minari.load_dataset("test/cartpole-v0")
     buffer = load(dataset)
     with pytest.raises(replaybuf.ArgumentError, match="dataset_id: a Minari dataset 'test/cartpole-v0' already"):
         export(buffer, "test/cartpole-v0")

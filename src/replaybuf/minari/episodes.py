@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybuf.errors import DatasetError, SpecMismatchError
+from replaybuf.errors import ArgumentError, DatasetError, SpecMismatchError
 from replaybuf.nest import FlatSpec
 from replaybuf.trajectory import StepType, Trajectory, collect_data_spec
 
@@ -31,13 +31,14 @@ def open_dataset(dataset: Any) -> Any:
 
     Raises:
         DatasetError: no such dataset or folder, or its metadata cannot be read.
+        ArgumentError: ``dataset`` is none of these.
     """
     import minari
 
     if isinstance(dataset, minari.MinariDataset):
         return dataset
     if not isinstance(dataset, (str, os.PathLike)):
-        raise DatasetError(f"dataset: expected a Minari dataset id, a folder or a MinariDataset, got {dataset!r}")
+        raise ArgumentError(f"dataset: expected a Minari dataset id, a folder or a MinariDataset, got {dataset!r}")
     path = Path(dataset)
     try:
         if isinstance(dataset, os.PathLike) or path.is_dir():

@@ -14,6 +14,7 @@ written in the order they started (stream order within one step), so ``load`` th
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,7 +52,8 @@ def export(
         data_format: Minari's storage format (``"hdf5"``, ``"arrow"``; None: Minari's default).
         algorithm_name, description: recorded in the dataset's metadata.
 
-    Image observations are stored losslessly (Minari's JPEG encoding is off).
+    Image observations are stored losslessly (Minari's JPEG encoding is off). Minari's warnings
+    that advise filling in metadata (author, permalink, ...) for an upload are silenced.
 
     Raises:
         SpecMismatchError: the buffer's items are not Trajectory items.
@@ -82,17 +84,19 @@ def export(
     episodes = list(_episodes(items))
     if not episodes:
         raise EmptyBufferError("buffer: holds no complete episode (a FIRST item through its LAST boundary item)")
-    return minari.create_dataset_from_buffers(
-        dataset_id,
-        episodes,
-        env=env,
-        observation_space=observation_space,
-        action_space=action_space,
-        data_format=data_format,
-        algorithm_name=algorithm_name,
-        description=description,
-        jpeg_encoding=False,
-    )
+    with warnings.catch_warnings():  # Minari's advice to fill in metadata meant for uploads
+        warnings.filterwarnings("ignore", r"`\w+` is set to None|env_spec is None", UserWarning)
+        return minari.create_dataset_from_buffers(
+            dataset_id,
+            episodes,
+            env=env,
+            observation_space=observation_space,
+            action_space=action_space,
+            data_format=data_format,
+            algorithm_name=algorithm_name,
+            description=description,
+            jpeg_encoding=False,
+        )
 
 
 def _trajectory_fields(nest: Any) -> dict:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -65,27 +66,44 @@ def load(
                 raise ArgumentError(f"{name}: only for the buffer load builds when buffer is None, got {value!r}")
         if batch_size is not None and batch_size != buffer.batch_size:
             raise ArgumentError(f"batch_size: expected the buffer's {buffer.batch_size} or None, got {batch_size}")
+    check_positive("max_length", max_length)
     source = open_dataset(dataset)
     reader = EpisodeReader(source)
+    target = None if buffer is None else _check_spec(buffer, reader.flat)
     lengths = episode_lengths(source)
     streams = batch_size or (1 if buffer is None else buffer.batch_size)
     single = isinstance(buffer, PyUniformReplayBuffer)
     plan, filled = _deal(lengths, 1 if single else streams)
     if buffer is None:
-        check_positive("max_length", max_length)
         buffer = UniformReplayBuffer(reader.spec, streams, max_length or int(filled.max()), seed=seed)
-    target = _check_spec(buffer, reader.flat)
-    if buffer.num_frames():  # keep "nothing written": read and check everything first
-        for _ in reader:
+        target = reader.flat
+    preexisting = bool(buffer.num_frames())
+    if preexisting:  # keep "nothing written": read and check everything first
+        for _ in _episodes(reader, lengths, plan):
             pass
-    writer = _Writer(buffer, target, single, progress, chunk_steps)
     try:
-        writer.run(reader, lengths, plan, filled)
+        writer = _Writer(buffer, target, single, progress, chunk_steps, source.id)
+        writer.run(_episodes(reader, lengths, plan), filled)
     except BaseException:
-        if not writer.preexisting:
+        if not preexisting:
             buffer.clear()
         raise
     return buffer
+
+
+def _episodes(reader: EpisodeReader, lengths: np.ndarray, plan: np.ndarray) -> Iterator[tuple[int, list]]:
+    """``(stream, leaves)`` of every planned episode, checked against the length its metadata gave."""
+    dataset = reader.dataset
+    episodes = iter(reader)
+    for episode in np.flatnonzero(plan >= 0):
+        leaves = next(episodes, None)
+        size = 0 if leaves is None else len(leaves[0])
+        if size != lengths[episode] + 1:
+            raise DatasetError(
+                f"dataset {dataset.id}, episode {dataset.episode_indices[episode]}: its metadata "
+                f"says {lengths[episode]} steps, its data holds {max(size - 1, 0)}"
+            )
+        yield int(plan[episode]), leaves
 
 
 def _deal(lengths: np.ndarray, streams: int) -> tuple[np.ndarray, np.ndarray]:
@@ -125,31 +143,21 @@ def _check_spec(buffer: Any, data: FlatSpec) -> FlatSpec:
 class _Writer:
     """Holds each stream's items until every stream has some, then adds them step by step."""
 
-    def __init__(self, buffer: Any, target: FlatSpec, single: bool, progress: bool | None, chunk_steps: int):
-        self.buffer, self.target, self.single, self.chunk_steps = buffer, target, single, chunk_steps
-        self.preexisting = bool(buffer.num_frames())
+    def __init__(self, buffer: Any, target: FlatSpec, single: bool, progress: bool | None, chunk_steps: int, name: str):
+        self.buffer, self.target, self.single, self.chunk_steps, self.name = buffer, target, single, chunk_steps, name
         self.progress = sys.stderr.isatty() if progress is None else progress
 
-    def run(self, reader: EpisodeReader, lengths: np.ndarray, plan: np.ndarray, filled: np.ndarray) -> None:
+    def run(self, episodes: Iterator[tuple[int, list]], filled: np.ndarray) -> None:
         """Write every planned episode, then pad the shorter streams to the longest one."""
         streams = len(filled)
         self.pending: list[list[list[np.ndarray]]] = [[] for _ in range(streams)]
         self.held = np.zeros(streams, np.int64)
         last: list[list[np.ndarray]] = [[] for _ in range(streams)]
-        bar = _progress_bar(int(filled.sum()), reader.dataset.id) if self.progress else None
-        episodes = iter(reader)
-        for episode in np.flatnonzero(plan >= 0):
-            leaves = next(episodes, None)
-            size = 0 if leaves is None else len(leaves[0])
-            if size != lengths[episode] + 1:
-                raise DatasetError(
-                    f"dataset {reader.dataset.id}, episode {reader.dataset.episode_indices[episode]}: its metadata "
-                    f"says {lengths[episode]} steps, its data holds {max(size - 1, 0)}"
-                )
-            stream = int(plan[episode])
+        bar = _progress_bar(int(filled.sum()), self.name) if self.progress else None
+        for stream, leaves in episodes:
             self.pending[stream].append(leaves)
             last[stream] = [leaf[-1:] for leaf in leaves]
-            self.held[stream] += size
+            self.held[stream] += len(leaves[0])
             if self.held.sum() >= self.chunk_steps and self.held.min():
                 self._flush(bar)
         longest = int(filled.max())
