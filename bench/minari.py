@@ -7,8 +7,11 @@ per-episode cost shows) and ``balancing`` (a pole-balancing rule with 10% random
 episodes of up to 500 steps, the per-step cost shows). Each repetition times, from a cold
 start of the buffer, until the buffer holds the dataset:
 
-- replaybuf: ``load(id)`` into a new ``UniformReplayBuffer`` (NumPy), and ``load(id, buffer)``
-  into a ``replaybuf.torch.TorchUniformReplayBuffer`` on the CPU (one stream each);
+- replaybuf, ``numpy``: ``load(id)``, which builds a ``PyUniformReplayBuffer`` (one stream,
+  a chunk of items per ``add_batch``);
+- replaybuf, ``numpy-stream`` and ``torch``: ``load(id, buffer)`` into a given
+  ``UniformReplayBuffer(spec, 1, n)`` and ``replaybuf.torch.TorchUniformReplayBuffer(spec, 1,
+  n, device="cpu")``: buffers of ``batch_size`` streams, one ``add_batch`` per item;
 - torchrl: ``MinariExperienceReplay(id, batch_size=256, root=<new temp dir>,
   load_from_local_minari=True)`` (its only way to build from a local dataset: it reads the
   whole HDF5 file into a TensorDict, copies it episode by episode into a preallocated one and
@@ -42,6 +45,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 import numpy as np  # noqa: E402
 
+LOADERS = ("numpy", "numpy-stream", "torch", "torchrl")
 PEER_SCRIPT = r"""
 import json, shutil, sys, tempfile, time, warnings
 warnings.simplefilter("ignore")
@@ -151,11 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=200_000, help="transitions per dataset")
     parser.add_argument("--reps", type=int, default=5, help="repetitions (medians are reported)")
     parser.add_argument("--quick", action="store_true", help="500 steps, 1 repetition: a smoke run")
-    parser.add_argument("--loaders", default="numpy,torch,torchrl", help="comma-separated: numpy, torch, torchrl")
+    parser.add_argument("--loaders", default=",".join(LOADERS), help=f"comma-separated, of {', '.join(LOADERS)}")
     args = parser.parse_args(argv)
     steps, reps = (500, 1) if args.quick else (args.steps, args.reps)
     loaders = args.loaders.split(",")
-    unknown = set(loaders) - {"numpy", "torch", "torchrl"}
+    unknown = set(loaders) - set(LOADERS)
     if unknown:
         parser.error(f"--loaders: unknown {sorted(unknown)}")
     root = tempfile.mkdtemp(prefix="replaybuf-bench-minari-")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import shutil
+import sys
 import warnings
 
 import numpy as np
@@ -186,6 +187,14 @@ def test_load_fills_each_backend_with_the_episodes_minari_returns(backend, batch
     finally:
         if backend == "shared":
             buffer.close()
+
+
+def test_load_builds_one_fifo_stream_by_default():
+    dataset = minari.load_dataset("test/cartpole-v0")
+    buffer = load(dataset, seed=0)
+    assert isinstance(buffer, replaybuf.PyUniformReplayBuffer)
+    assert buffer.capacity == buffer.num_frames() == dataset.total_steps + dataset.total_episodes
+    assert_holds(buffer, dataset)
 
 
 def test_load_builds_a_buffer_holding_the_whole_dataset():
@@ -412,3 +421,12 @@ def test_export_errors():
     with pytest.raises(replaybuf.EmptyBufferError, match="holds no complete episode"):
         export(buffer, "test/empty-v0")
     assert "test/empty-v0" not in minari.list_local_datasets()
+
+
+def test_without_minari_the_error_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "minari", None)  # what an environment without Minari imports
+    with pytest.raises(ImportError, match=r"replaybuf.minari needs Minari: pip install 'replaybuf\[minari\]'"):
+        load("test/cartpole-v0")
+    buffer = replaybuf.UniformReplayBuffer(replaybuf.collect_data_spec(gym.make("CartPole-v1")), 1, 10)
+    with pytest.raises(ImportError, match=r"pip install 'replaybuf\[minari\]'"):
+        export(buffer, "test/none-v0")

@@ -25,6 +25,6 @@ def test_offline_example_loads_the_recorded_dataset_and_trains(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     episodes, steps = map(int, re.search(r"dataset: (\d+) episodes, (\d+) steps", out.stdout).groups())
     assert episodes == 2
-    assert f"buffer: {steps + episodes} items (UniformReplayBuffer), one per step and per episode end" in out.stdout
+    assert f"buffer: {steps + episodes} items (PyUniformReplayBuffer), one per step and per episode end" in out.stdout
     assert re.search(r"offline agent \(100 gradient steps, last loss [\d.]+\), greedy return: [\d.]+", out.stdout)
     assert (tmp_path / "replaybuf" / "cartpole-dqn-v0" / "data" / "metadata.json").exists()

@@ -26,14 +26,24 @@ from replaybuf.trajectory import StepType, Trajectory, collect_data_spec
 READ_ERRORS = (OSError, ValueError, KeyError, TypeError, AssertionError, RuntimeError)
 
 
+def import_minari() -> Any:
+    """The minari package, or an ImportError that names the extra to install."""
+    try:
+        import minari
+    except ImportError as err:
+        raise ImportError(f"replaybuf.minari needs Minari: pip install 'replaybuf[minari]' ({err})") from err
+    return minari
+
+
 def open_dataset(dataset: Any) -> Any:
     """A ``minari.MinariDataset`` from itself, a dataset id in the local Minari root, or a folder.
 
     Raises:
         DatasetError: no such dataset or folder, or its metadata cannot be read.
         ArgumentError: ``dataset`` is none of these.
+        ImportError: Minari is not installed.
     """
-    import minari
+    minari = import_minari()
 
     if isinstance(dataset, minari.MinariDataset):
         return dataset

@@ -22,6 +22,7 @@ import numpy as np
 import optree
 
 from replaybuf.errors import ArgumentError, EmptyBufferError, SpecMismatchError
+from replaybuf.minari.episodes import import_minari
 from replaybuf.nest import to_numpy
 from replaybuf.specs import BoundedArraySpec, as_data_spec
 from replaybuf.trajectory import StepType
@@ -59,8 +60,9 @@ def export(
         SpecMismatchError: the buffer's items are not Trajectory items.
         ArgumentError: dataset_id is malformed or names a dataset that exists.
         EmptyBufferError: the buffer holds no complete episode.
+        ImportError: Minari is not installed.
     """
-    import minari
+    minari = import_minari()
     from minari.dataset.minari_dataset import parse_dataset_id
     from minari.storage.datasets_root_dir import get_dataset_path
 

@@ -46,9 +46,11 @@ def load(
             a dataset, or a ``minari.MinariDataset`` (filtered ones load their episodes only).
         buffer: any replaybuf buffer (NumPy, prioritized, frame-stack, torch, JAX, shared) whose
             data_spec is ``replaybuf.collect_data_spec(dataset)`` up to safe dtype casts. None: a
-            new ``UniformReplayBuffer`` holding the whole dataset.
+            new buffer holding the whole dataset: a ``PyUniformReplayBuffer`` for one stream
+            (written a chunk per ``add_batch``), a ``UniformReplayBuffer`` for more.
         batch_size: streams of the new buffer (default 1); with a buffer, its own or an error.
-        max_length, seed: of the new buffer (default max_length: the longest stream).
+        max_length, seed: of the new buffer (max_length: items per stream, the capacity of a
+            PyUniformReplayBuffer; default: the longest stream).
         progress: show a tqdm progress bar (None: when stderr is a terminal).
         chunk_steps: items read before they are written (bounds the memory used beside the buffer).
 
@@ -75,7 +77,11 @@ def load(
     single = isinstance(buffer, PyUniformReplayBuffer)
     plan, filled = _deal(lengths, 1 if single else streams)
     if buffer is None:
-        buffer = UniformReplayBuffer(reader.spec, streams, max_length or int(filled.max()), seed=seed)
+        length = max_length or int(filled.max())
+        if streams == 1:  # one stream: a chunk per add_batch instead of an item
+            buffer, single = PyUniformReplayBuffer(reader.spec, length, seed=seed), True
+        else:
+            buffer = UniformReplayBuffer(reader.spec, streams, length, seed=seed)
         target = reader.flat
     preexisting = bool(buffer.num_frames())
     if preexisting:  # keep "nothing written": read and check everything first
