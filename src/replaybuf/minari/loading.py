@@ -5,8 +5,10 @@ the stream holding the fewest items so far, so every stream is a run of whole ep
 the streams fill evenly; ``add_batch`` then writes one item of every stream per call. When
 the last episodes leave some streams shorter, those are padded with copies of their final
 boundary item (step_type LAST, which learners already mask), so that every stream gets the
-same number of adds. Memory stays bounded: episodes are read one at a time and written once
-about ``chunk_steps`` items wait (plus at most one episode per stream).
+same number of adds. A ``PyUniformReplayBuffer`` (one stream, any number of items per add)
+takes each chunk in one ``add_batch``; it is what ``load`` builds for one stream. Memory
+stays bounded: episodes are read one at a time and written once about ``chunk_steps`` items
+wait (plus at most one episode per stream).
 
 Nothing is written when the dataset does not fit the buffer: the spec is compared first,
 and a buffer that held items before is only written after every episode was read and
