@@ -334,6 +334,17 @@ def test_rate_limited_sample_times_out_counting_nothing():
     assert buffer.rate_limiter_state()["samples"] == 4
 
 
+def test_a_sample_waiting_while_every_shard_is_dead_raises_writers_gone():
+    buffer = ShardedReplayBuffer(SPEC, shards=2, max_length=50, rate_limiter=replaybuf.MinSize(100))
+    buffer.add_batch(step_batch(0, 2))
+    for actor in buffer.actors:  # dead for good: no shard is left to insert what MinSize waits for
+        ray.kill(actor, no_restart=True)
+    with pytest.raises(replaybuf.WritersGoneError, match="of 4 items waits for inserts, but no shard is alive"):
+        buffer.get_next(4)
+    assert buffer.rate_limiter_state()["samples"] == 0
+    buffer.shutdown()
+
+
 def test_restarted_limiter_rebuilds_its_counts_from_the_shards():
     buffer = ShardedReplayBuffer(SPEC, shards=2, max_length=4, rate_limiter=replaybuf.MinSize(2))
     for t in range(6):  # 12 inserted, 4 evicted per shard

@@ -25,7 +25,7 @@ from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeo
 from replaybuf.samplers.episodes import episode_markers
 from replaybuf.samplers.prioritized import check_priority_state, priority_update
 from replaybuf.shared.episodes import SegmentEpisodes
-from replaybuf.shared.layout import FLOOR, STEPS, WRITING, Layout
+from replaybuf.shared.layout import FLOOR, HELD, OWNER, STEPS, WRITING, Layout, pid_alive
 from replaybuf.shared.priorities import SegmentPriorities
 from replaybuf.shared.windows import SegmentWindows
 from replaybuf.shared.writer import SharedWriter
@@ -266,12 +266,14 @@ class SharedReplayBuffer(ReplayBuffer):
             ArgumentError: sample_batch_size or num_steps is not a positive int.
             RateLimiterTimeout: the rate limiter held the sample back past the timeout.
             BufferClosedError: the buffer was closed (also while waiting).
+            WritersGoneError: the rate limiter holds the sample back and every writer's
+                process died or gave its writer up: no insert can come (named in the message).
         """
         check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
         self._check_open()
         count = sample_batch_size or 1
         if self._limiter is not None:
-            self._limiter.await_sample(count, self._timeout)
+            self._limiter.await_sample(count, self._timeout, self._writers_gone)
         try:
             with self._lock:
                 if self._priorities is not None:
@@ -299,6 +301,19 @@ class SharedReplayBuffer(ReplayBuffer):
         if weights is not None:
             return items, SampleInfo(ids, probabilities, weights=weights)
         return items, BufferInfo(ids, probabilities)
+
+    def _writers_gone(self) -> str | None:
+        """Why no writer can insert any more (each one's process died or gave it up), or None
+        while one is held by a live process or was never taken (its actor may be starting)."""
+        cursors = self._cursors
+        if cursors is None:  # closed meanwhile: the limiter wakes the wait with BufferClosedError
+            return None
+        gone = []
+        for index, (owner, held) in enumerate(cursors[:, [OWNER, HELD]].tolist()):
+            if (owner and pid_alive(owner)) or not (owner or held):
+                return None
+            gone.append(f"writer {index} (pid {owner}) died" if owner else f"writer {index} was closed by pid {held}")
+        return "every writer is gone: " + ", ".join(gone)
 
     def _lows_highs(self) -> tuple[list[int], list[int]]:
         cursors = self._cursors.tolist()
