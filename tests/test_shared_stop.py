@@ -52,6 +52,15 @@ def wait_for(predicate, what: str, timeout: float = 120) -> None:
         time.sleep(0.01)
 
 
+def catch(call, *args):
+    """What ``call(*args)`` raised (None if nothing)."""
+    try:
+        call(*args)
+    except Exception as error:
+        return error
+    return None
+
+
 def test_killing_every_writer_while_the_learner_waits_raises_writers_gone(spawn):
     buffer = SharedReplayBuffer(SPEC, writers=2, batch_size=2, max_length=64, rate_limiter=MinSize(1000))
     try:
@@ -67,17 +76,31 @@ def test_killing_every_writer_while_the_learner_waits_raises_writers_gone(spawn)
             assert f"writer {index} (pid {actor.pid}) died" in message
         assert "a sample of 4 items waits for inserts" in message and "nothing was sampled" in message
         assert buffer.rate_limiter.state()["samples"] == 0  # nothing counted
+        buffer.writer(0)  # a new handle, for a restarted actor that may be starting: wait for it
+        ended = []
+        learner = threading.Thread(target=lambda: ended.append(catch(buffer.get_next, 4)))
+        learner.start()
+        learner.join(0.5)
+        assert learner.is_alive()
+        buffer.close()  # wakes it with BufferClosedError
+        learner.join(30)
+        assert len(ended) == 1 and isinstance(ended[0], BufferClosedError)
     finally:
         buffer.close()
 
 
-def test_writers_that_finished_also_end_the_wait(spawn):
-    buffer = SharedReplayBuffer(SPEC, writers=2, batch_size=2, max_length=64, rate_limiter=MinSize(1000))
+def test_writers_that_finished_also_end_the_wait_until_a_new_handle_is_made(spawn):
+    buffer = SharedReplayBuffer(
+        SPEC, writers=2, batch_size=2, max_length=64, rate_limiter=MinSize(1000), rate_limiter_timeout=0.5
+    )
     try:
         actors = [spawn(write_steps, buffer.writer(i), 0, 2) for i in range(2)]
         for actor in actors:
             actor.join(120)
         with pytest.raises(WritersGoneError, match=f"writer 1 was closed by pid {actors[1].pid}"):
+            buffer.get_next(4)
+        buffer.writer(1)  # for a new actor, which may be starting: wait for it
+        with pytest.raises(RateLimiterTimeout):
             buffer.get_next(4)
     finally:
         buffer.close()

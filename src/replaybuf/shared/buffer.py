@@ -194,6 +194,9 @@ class SharedReplayBuffer(ReplayBuffer):
     def writer(self, index: int, flush_every: int | None = None) -> SharedWriter:
         """The handle of writer ``index``: pass it to a child process and ``add_batch`` there.
 
+        A writer whose last process gave it up or died counts as not taken again once a new
+        handle is made, so a learner waiting on the rate limiter waits for the new process.
+
         Raises:
             ArgumentError: ``index`` not in ``[0, writers)``, or a bad ``flush_every``.
             BufferClosedError: the buffer was closed.
@@ -205,6 +208,9 @@ class SharedReplayBuffer(ReplayBuffer):
         check_positive("flush_every", flush_every, allow_none=False)
         if flush_every > self._max_length:
             raise ArgumentError(f"flush_every: expected at most max_length ({self._max_length}), got {flush_every}")
+        owner = int(self._cursors[index, OWNER])
+        if not (owner and pid_alive(owner)):
+            self._cursors[index, HELD] = 0
         return SharedWriter(
             self._shm.name,
             self._flat.data_spec,
@@ -304,13 +310,14 @@ class SharedReplayBuffer(ReplayBuffer):
 
     def _writers_gone(self) -> str | None:
         """Why no writer can insert any more (each one's process died or gave it up), or None
-        while one is held by a live process or was never taken (its actor may be starting)."""
+        while one is held by a live process or not taken since its handle was made (its actor
+        may be starting)."""
         cursors = self._cursors
         if cursors is None:  # closed meanwhile: the limiter wakes the wait with BufferClosedError
             return None
         gone = []
         for index, (owner, held) in enumerate(cursors[:, [OWNER, HELD]].tolist()):
-            if (owner and pid_alive(owner)) or not (owner or held):
+            if (owner and pid_alive(owner)) or not held:
                 return None
             gone.append(f"writer {index} (pid {owner}) died" if owner else f"writer {index} was closed by pid {held}")
         return "every writer is gone: " + ", ".join(gone)
