@@ -252,6 +252,14 @@ class StreamBuffer(ReplayBuffer):
     def num_frames(self) -> int:
         return self._ring.num_valid_steps() * self._ring.batch_size
 
+    def mass(self, num_steps: int | None = None) -> tuple[float, float]:
+        """``(mass, smallest)`` of the windows of ``num_steps`` a draw may return now: what the
+        sampler normalises by (``P(element) = its mass / mass``; uniform: one per start) and
+        the smallest stored priority mass (1.0 without priorities). What a caller splitting
+        one batch over several buffers (Ray shards) weighs each buffer by."""
+        with self._lock:
+            return self._sampler.mass(self._ring, num_steps)
+
     # -- checkpoints (docs/persistence.md) ---------------------------------------------------
     def state_dict(self) -> dict:
         """A plain snapshot (copies) of the items, counters, RNG and the sampler's bookkeeping.

@@ -22,7 +22,7 @@ import numpy as np
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
-from replaybuf.samplers.uniform import filled_probabilities
+from replaybuf.samplers.uniform import filled_probabilities, window_start_count
 
 __all__ = [
     "EpisodeIndex",
@@ -312,6 +312,12 @@ class EpisodeSampler:
         return np.concatenate(found)
 
     # -- the rest of the sampler protocol (replaybuf.samplers) -----------------------------------
+    def mass(self, ring: StreamRing, num_steps: int | None) -> tuple[float, float]:
+        starts = window_start_count(ring, num_steps)
+        if starts == 0 or self.pad or (num_steps or 1) == 1:
+            return float(starts), 1.0
+        return float(self.index.count(num_steps)), 1.0
+
     def added(self, ring: StreamRing, arrays: Sequence[np.ndarray]) -> None:
         self.index.record(arrays, ring.steps - 1)
 

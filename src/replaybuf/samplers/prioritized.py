@@ -22,6 +22,7 @@ from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, P
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import EpisodeIndex, pad_windows
 from replaybuf.samplers.sumtree import MAX_MASS, MIN_MASS, MinTree, SumTree, kernel_array, priority_mass
+from replaybuf.samplers.uniform import window_start_count
 
 __all__ = ["PrioritizedSampler", "check_beta", "check_priority_state", "priority_update"]
 
@@ -194,6 +195,17 @@ class PrioritizedSampler:
         if self.pad and num_steps is not None:
             ids, mask = pad_windows(self.episodes, ids)  # type: ignore[arg-type]
         return ids, probabilities, {"weights": weights, "mask": mask}
+
+    def mass(self, ring: StreamRing, num_steps: int | None) -> tuple[float, float]:
+        steps = num_steps or 1
+        if window_start_count(ring, steps) == 0:
+            return 0.0, 1.0
+        smallest = self.mins.root()
+        if steps == 1:
+            return self.sums.root(), smallest
+        if self.episodes is not None and not self.pad:
+            return self._window_tree(ring, steps).root(), smallest
+        return self.sums.root() - self._head_mass(ring, ring.steps - steps + 1), smallest
 
     def added(self, ring: StreamRing, arrays: Sequence[np.ndarray]) -> None:
         """The new step's items get the largest priority so far; window trees follow."""
