@@ -82,13 +82,7 @@ class BlockEvaluator:
         """Save the block as a file and run it with ``python`` in the page's temporary directory."""
         script = Path(f"{Path(example.path).stem}_line{example.line}.py")
         script.write_text(example.parsed)
-        env = dict(os.environ)
-        import replaybuf  # the subprocess imports the replaybuf this test run imports
-
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(replaybuf.__file__).parents[1]), env.get("PYTHONPATH", "")])
-        run = subprocess.run(
-            [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=SCRIPT_TIMEOUT
-        )
+        run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=SCRIPT_TIMEOUT)
         if run.returncode != 0 or "Traceback" in run.stderr:
             raise AssertionError(
                 f"{example.path}:{example.line}: the block run as a script exited {run.returncode}\n"
@@ -97,13 +91,21 @@ class BlockEvaluator:
 
 
 def _enter_temporary_directory(namespace: dict) -> None:
-    namespace["__doc_cwd__"] = (os.getcwd(), tempfile.mkdtemp(prefix="replaybuf-docs-"))
+    """Run the page in a fresh directory; relative PYTHONPATH entries (``PYTHONPATH=src``) are made
+    absolute first, so the processes a page starts (scripts, spawn children, Ray workers) still
+    import this checkout's replaybuf."""
+    path = os.environ.get("PYTHONPATH")
+    namespace["__doc_cwd__"] = (os.getcwd(), tempfile.mkdtemp(prefix="replaybuf-docs-"), path)
+    if path:
+        os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in path.split(os.pathsep) if p)
     os.chdir(namespace["__doc_cwd__"][1])
 
 
 def _leave_temporary_directory(namespace: dict) -> None:
-    previous, temporary = namespace.pop("__doc_cwd__")
+    previous, temporary, path = namespace.pop("__doc_cwd__")
     os.chdir(previous)
+    if path is not None:
+        os.environ["PYTHONPATH"] = path
     shutil.rmtree(temporary, ignore_errors=True)
 
 
