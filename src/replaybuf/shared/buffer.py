@@ -410,8 +410,8 @@ class SharedReplayBuffer(ReplayBuffer):
             column_ids = local
         else:
             # draw d belongs to the writer whose share [first_w, first_w + starts_w) holds it; a
-            # few small per-writer tables and one lookup each (each NumPy call costs ~1 us at
-            # 256 draws, so the multi-writer path is kept to as few as the arithmetic needs)
+            # few small per-writer tables and one lookup each (each NumPy call costs about as
+            # much as the arithmetic at 256 draws, so the path keeps to as few as it needs)
             firsts = list(itertools.accumulate(starts, initial=0))
             writer = np.array(firsts[1:-1], _INT64).searchsorted(local, side="right")
             shifts = np.array([lo * batch_size - f for lo, f in zip(lows, firsts[:-1], strict=True)], _INT64)
