@@ -1,5 +1,20 @@
 """W1-W4: replaybuf's NumPy buffers beside the libraries users would pick instead, and beside
-plain NumPy doing the same work on the same bytes (bench/libs/ holds each library's adapter)."""
+plain implementations of the same work on the same bytes (bench/libs/ holds the adapters).
+
+- W1: transitions of obs float32[4], action int64, reward float32, done bool, next_obs
+  float32[4] (45 bytes) in a buffer of capacity 1M; single adds from per-row NumPy values,
+  adds of 256 rows at once, samples of 256 from 200k stored.
+- W2: obs uint8[84,84,4] + action, reward, done; capacity 100k, 50k stored; MB/s of returned
+  bytes; RSS growth per stored transition.
+- W3: proportional prioritized replay, sample 256 then update those 256 priorities, 200k stored.
+- W4: 256 windows of 8 consecutive steps (episode-aware where the library can; see notes).
+- References, in replaybuf's process: numpy-loop (a Python loop of row writes of the five
+  fields), numpy-slice (slice assignment), numpy-fancy (random integers + fancy index),
+  numpy-take (np.take into preallocated arrays), numpy-memcpy (a contiguous copy of as many
+  rows from the same store), gather-floor (the same rows drawn at random, one compiled
+  memcpy per row split over two threads: the fastest random gather on the host,
+  bench/libs/gather_ref.py), numpy-per (cumsum + searchsorted over the priorities).
+"""
 
 from __future__ import annotations
 
