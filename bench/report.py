@@ -10,6 +10,7 @@ there by hand) is first saved as a new file in bench/analysis/, so it is kept, n
 from __future__ import annotations
 
 import re
+import statistics
 from pathlib import Path
 
 import results
@@ -56,6 +57,7 @@ class Suite:
         self.workloads = [w for w in self.module.WORKLOADS]
         self.figures: dict[str, dict[str, dict]] = {w.key: {} for w in self.workloads}
         self.missing: dict[str, dict[str, str]] = {w.key: {} for w in self.workloads}
+        self.rounds: dict[str, dict[str, dict[int, float]]] = {w.key: {} for w in self.workloads}
         self.versions = {r["lib"]: r["version"] for r in data["records"] if "version" in r}
         by_key = {w.key: w for w in self.workloads}
         for rec in data["records"]:
@@ -65,6 +67,7 @@ class Suite:
             if "missing" in rec:
                 self.missing[workload.key].setdefault(rec["lib"], rec["missing"])
             elif rec["value"] > 0:
+                self.rounds[workload.key].setdefault(rec["lib"], {})[rec.get("round", 0)] = rec["value"]
                 old = self.figures[workload.key].get(rec["lib"])
                 if old is None or (rec["value"] > old["value"]) == workload.higher_is_better:
                     self.figures[workload.key][rec["lib"]] = rec
@@ -77,15 +80,26 @@ class Suite:
         return (max if workload.higher_is_better else min)(peers, key=lambda item: item[1])
 
     def against(self, workload: Workload) -> tuple[str, float | None]:
-        """What the goal compares with (its label) and replaybuf's ratio to it."""
-        figures = self.figures[workload.key]
-        if workload.goal_vs == "best peer":
+        """What the goal compares with (its label) and replaybuf's ratio to it: the median over
+        the rounds of the ratio within each round (figures of one round, taken at one time)."""
+        other = workload.goal_vs
+        label = other
+        if other == "best peer":
             best = self.best_peer(workload)
-            label, other = (f"best peer ({best[0]})", best[1]) if best else ("best peer (none measured)", None)
-        else:
-            label, other = workload.goal_vs, figures.get(workload.goal_vs, {}).get("value")
-        ours = figures.get(OURS, {}).get("value")
-        return label, _ratio(workload, ours, other) if ours else None
+            other, label = (best[0], f"best peer ({best[0]})") if best else ("", "best peer (none measured)")
+        return label, self.ratio_to(workload, other)
+
+    def ratio_to(self, workload: Workload, other: str) -> float | None:
+        """replaybuf's ratio to ``other``: the median over rounds of the ratio within each round."""
+        rounds = self.rounds[workload.key]
+        ours, theirs = rounds.get(OURS, {}), rounds.get(other, {})
+        ratios = [_ratio(workload, ours[r], theirs[r]) for r in ours if r in theirs]
+        return statistics.median(ratios) if ratios else None
+
+    def also(self, workload: Workload) -> str:
+        """replaybuf's ratios to the workload's references other than the goal's."""
+        others = [(r, self.ratio_to(workload, r)) for r in workload.references if r != workload.goal_vs]
+        return "; ".join(f"{_x(got)} {r}" for r, got in others if got is not None)
 
     def ours(self):
         """(workload, replaybuf's record, what the goal compares with, the ratio) where replaybuf has a figure."""
@@ -110,8 +124,8 @@ def targets(found: list[Suite]) -> list[str]:
     out = [
         "## Targets (replaybuf, ratios within one run)",
         "",
-        "| Suite | Workload | Goal | replaybuf | against | Ratio | Met | Load (1 min / runnable) | Run |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| Suite | Workload | Goal | replaybuf | against | Ratio | Met | vs the other references | Load | Run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for suite in found:
         for workload, ours, label, got in suite.ours():
@@ -120,7 +134,8 @@ def targets(found: list[Suite]) -> list[str]:
             verdict = "n/a (missing figure)" if got is None else "met" if got >= workload.goal_ratio else "**not met**"
             out.append(
                 f"| {suite.name} | {workload.title} | >= {workload.goal_ratio:g}x {workload.goal_vs} | "
-                f"{_fmt(ours['value'])} {workload.unit} | {label} | {_x(got)} | {verdict} | {suite.load_of(ours)} | "
+                f"{_fmt(ours['value'])} {workload.unit} | {label} | {_x(got)} | {verdict} | {suite.also(workload)} | "
+                f"{suite.load_of(ours)} | "
                 f"{suite.runs[ours['run']]['date']} |"
             )
     return out
@@ -134,7 +149,9 @@ def all_figures(suite: Suite) -> list[str]:
         "",
         "Each figure is the median of its repetitions; *spread* is the slowest repetition over the",
         "fastest; the load is the machine's 1-minute load average after the repetitions / the most",
-        "runnable threads seen at their starts (this process included). Ratios: above 1 is better.",
+        "runnable threads seen at their starts (this process included). With several rounds a",
+        "figure is its best round's; a goal's ratio is the median over rounds of the ratio within",
+        "each round. Ratios: above 1 is better.",
         "",
         "| Workload | Library | Figure | spread | load | vs best peer | vs reference | Note |",
         "|---|---|---|---|---|---|---|---|",
@@ -224,12 +241,8 @@ def readme_table(found: list[Suite]) -> list[str]:
         for workload, ours, label, got in suite.ours():
             if not workload.readme:
                 continue
-            others = [
-                f"{_x(_ratio(workload, ours['value'], suite.figures[workload.key][r]['value']))} {r}"
-                for r in workload.references
-                if r in suite.figures[workload.key] and r != workload.goal_vs
-            ]
-            ratio = f"{_x(got)} {label} (goal {workload.goal_ratio:g}x)" + "".join(f"; {o}" for o in others)
+            also = suite.also(workload)
+            ratio = f"{_x(got)} {label} (goal {workload.goal_ratio:g}x)" + (f"; {also}" if also else "")
             out.append(
                 f"| {workload.readme} | {_fmt(ours['value'])} {workload.unit} | {ratio} | "
                 f"{suite.load_of(ours)} | {suite.runs[ours['run']]['date']} |"

@@ -76,7 +76,7 @@ def run_suite(name: str, args: argparse.Namespace, size: str) -> dict:
             for job in jobs:
                 start = time.time()
                 try:
-                    python = str(venvs.ensure(job.env)) if job.env else sys.executable
+                    python = str(venvs.ensure(job.env)) if job.env and not args.here else sys.executable
                 except venvs.VenvError as exc:
                     failure = f"environment not built: {exc}"
                     got = []
@@ -108,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=results.DIR, help="results folder (one JSON per suite)")
     parser.add_argument("--out", type=Path, default=report.DOC, help="the generated report ('' for none)")
     parser.add_argument("--readme", type=Path, default=report.README, help="README whose table is regenerated")
+    parser.add_argument(
+        "--here",
+        action="store_true",
+        help="run every job in this interpreter, no peer environment built (what it lacks becomes missing figures)",
+    )
     parser.add_argument("--report-only", action="store_true", help="regenerate the report from --results")
     args = parser.parse_args(argv)
     args.argv = argv

@@ -15,9 +15,19 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+from suites import SUITES  # noqa: E402
+
+sys.path.remove(str(BENCH))
 #: workloads each suite's smoke run times (every one when a suite is not listed): the rest
 #: repeat these ones' code paths at the cost of more compiling
-SMOKE = {"peers": ["w1_add256", "w2_sample32", "w2_rss", "w4_windows"], "tf": ["tf_add"]}
+SMOKE = {
+    "peers": ["w1_add256", "w2_sample32", "w2_rss", "w4_windows"],
+    "tf": ["tf_add"],
+    "jax_core": ["j1"],
+    "writers": ["learner_alone", "add_1w_1r", "learner_1w_1r"],  # tiny: 1 writer, 1 row per add
+    "ray_shards": ["add_1s", "add_actors_1s", "get_next_1s", "dataset_1s"],  # tiny: 1 shard
+}
 
 
 @pytest.fixture(scope="module")
@@ -34,16 +44,18 @@ def bench():
         sys.path.remove(str(BENCH))
 
 
-def _local_jobs(suites, name):
-    return [job.name for job in suites.load(name).JOBS if job.env is None]
+def _smoke_jobs(suites, name):
+    """The jobs of the main environment, or the first job (run here, what its environment adds missing)."""
+    jobs = suites.load(name).JOBS
+    return [job.name for job in jobs if job.env is None] or [jobs[0].name]
 
 
-@pytest.mark.parametrize("name", ["peers", "tf"])
+@pytest.mark.parametrize("name", SUITES)
 def test_every_suite_runs_at_tiny_sizes_and_records_the_load(bench, tmp_path, name):
     runner, report, results, suites = bench
     suite = suites.load(name)
     keys = SMOKE.get(name, [w.key for w in suite.WORKLOADS])
-    argv = [name, "--tiny", "--libs", ",".join(_local_jobs(suites, name)), "--workloads", ",".join(keys)]
+    argv = [name, "--tiny", "--here", "--libs", ",".join(_smoke_jobs(suites, name)), "--workloads", ",".join(keys)]
     argv += ["--results", str(tmp_path), "--out", str(tmp_path / "bench.md"), "--readme", ""]
     assert runner.main(argv) == 0
 

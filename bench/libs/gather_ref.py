@@ -7,7 +7,7 @@ as the NumPy references do (``Generator.integers``) and copies each record with 
 thread and one other (the fastest of the gathers measured on the 2-core host:
 docs/benchmarks.md, "W2 against its floor"). No checks, no output dict: what any buffer
 returning random rows has to pay at least. A contiguous copy (numpy-memcpy) is faster
-still, but random rows cannot reach it.
+still, but random rows cannot reach it. gather-1thread is the same loop in one thread.
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ def _records(sizes) -> np.ndarray:
     return shared("records", build)
 
 
-def gather(batch_size: int):
-    """The floor of W2 at ``batch_size``: split compiled row copies of random slots."""
+def gather(batch_size: int, split: bool = True):
+    """The floor of W2 at ``batch_size``: compiled row copies of random slots, split over two threads
+    (``split=False``: all in this thread, which tells the second core's share from the loop's)."""
 
     def factory(sizes):
         store = _records(sizes)
@@ -68,18 +69,23 @@ def gather(batch_size: int):
         pool = shared("pool", lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="gather-floor"))
         rng = np.random.default_rng(1)
         out = np.empty(batch_size, RECORD)
-        src, dst, row_bytes, half = store.ctypes.data, out.ctypes.data, np.uint64(RECORD.itemsize), batch_size // 2
+        src, dst, row_bytes = store.ctypes.data, out.ctypes.data, np.uint64(RECORD.itemsize)
+        half = batch_size // 2 if split else batch_size
 
         def run(n, keep=(store, out)):  # keep: the buffers behind the two addresses stay alive
             for _ in range(n):
                 slots = rng.integers(0, sizes.image_stored, batch_size)
-                other = pool.submit(copy, dst, src, row_bytes, slots, half, batch_size)
+                other = pool.submit(copy, dst, src, row_bytes, slots, half, batch_size) if split else None
                 copy(dst, src, row_bytes, slots, 0, half)
-                other.result()
+                if other is not None:
+                    other.result()
 
         return run
 
     return factory
 
 
-LIBS = {"gather-floor": {"w2_sample32": gather(32), "w2_sample256": gather(256)}}
+LIBS = {
+    "gather-floor": {"w2_sample32": gather(32), "w2_sample256": gather(256)},
+    "gather-1thread": {"w2_sample32": gather(32, split=False), "w2_sample256": gather(256, split=False)},
+}

@@ -9,8 +9,8 @@ A suite module (``bench/suites/NAME.py``, listed in ``SUITES``) has:
   the job's implementations of the workloads (``keys`` only, when given) at ``size``
   ("full", "quick" or "tiny") and emits their records through the harness.
 
-Suite modules import only the harness and the standard library at the top, so that the
-runner can read their declarations without a suite's framework installed.
+The runner reads the declarations in the main environment: a suite module imports at the
+top only what that environment has, and a peer's framework inside ``measure``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import dataclasses
 import importlib
 from types import ModuleType
 
-SUITES = ("peers", "tf")
+SUITES = ("peers", "tf", "jax_core", "frames", "writers", "ray_shards")
 
 
 @dataclasses.dataclass(frozen=True)

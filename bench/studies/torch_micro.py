@@ -1,4 +1,7 @@
-"""Micro-benchmark of the PyTorch buffer on the CPU, beside its peers, in one run.
+"""Study: What does the torch buffer's CPU sample cost beside index_select, at default and one thread?
+Answer: docs/gpu.md.
+
+Micro-benchmark of the PyTorch buffer on the CPU, beside its peers, in one run.
 
   sample: 256 random items of 84x84x4 uint8 (Atari frames) from
     - TorchUniformReplayBuffer.get_next(256)                 (device='cpu')
@@ -10,7 +13,7 @@
 Figures are medians of repeated runs; MB/s counts the sampled bytes. Sampling is measured
 at torch's default intra-op thread count and at one thread: on a machine whose cores are
 busy, torch's parallel gather can collapse (threads wait for each other). Run:
-    .venv/bin/python bench/torch_micro.py [--quick]
+    .venv/bin/python bench/studies/torch_micro.py [--quick]
 """
 
 from __future__ import annotations

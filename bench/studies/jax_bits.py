@@ -1,6 +1,9 @@
-"""replaybuf.jax.bits.random_bits beside jax.random.bits: us per call inside a jitted scan.
+"""Study: Are the written-out Threefry bits faster than jax.random.bits inside a scan?
+Answer: docs/jax.md, "Random numbers".
 
-    cd bench && PYTHONPATH=../src .venvs/jax/bin/python jax_bits.py [--reps 7]
+replaybuf.jax.bits.random_bits beside jax.random.bits: us per call inside a jitted scan.
+
+    PYTHONPATH=src bench/.venvs/jax/bin/python bench/studies/jax_bits.py [--reps 7]
 
 Each scan step folds its index into a key, draws ``n`` words and adds their low bits to the
 carry (so nothing is dropped). Median of ``--reps`` runs of 1000 steps, the two generators

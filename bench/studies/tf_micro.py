@@ -1,4 +1,7 @@
-"""Micro-benchmark of replaybuf.tf beside TF-Agents, in ONE process, on the rows of bench/run.py.
+"""Study: What bounds the TF rows, TF-Agents in the same process on TF 2.15, and the loop's floor?
+Answer: docs/tensorflow.md, "What bounds each row".
+
+Micro-benchmark of replaybuf.tf beside TF-Agents, in ONE process, on the rows of the peers / tf suites (bench/suites/).
 
 The rows are bench/libs/tf_common.py's (the W1 transition: obs f32[4], action i64, reward
 f32, done bool, next_obs f32[4]):
@@ -20,9 +23,9 @@ loop, the tf.function call, tf.data and ``next()`` cost by themselves. "unbatch-
 with no storage: its whole element, zeros, 8 at a time through ``unbatch``, no prefetch. Repetitions are
 interleaved, so load on the shared machine falls on every implementation alike:
 
-    .venv-tf215/bin/python bench/tf_micro.py \\
+    .venv-tf215/bin/python bench/studies/tf_micro.py \\
         --tf-agents-site bench/.venvs/tfagents/lib/python3.11/site-packages
-    .venv/bin/python bench/tf_micro.py --quick --impl replaybuf --impl floor
+    .venv/bin/python bench/studies/tf_micro.py --quick --impl replaybuf --impl floor
 
 ``--draw-ahead K`` (repeatable) adds replaybuf built with ``dataset_draw_ahead=K`` as
 implementation ``replaybuf-kK``; ``--only dataset`` keeps to the dataset row.
@@ -36,11 +39,14 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 
 from common import SIZES  # noqa: E402
 from libs import tf_common  # noqa: E402

@@ -1,6 +1,9 @@
-"""W1's adds and samples in ONE process: replaybuf's two layouts, Stable-Baselines3, and floors.
+"""Study: What bounds W1's adds (the layouts' write floors, SB3 beside in CPU time)?
+Answer: docs/benchmarks.md, "What bounds the rows that fall short" (W1a / W1b).
 
-The rows are bench/run.py's W1 rows (obs f32[4], action i64, reward f32, done bool,
+W1's adds and samples in ONE process: replaybuf's two layouts, Stable-Baselines3, and floors.
+
+The rows are the peers / tf suites (bench/suites/)'s W1 rows (obs f32[4], action i64, reward f32, done bool,
 next_obs f32[4]; capacity 1M): a single add from per-row NumPy values (``add1``), an add
 of 256 at once (``add256``) and a sample of 256 of 200k stored (``sample256``).
 Implementations:
@@ -21,7 +24,7 @@ shared, and wall time there mostly measures the other processes), the median of
 filled once around its whole capacity, so adds overwrite touched pages (as in run.py's
 steady state) instead of faulting fresh ones in.
 
-    .venv/bin/python bench/add_micro.py --sb3-site bench/.venvs/sb3/lib/python3.11/site-packages
+    .venv/bin/python bench/studies/add_micro.py --sb3-site bench/.venvs/sb3/lib/python3.11/site-packages
 """
 
 from __future__ import annotations
@@ -30,8 +33,11 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 
 from common import BATCH, single_rows, small_pool
 from libs.replaybuf_lib import SMALL_SPEC
