@@ -97,8 +97,11 @@ class Suite:
         return statistics.median(ratios) if ratios else None
 
     def also(self, workload: Workload) -> str:
-        """replaybuf's ratios to the workload's references other than the goal's."""
+        """replaybuf's ratios to the workload's references other than the goal's, and to the best peer."""
         others = [(r, self.ratio_to(workload, r)) for r in workload.references if r != workload.goal_vs]
+        best = self.best_peer(workload)
+        if best and workload.goal_vs not in ("best peer", best[0]):
+            others.append((best[0], self.ratio_to(workload, best[0])))
         return "; ".join(f"{_x(got)} {r}" for r, got in others if got is not None)
 
     def ours(self):
@@ -263,4 +266,4 @@ def generate(results_dir: Path, doc: Path, readme: Path | None = None) -> None:
         if start in text and end in text:
             head, rest = text.split(start, 1)
             tail = rest.split(end, 1)[1]
-            readme.write_text(head + start + "\n" + "\n".join(readme_table(found)) + "\n" + end + tail)
+            readme.write_text(head + start + "\n\n" + "\n".join(readme_table(found)) + "\n\n" + end + tail)

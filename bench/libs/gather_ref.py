@@ -7,7 +7,9 @@ as the NumPy references do (``Generator.integers``) and copies each record with 
 thread and one other (the fastest of the gathers measured on the 2-core host:
 docs/benchmarks.md, "W2 against its floor"). No checks, no output dict: what any buffer
 returning random rows has to pay at least. A contiguous copy (numpy-memcpy) is faster
-still, but random rows cannot reach it. gather-1thread is the same loop in one thread.
+still, but random rows cannot reach it. gather-1thread is the same loop in one thread;
+gather-fresh the floor copying into a new output each call (what a buffer returning new
+arrays pays on top of the copy).
 """
 
 from __future__ import annotations
@@ -59,9 +61,10 @@ def _records(sizes) -> np.ndarray:
     return shared("records", build)
 
 
-def gather(batch_size: int, split: bool = True):
+def gather(batch_size: int, split: bool = True, fresh: bool = False):
     """The floor of W2 at ``batch_size``: compiled row copies of random slots, split over two threads
-    (``split=False``: all in this thread, which tells the second core's share from the loop's)."""
+    (``split=False``: all in this thread, which tells the second core's share from the loop's), into
+    one output reused by every call (``fresh``: a new output each call, as a buffer returns)."""
 
     def factory(sizes):
         store = _records(sizes)
@@ -69,12 +72,14 @@ def gather(batch_size: int, split: bool = True):
         pool = shared("pool", lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="gather-floor"))
         rng = np.random.default_rng(1)
         out = np.empty(batch_size, RECORD)
-        src, dst, row_bytes = store.ctypes.data, out.ctypes.data, np.uint64(RECORD.itemsize)
+        row_bytes = np.uint64(RECORD.itemsize)
         half = batch_size // 2 if split else batch_size
 
-        def run(n, keep=(store, out)):  # keep: the buffers behind the two addresses stay alive
+        def run(n):
             for _ in range(n):
                 slots = rng.integers(0, sizes.image_stored, batch_size)
+                target = np.empty(batch_size, RECORD) if fresh else out  # alive until both halves are copied
+                src, dst = store.ctypes.data, target.ctypes.data
                 other = pool.submit(copy, dst, src, row_bytes, slots, half, batch_size) if split else None
                 copy(dst, src, row_bytes, slots, 0, half)
                 if other is not None:
@@ -88,4 +93,5 @@ def gather(batch_size: int, split: bool = True):
 LIBS = {
     "gather-floor": {"w2_sample32": gather(32), "w2_sample256": gather(256)},
     "gather-1thread": {"w2_sample32": gather(32, split=False), "w2_sample256": gather(256, split=False)},
+    "gather-fresh": {"w2_sample32": gather(32, fresh=True), "w2_sample256": gather(256, fresh=True)},
 }

@@ -13,8 +13,8 @@ plain implementations of the same work on the same bytes (bench/libs/ holds the 
   numpy-take (np.take into preallocated arrays), numpy-memcpy (a contiguous copy of as many
   rows from the same store), gather-floor (the same rows drawn at random, one compiled
   memcpy per row split over two threads: the fastest random gather on the host,
-  bench/libs/gather_ref.py; gather-1thread: the same loop in one thread), numpy-per
-  (cumsum + searchsorted over the priorities).
+  bench/libs/gather_ref.py; gather-1thread: the same loop in one thread; gather-fresh: into
+  a new output each call), numpy-per (cumsum + searchsorted over the priorities).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from harness import Workload
 from suites import Job
 
 MB = 1e6
-W2_REFERENCES = ("gather-floor", "numpy-memcpy", "numpy-take", "gather-1thread")
+W2_REFERENCES = ("gather-floor", "numpy-memcpy", "numpy-take", "gather-1thread", "gather-fresh")
 
 WORKLOADS = [
     Workload(
@@ -115,6 +115,7 @@ JOBS = [
             "numpy-memcpy",
             "gather-floor",
             "gather-1thread",
+            "gather-fresh",
         ),
         ("replaybuf_lib", "numpy_ref", "gather_ref"),
     ),
