@@ -6,32 +6,38 @@ replaybuf.jax.bits.random_bits beside jax.random.bits: us per call inside a jitt
     PYTHONPATH=src bench/.venvs/jax/bin/python bench/studies/jax_bits.py [--reps 7]
 
 Each scan step folds its index into a key, draws ``n`` words and adds their low bits to the
-carry (so nothing is dropped). Median of ``--reps`` runs of 1000 steps, the two generators
-interleaved.
+carry (so nothing is dropped). Median of ``--reps`` repetitions of scans of 1000 steps, the
+two generators interleaved by the harness.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import time
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
-from replaybuf.jax.bits import random_bits
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
+
+import harness  # noqa: E402
+from replaybuf.jax.bits import random_bits  # noqa: E402
 
 STEPS = 1000
 
 
 def scanned(draw, n: int):
+    """``run(k)``: k calls of a jitted scan of ``STEPS`` steps drawing ``n`` words each (compiled here)."""
+
     def body(total, i):
         words = draw(jax.random.fold_in(jax.random.key(1), i), (n,))
         return total + jnp.sum(words & 1023), None
 
-    run = jax.jit(lambda: jax.lax.scan(body, jnp.uint32(0), jnp.arange(STEPS))[0])
-    run().block_until_ready()
-    return run
+    scan = jax.jit(lambda: jax.lax.scan(body, jnp.uint32(0), jnp.arange(STEPS))[0])
+    scan().block_until_ready()
+    return harness.repeat(lambda: scan().block_until_ready())
 
 
 def main() -> None:
@@ -42,18 +48,14 @@ def main() -> None:
         "jax.random.bits": lambda key, shape: jax.random.bits(key, shape, jnp.uint32),
         "replaybuf random_bits": random_bits,
     }
-    print(f"jax {jax.__version__}, {jax.devices()[0].platform}; us per step, median of {args.reps} x {STEPS}")
+    platform = jax.devices()[0].platform
+    print(f"jax {jax.__version__}, {platform}; us per step, median of {args.reps} interleaved repetitions")
     print("| words | " + " | ".join(draws) + " |")
     print("| ---: |" + " ---: |" * len(draws))
     for n in (256, 512, 2048):
         runs = {name: scanned(draw, n) for name, draw in draws.items()}
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(args.reps):
-            for name, run in runs.items():
-                start = time.perf_counter()
-                run().block_until_ready()
-                times[name].append((time.perf_counter() - start) / STEPS * 1e6)
-        print(f"| {n} | " + " | ".join(f"{statistics.median(t):.2f}" for t in times.values()) + " |")
+        times, _ = harness.interleave(runs, harness.Timing(args.reps, 0.2, 0.0))
+        print(f"| {n} | " + " | ".join(f"{statistics.median(t) / STEPS * 1e6:.2f}" for t in times.values()) + " |")
 
 
 if __name__ == "__main__":

@@ -12,21 +12,17 @@ environment) replaybuf's side runs alone.
 
 from __future__ import annotations
 
-import sys
 from importlib.metadata import version
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, when run as a script
-
-import harness  # noqa: E402
-from harness import Workload  # noqa: E402
-from replaybuf import ArraySpec  # noqa: E402
-from replaybuf.jax import make_buffer  # noqa: E402
-from suites import Job  # noqa: E402
+import harness
+from harness import Workload
+from replaybuf import ArraySpec
+from replaybuf.jax import make_buffer
+from suites import Job
 
 STREAMS, SAMPLE, WINDOW, STEPS = 256, 256, 8, 100
 CAPACITY = {"full": 2**20, "quick": 2**18, "tiny": 2**12}
