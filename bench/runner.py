@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="toy sizes (the smoke tests)")
     parser.add_argument("--libs", type=_names, default=[], help="comma-separated job names (default all)")
     parser.add_argument("--workloads", type=_names, default=[], help="comma-separated workload keys (default all)")
-    parser.add_argument("--rounds", type=int, default=None, help="times every job runs; the best round counts")
+    parser.add_argument("--rounds", type=int, default=None, help="times every job runs (each figure: its best round's)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per job (default by size)")
     parser.add_argument("--results", type=Path, default=results.DIR, help="results folder (one JSON per suite)")
     parser.add_argument("--out", type=Path, default=report.DOC, help="the generated report ('' for none)")
@@ -119,12 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in args.suites if s not in suites.SUITES]
     if unknown:
         parser.error(f"unknown suites {unknown}; choose from {list(suites.SUITES)}")
+    names = args.suites or list(suites.SUITES)
+    jobs = {job.name for name in names for job in suites.load(name).JOBS}
+    if set(args.libs) - jobs:
+        parser.error(f"unknown jobs {sorted(set(args.libs) - jobs)}; the suites' jobs: {sorted(jobs)}")
     size = "tiny" if args.tiny else "quick" if args.quick else "full"
     args.rounds = args.rounds or (2 if size == "full" else 1)
     if not args.report_only:
-        for name in args.suites or suites.SUITES:
-            jobs = {job.name for job in suites.load(name).JOBS}
-            if args.libs and not jobs & set(args.libs):
+        for name in names:
+            if args.libs and not {job.name for job in suites.load(name).JOBS} & set(args.libs):
                 continue
             results.merge(args.results / f"{name}.json", run_suite(name, args, size))
     if str(args.out) not in ("", "."):

@@ -152,6 +152,12 @@ def test_unknown_suite_is_refused(bench, tmp_path):
         runner.main(["nosuchsuite", "--tiny", "--results", str(tmp_path), "--out", ""])
 
 
+def test_an_unknown_job_is_refused(bench, tmp_path):
+    runner, *_ = bench
+    with pytest.raises(SystemExit):
+        runner.main(["peers", "--tiny", "--libs", "numpy", "--results", str(tmp_path), "--out", ""])
+
+
 def test_a_crashing_worker_is_reported_not_raised(bench, tmp_path):
     runner, *_ = bench
     with open(tmp_path / "log.txt", "w") as log:

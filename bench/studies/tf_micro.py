@@ -38,7 +38,6 @@ import functools
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -48,6 +47,7 @@ import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 
+import harness  # noqa: E402
 from common import SIZES  # noqa: E402
 from libs import tf_common  # noqa: E402
 from replaybuf.tf.iteration import fast_iteration  # noqa: E402
@@ -142,15 +142,6 @@ ROWS = {
 }
 
 
-def timed(run, seconds):
-    """Calls of ``run(1)`` per second over a stretch of about ``seconds``."""
-    calls, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        run(1)
-        calls += 1
-    return calls / (time.perf_counter() - start)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -193,14 +184,9 @@ def main(argv=None):
     results = {impl: {} for impl in impls}
     for name, (row, per_call) in rows.items():
         runs = {impl: row(lambda *a, impl=impl: maker(impl)(*a))(sizes) for impl in impls}
-        for run in runs.values():
-            run(20)  # warm up: trace, first pages
-        samples = {impl: [] for impl in impls}
-        for _ in range(reps):
-            for impl, run in runs.items():
-                samples[impl].append(timed(run, seconds) * per_call)
-        for impl in impls:
-            results[impl][name] = statistics.median(samples[impl])
+        times, _ = harness.interleave(runs, harness.Timing(reps, seconds, 0.2))
+        for impl, got in times.items():
+            results[impl][name] = per_call / statistics.median(got) if isinstance(got, list) else float("nan")
     for impl in impls:
         print(f"{impl:<12}" + "".join(f"{results[impl][name]:>14,.0f}" for name in rows), flush=True)
     if "tf-agents" in impls:
