@@ -57,11 +57,13 @@ test-tf215: $(TF215)/.installed
 demo: $(STAMP)
 	$(VENV)/bin/replaybuf demo
 
+# make bench: every suite at full size (python -m bench SUITE ... runs some; bench/README.md);
+# writes bench/results/SUITE.json, then docs/benchmarks.md and the README's table from them.
 bench: $(STAMP)
-	$(PY) bench/run.py
+	$(PY) -m bench
 
 bench-quick: $(STAMP)
-	$(PY) bench/run.py --quick
+	$(PY) -m bench --quick
 
 clean:
 	rm -rf $(VENV) $(TFA) build src/*.egg-info
