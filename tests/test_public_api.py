@@ -37,6 +37,7 @@ CORE_NAMES = {
     "BufferClosedError",
     "SharedReplayBuffer",
     "DatasetError",
+    "WritersGoneError",
 }
 
 
