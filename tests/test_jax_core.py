@@ -142,10 +142,12 @@ def test_compiled_training_step_copies_no_storage():
     def lowered(step, donate):
         return jax.jit(step, donate_argnums=donate).lower(state, batch, jax.random.key(0)).compile().as_text()
 
-    assert _storage_copies(lowered(train_step, (0,)), buffer) == []
-    # the check sees copies where XLA makes them: without donation, and when a read comes first
+    assert _storage_copies(lowered(train_step, (0,)), buffer) == []  # on every platform
+    # the check sees copies where XLA makes them: without donation, and (on the CPU; XLA's GPU
+    # backend orders the read before the write in place) when a read comes first
     assert _storage_copies(lowered(train_step, ()), buffer)
-    assert _storage_copies(lowered(read_then_write, (0,)), buffer)
+    if jax.default_backend() == "cpu":
+        assert _storage_copies(lowered(read_then_write, (0,)), buffer)
 
     def scanned(state, key):
         def body(state, key):
