@@ -11,20 +11,25 @@ on the machine hits all alike; the figure is the median):
   jax:     J1 add 256, J2 sample 256, J2b 256 pairs, J5 add + sample pairs, prioritized
            sample 256 + update, prioritized train step (inside one jitted ``lax.scan``)
 
-Columns: replaybuf (eager), replaybuf captured (``capture=True``: one CUDA graph per call;
-CUDA only), TorchRL ``LazyTensorStorage`` on the device (when torchrl is importable), the
-bare loop (``torch.randint`` + one ``torch.index_select`` over one tensor of the same bytes:
-the frames, or the small leaves packed in one byte row) and the kernel alone (that loop
+Columns: replaybuf (eager), replaybuf captured (``capture=True``: one CUDA graph replay per
+call on a GPU, the same kernels into static outputs on the CPU), TorchRL
+``LazyTensorStorage`` on the device (when torchrl is importable), the bare loop
+(``torch.randint`` + one ``torch.index_select`` over one tensor of the same bytes: the
+frames, or the small leaves packed in one byte row) and the kernel alone (that loop
 recorded once as a CUDA graph and replayed; CUDA only). Flashbax beside the JAX rows when
 it is importable. On CPU it runs as a smoke test of itself, and the ``small`` sample row
 checks issue 33's CPU criterion (replaybuf within 1.5x the bare loop). Run:
 
     PYTHONPATH=src .venv/bin/python bench/gpu.py [--device cuda] [--quick] [--sections frames,small]
+
+TorchRL and flashbax are not in the project's venv (bench/.venvs has them, each in its own);
+put them on PYTHONPATH for their columns (``pip install --target``, no dependencies).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -151,8 +156,7 @@ def frames_section(device: torch.device, frames: int, timer_args: tuple) -> list
     theirs = torchrl_buffer(device, frames, BATCH)
     for _ in range(frames // streams):
         ours.add_batch({"frame": block})
-        if captured is not None:
-            captured.add_batch({"frame": block})
+        captured.add_batch({"frame": block})
     if theirs is not None:
         from tensordict import TensorDict
 
@@ -164,8 +168,7 @@ def frames_section(device: torch.device, frames: int, timer_args: tuple) -> list
     for n in (32, BATCH):
         timer = Timer(device, *timer_args)
         timer.add("replaybuf", lambda n=n: ours.get_next(n))
-        if captured is not None:
-            timer.add("replaybuf captured", lambda n=n: captured.get_next(n))
+        timer.add("replaybuf captured", lambda n=n: captured.get_next(n))
         if theirs is not None:
             timer.add("TorchRL", lambda n=n: theirs.sample(n))
         timer.add("bare loop", bare_loop(table, n, generator))
@@ -186,8 +189,7 @@ def small_section(device: torch.device, capacity: int, timer_args: tuple) -> lis
     on_device = {k: torch.as_tensor(v, device=device) for k, v in host.items()}
     for step in range(capacity // streams):
         ours.add_batch(host if step % 2 else on_device)
-        if captured is not None:
-            captured.add_batch(on_device)
+        captured.add_batch(on_device)
         if theirs is not None:
             theirs.extend(as_tensordict(host, device))
     packed = ours._storage.rows  # the five leaves side by side: the bare loop's one table
@@ -206,8 +208,7 @@ def small_section(device: torch.device, capacity: int, timer_args: tuple) -> lis
     lines.append(_row("add 256 small transitions from device", timer.run()))
     timer = Timer(device, *timer_args)
     timer.add("replaybuf", lambda: ours.get_next(BATCH))
-    if captured is not None:
-        timer.add("replaybuf captured", lambda: captured.get_next(BATCH))
+    timer.add("replaybuf captured", lambda: captured.get_next(BATCH))
     if theirs is not None:
         timer.add("TorchRL", lambda: theirs.sample(BATCH))
     timer.add("bare loop", bare_loop(packed, BATCH, torch.Generator(device=device).manual_seed(0)))
@@ -244,10 +245,8 @@ def mindspore_section(device: torch.device, capacity: int, timer_args: tuple) ->
     return [f"| MindSpore-style insert 256 / sample 256 | {figures['insert 256']:.1f} / {figures['sample 256']:.1f} |"]
 
 
-def _captured(spec: dict, streams: int, max_length: int, device: torch.device):
-    """The captured-sampling buffer where it applies (CUDA), else None."""
-    if device.type != "cuda":
-        return None
+def _captured(spec: dict, streams: int, max_length: int, device: torch.device) -> TorchUniformReplayBuffer:
+    """The buffer sampled through its recorded step (a CUDA graph on a GPU; eager on the CPU)."""
     return TorchUniformReplayBuffer(spec, streams, max_length, device=device, seed=0, capture=True)
 
 
@@ -262,7 +261,8 @@ def _row(name: str, figures: dict[str, float], gigabytes: float | None = None) -
             continue
         cell = f"{figures[column]:.1f}"
         if gigabytes is not None:
-            cell += f" ({gigabytes / figures[column] * 1e6:,.0f} GB/s)"
+            rate = gigabytes / figures[column] * 1e6
+            cell += f" ({rate:,.0f} GB/s)" if rate >= 100 else f" ({rate:.3g} GB/s)"
         cells.append(cell)
     return f"| {name} | " + " | ".join(cells) + " |"
 
@@ -270,7 +270,7 @@ def _row(name: str, figures: dict[str, float], gigabytes: float | None = None) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--sections", default="frames,small,mindspore")
+    parser.add_argument("--sections", default="frames,small,mindspore,jax")
     parser.add_argument("--quick", action="store_true", help="small sizes, short repetitions")
     parser.add_argument("--tiny", action="store_true", help="toy sizes: a smoke test of this script")
     parser.add_argument("--reps", type=int, default=7)
@@ -297,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n| MindSpore-style buffer | us |\n| --- | ---: |")
         print("\n".join(mindspore_section(device, capacity, timer_args)))
     if "jax" in sections and find_spec("jax") is not None:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/jax_gpu.py beside this file
         from jax_gpu import jax_section
 
         print("\n".join(jax_section(tiny=args.tiny, quick=args.quick, reps=timer_args[0])))

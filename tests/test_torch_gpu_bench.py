@@ -27,7 +27,7 @@ def test_the_gpu_table_runs_on_the_cpu(gpu_bench, capsys):
     rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in out.splitlines() if line.startswith("| ")}
     for case in ("sample 32 frames", "sample 256 frames", "sample 256 small transitions"):
         replaybuf, bare = rows[case][0], rows[case][3]  # columns: replaybuf, captured, TorchRL, bare, kernel
-        assert re.fullmatch(r" \d+\.\d \([\d,]+ GB/s\) | \d+\.\d ", replaybuf) and float(bare.split()[0]) > 0
+        assert re.fullmatch(r" \d+\.\d \([\d,.]+ GB/s\) | \d+\.\d ", replaybuf) and float(bare.split()[0]) > 0
     assert float(rows["add 256 small transitions from host"][0]) > 0
     assert re.search(r"replaybuf / bare loop = \d+\.\d\dx", out)
     assert re.search(r"MindSpore-style insert 256 / sample 256 \| \d+\.\d / \d+\.\d", out)

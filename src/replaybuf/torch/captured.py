@@ -7,7 +7,8 @@ kernels per sample shape, writing into tensors allocated once (static outputs): 
 set before each call), add the window offsets, reduce to slots, gather the byte rows. On
 CUDA that sequence is recorded as a CUDA graph and replayed (one launch; the generator is
 registered with the graph, so each replay advances it as the eager kernels would); on any
-other device it runs eagerly into the same static outputs.
+other device (or a torch without graph-safe generators, before 2.4) it runs eagerly into
+the same static outputs.
 
 The draws equal the eager path's item for item: ``randint(low, high)`` is
 ``low + randint(0, high - low)`` on both torch generators. Every call returns the same
@@ -43,7 +44,7 @@ class _Step:
         self.leaves = storage.layout.views(self.gathered, lead)
         self.probabilities = torch.full(shape, 1.0 / self.count, dtype=torch.float32, device=device)
         self.graph: torch.cuda.CUDAGraph | None = None
-        if device.type == "cuda":
+        if device.type == "cuda" and hasattr(torch.cuda.CUDAGraph, "register_generator_state"):  # torch >= 2.4
             self._record()
 
     def kernels(self) -> None:

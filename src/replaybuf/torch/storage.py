@@ -4,8 +4,9 @@ The storage is one uint8 tensor ``[capacity, row_bytes]``; each leaf owns an ali
 bytes in every row (leaves ordered by item size, widest first, the row padded to 8 bytes).
 A read gathers whole rows with one ``torch.index_select`` (one kernel on a GPU, whatever
 the number of leaves; on CPU uint8 rows gather about 8x faster than ``x[idx]``) and hands
-back each leaf as a strided view of the gathered rows (a dtype view per distinct dtype and
-an ``as_strided`` per leaf: metadata only, no copy, no kernel). ``tensors`` are the same
+back each leaf as a strided view of the gathered rows (rows are gathered as the dtype of
+most leaves; a dtype view per other dtype and an ``as_strided`` per leaf: metadata only,
+no copy, no kernel). ``tensors`` are the same
 views of the storage itself, ``[capacity] + leaf.shape`` each, through which checkpoints
 read and write leaf by leaf, in the per-leaf format every torch buffer has always saved.
 
@@ -47,15 +48,17 @@ class RowLayout:
         self.row_bytes = max(ROW_ALIGNMENT, -(-position // ROW_ALIGNMENT) * ROW_ALIGNMENT)
         self.byte_offsets = offsets
         self.distinct = list(dict.fromkeys(self.dtypes))  # the dtype views one read makes
+        # the dtype rows are gathered as: that of most leaves, so one dtype view fewer per read
+        self.gather_dtype = max(self.distinct, key=lambda d: (self.dtypes.count(d), d.itemsize), default=torch.uint8)
         self._plans: dict[tuple[int, ...], list[tuple]] = {}
 
     def views(self, rows: torch.Tensor, lead: tuple[int, ...]) -> list[torch.Tensor]:
-        """The leaves of ``rows`` (a contiguous uint8 ``[prod(lead), row_bytes]``), each
-        ``lead + leaf.shape``: views sharing the rows' memory."""
+        """The leaves of ``rows`` (contiguous rows of ``row_bytes`` bytes, ``prod(lead)`` of
+        them, of any dtype), each ``lead + leaf.shape``: views sharing the rows' memory."""
         plan = self._plans.get(lead)
         if plan is None:
             plan = self._plans[lead] = self._plan(tuple(lead))
-        typed = [rows.view(dtype) for dtype in self.distinct]
+        typed = [rows if dtype == rows.dtype else rows.view(dtype) for dtype in self.distinct]
         return [typed[group].as_strided(size, stride, offset) for group, size, stride, offset in plan]
 
     def _plan(self, lead: tuple[int, ...]) -> list[tuple]:
@@ -111,6 +114,7 @@ class TorchStorage:
         self.device = device
         self.layout = RowLayout(leaves)
         self.rows = torch.empty((capacity, self.layout.row_bytes), dtype=torch.uint8, device=device)
+        self._gather_rows = self.rows.view(self.layout.gather_dtype)
         self.tensors = self.layout.views(self.rows, (capacity,))
         if numpy_writes is None:
             numpy_writes = device.type == "cpu"
@@ -157,4 +161,4 @@ class TorchStorage:
     def read(self, slots: torch.Tensor) -> list[torch.Tensor]:
         """The leaves at ``slots`` (int64 on the device), each ``slots.shape + leaf.shape``."""
         flat = slots if slots.dim() == 1 else slots.reshape(-1)
-        return self.layout.views(torch.index_select(self.rows, 0, flat), slots.shape)
+        return self.layout.views(torch.index_select(self._gather_rows, 0, flat), slots.shape)
