@@ -21,7 +21,6 @@ import statistics
 import time
 from importlib.metadata import version
 
-import flashbax as fbx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -102,6 +101,8 @@ def fill(state, add, data, adds: int):
 
 
 def build(capacity: int, steps: int) -> dict[str, tuple[Case, Case]]:
+    import flashbax as fbx  # here, so bench/jax_gpu.py can share this module's data without flashbax
+
     max_length = capacity // STREAMS
     data = pool(64)
     single = jax.tree_util.tree_map(lambda x: x[0, 0], data)
