@@ -1,4 +1,5 @@
-# make test: create .venv if needed, install replaybuf with every extra (pinned), run the suite.
+# make test: create .venv if needed, install replaybuf with every extra (pinned), run the suite
+# and every python block of README.md and docs/*.md (Sybil: conftest.py, docs/contributing.md).
 # make demo: the main job (train DQN on CartPole from the buffer).
 PYTHON ?= python3
 VENV := .venv
@@ -40,8 +41,9 @@ lint: $(STAMP)
 
 # make test-tf215: the TensorFlow tests and the conformance suite on TensorFlow 2.15 (the
 # version TF-Agents pins) with NumPy 1.26, in their own venv (no torch; ~500 MB download).
+# sybil: the repository root's conftest.py (the docs as tests) imports it.
 TF215 := .venv-tf215
-TF215_PINS := tensorflow-cpu==2.15.1 numpy==1.26.4 optree==0.20.0 pytest==9.2.0 hypothesis==6.170.15 pytest-timeout==2.4.0
+TF215_PINS := tensorflow-cpu==2.15.1 numpy==1.26.4 optree==0.20.0 pytest==9.2.0 hypothesis==6.170.15 pytest-timeout==2.4.0 sybil==10.1.0
 
 $(TF215)/.installed: pyproject.toml
 	test -x $(TF215)/bin/python || $(PYTHON) -m venv $(TF215)
@@ -55,11 +57,13 @@ test-tf215: $(TF215)/.installed
 demo: $(STAMP)
 	$(VENV)/bin/replaybuf demo
 
+# make bench: every suite at full size (python -m bench SUITE ... runs some; bench/README.md);
+# writes bench/results/SUITE.json, then docs/benchmarks.md and the README's table from them.
 bench: $(STAMP)
-	$(PY) bench/run.py
+	$(PY) -m bench
 
 bench-quick: $(STAMP)
-	$(PY) bench/run.py --quick
+	$(PY) -m bench --quick
 
 clean:
 	rm -rf $(VENV) $(TFA) build src/*.egg-info

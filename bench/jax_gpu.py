@@ -1,8 +1,9 @@
 """The JAX rows of bench/gpu.py: the functional core inside one jitted, donated ``lax.scan``
-per case, beside flashbax where it is importable (as in bench/jax_bench.py, whose cases
-these are, at the GPU table's capacity). Figures are us per scanned iteration (median of
-the repetitions); the prioritized rows also give their ratio to our uniform sample, the
-quantity issue 33 bounds (prioritized sample + update at most 2x a uniform sample on a GPU).
+per case, beside flashbax where it is importable (as in the ``jax_core`` suite,
+bench/suites/jax_core.py, whose cases these are, at the GPU table's capacity). Figures are
+us per scanned iteration (median of the repetitions); the prioritized rows also give their
+ratio to our uniform sample of pairs, the quantity issue 33 bounds (prioritized sample +
+update at most 2x a uniform sample, on a GPU).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from importlib.util import find_spec
 import jax
 import jax.numpy as jnp
 
-from jax_bench import SAMPLE, SPEC, STREAMS, checksum, pool
 from replaybuf.jax import make_buffer
+from suites.jax_core import SAMPLE, SPEC, STREAMS, checksum, pool
 
 
 class _Case:

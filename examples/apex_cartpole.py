@@ -14,6 +14,11 @@ linear decay). The learner (this process) reads 2-step windows from
 with the importance weights of the draws, and sends ``|td error|`` back with
 ``update_priorities``; every round the actors get the newest weights. Collection and
 training overlap: the actors collect round r+1 while the learner trains on what is stored.
+Stopping: a collector's ``run`` is one bounded round (it flushes its writer and returns), so
+the learner stops them by launching no further round, waits for the last one
+(``ray.get``) and shuts Ray down: no actor is cut off in the middle of an add. (Actors in an
+endless loop on a ``SharedReplayBuffer`` stop on the learner's ``close()`` instead:
+docs/many_writers.md.)
 """
 
 import argparse

@@ -69,6 +69,26 @@ def write_episodes_until_closed(writer) -> str:
         return "closed"
 
 
+def write_then_hold(writer, count: int) -> None:
+    """Add ``count`` steps, then keep the writer (as a stalled actor would) until killed."""
+    from conformance_data import fields_for_ids
+
+    for step in range(count):
+        writer.add_batch(fields_for_ids(writer.ids(step)))
+    time.sleep(600)
+
+
+def write_in_a_with_block(writer) -> None:
+    """An actor's loop as docs/many_writers.md writes it: add until the learner closes the buffer."""
+    from conformance_data import fields_for_ids
+
+    with writer:
+        step = 0
+        while True:
+            writer.add_batch(fields_for_ids(writer.ids(step)))
+            step += 1
+
+
 def take_over_and_write(writer, count: int, result) -> None:
     """Take a writer whose process died, continue from its last whole step."""
     from conformance_data import fields_for_ids

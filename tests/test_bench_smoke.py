@@ -1,9 +1,11 @@
-"""Smoke test of the benchmark runner (bench/run.py): replaybuf only, toy sizes, no peers.
+"""Smoke tests of bench/: every suite runs at toy sizes, the results file, and the generated report.
 
-Checks that the runner starts a worker subprocess, collects rows with positive finite
-figures, and writes the Markdown table where it is told to. Speed itself is never
-asserted here (that is what bench/ measures).
+Speed itself is never asserted here (that is what bench/ measures): only that the runner
+starts its subprocesses, collects positive finite figures with the load beside them,
+merges them into the results file, and that the generator keeps the hand-written analysis.
 """
+
+from __future__ import annotations
 
 import json
 import math
@@ -13,80 +15,152 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-ROWS = ["w1_add1", "w1_add256", "w1_sample256", "w2_sample32", "w2_rss", "w4_windows"]
+sys.path.insert(0, str(BENCH))
+from suites import SUITES  # noqa: E402
+
+sys.path.remove(str(BENCH))
+#: workloads each suite's smoke run times (every one when a suite is not listed): the rest
+#: repeat these ones' code paths at the cost of more compiling
+SMOKE = {
+    "peers": ["w1_add256", "w2_sample32", "w2_rss", "w4_windows"],
+    "tf": ["tf_add"],
+    "jax_core": ["j1"],
+    "writers": ["learner_alone", "add_1w_1r", "learner_1w_1r"],  # tiny: 1 writer, 1 row per add
+    "ray_shards": ["add_1s", "add_actors_1s", "get_next_1s", "dataset_1s"],  # tiny: 1 shard
+}
 
 
 @pytest.fixture(scope="module")
-def run_module():
+def bench():
     sys.path.insert(0, str(BENCH))
     try:
-        import run
+        import report
+        import results
+        import runner
+        import suites
 
-        yield run
+        yield runner, report, results, suites
     finally:
         sys.path.remove(str(BENCH))
 
 
-def test_runner_writes_rows_and_table(run_module, tmp_path):
-    out, results = tmp_path / "bench.md", tmp_path / "results.json"
-    args = [
-        "--tiny",
-        "--libs",
-        "replaybuf,numpy",
-        "--rows",
-        ",".join(ROWS),
-        "--out",
-        str(out),
-        "--png",
-        "",
-        "--results",
-        str(results),
-    ]
-    assert run_module.main(args) == 0
-
-    records = json.loads(results.read_text())["records"]
-    figures = {(r["lib"], r["row"]): r["value"] for r in records if "value" in r}
-    for row in ROWS:
-        assert ("replaybuf", row) in figures, f"no replaybuf figure for {row}: {records}"
-    assert all(math.isfinite(v) and v > 0 for v in figures.values())
-    assert ("numpy-loop", "w1_add1") in figures
-
-    table = out.read_text()
-    assert "| W1a single add (45-byte transition) | replaybuf |" in table
-    assert "--tiny" in table  # the command is recorded
+def _smoke_jobs(suites, name):
+    """The jobs of the main environment, or the first job (run here, what its environment adds missing)."""
+    jobs = suites.load(name).JOBS
+    return [job.name for job in jobs if job.env is None] or [jobs[0].name]
 
 
-def test_a_new_report_keeps_the_hand_written_sections(run_module, tmp_path):
-    out = tmp_path / "bench.md"
-    marker = run_module.report.HAND_WRITTEN
-    out.write_text(f"# old generated report\n\n{marker}\n\n## Many writers\n\nmeasured by hand\n")
-    args = [
-        "--tiny",
-        "--libs",
-        "replaybuf",
-        "--rows",
-        "w1_add256",
-        "--out",
-        str(out),
-        "--png",
-        "",
-        "--results",
-        str(tmp_path / "results.json"),
-    ]
-    assert run_module.main(args) == 0
-    text = out.read_text()
-    assert "old generated report" not in text
-    assert text.index("| W1b") < text.index(marker)  # the new tables, then the hand-written part
-    assert text.endswith(f"{marker}\n\n## Many writers\n\nmeasured by hand\n")
+@pytest.mark.parametrize("name", SUITES)
+def test_every_suite_runs_at_tiny_sizes_and_records_the_load(bench, tmp_path, name):
+    runner, report, results, suites = bench
+    suite = suites.load(name)
+    keys = SMOKE.get(name, [w.key for w in suite.WORKLOADS])
+    argv = [name, "--tiny", "--here", "--libs", ",".join(_smoke_jobs(suites, name)), "--workloads", ",".join(keys)]
+    argv += ["--results", str(tmp_path), "--out", str(tmp_path / "bench.md"), "--readme", ""]
+    assert runner.main(argv) == 0
+
+    data = json.loads((tmp_path / f"{name}.json").read_text())
+    figures = {(r["workload"], r["lib"]): r for r in data["records"] if "value" in r}
+    for key in keys:
+        assert (key, "replaybuf") in figures, f"no replaybuf figure for {key}: {data['records']}"
+    for rec in figures.values():
+        assert math.isfinite(rec["value"]) and rec["value"] > 0
+        assert rec["load1"] >= 0 and rec["runnable"] >= 1
+    (run,) = data["runs"]
+    assert run["size"] == "tiny" and "--tiny" in run["command"] and len(run["load_start"]) == 2
+    assert f"Suite `{name}`" in (tmp_path / "bench.md").read_text()
 
 
-def test_unknown_library_is_refused(run_module, tmp_path):
+def test_w2_is_timed_beside_its_random_gather_floor(bench, tmp_path):
+    runner, *_ = bench
+    argv = ["peers", "--tiny", "--libs", "replaybuf", "--workloads", "w2_sample32", "--results", str(tmp_path)]
+    assert runner.main(argv + ["--out", str(tmp_path / "bench.md"), "--readme", ""]) == 0
+    libs = {r["lib"] for r in json.loads((tmp_path / "peers.json").read_text())["records"] if "value" in r}
+    assert {"replaybuf", "gather-floor", "numpy-memcpy", "numpy-take"} <= libs
+    table = (tmp_path / "bench.md").read_text()
+    assert "| peers | W2 sample 32 x 84x84x4 uint8 | >= 0.9x gather-floor |" in table
+
+
+def _record(workload, lib, value, **extra):
+    return {"workload": workload, "lib": lib, "value": value, "load1": 1.0, "runnable": 2, **extra}
+
+
+def _run(command="python -m bench peers"):
+    return {"command": command, "date": "d", "machine": "m", "size": "tiny", "rounds": 1, "load_start": [0, 1]}
+
+
+def test_a_new_run_replaces_only_the_workloads_it_measured(bench, tmp_path):
+    _, _, results, _ = bench
+    path = tmp_path / "peers.json"
+    first = [_record("w1_add1", "replaybuf", 1.0), _record("w1_add1", "cpprb", 2.0), _record("w4_windows", "x", 3.0)]
+    results.merge(path, {"run": dict(_run(), load_end=[0, 1]), "records": first})
+    merged = results.merge(
+        path, {"run": dict(_run("again"), load_end=[0, 1]), "records": [_record("w1_add1", "replaybuf", 5.0)]}
+    )
+    got = {(r["workload"], r["lib"]): (r["value"], r["run"]) for r in merged["records"]}
+    assert got == {("w1_add1", "replaybuf"): (5.0, 2), ("w4_windows", "x"): (3.0, 1)}
+    assert [run["id"] for run in merged["runs"]] == [1, 2]
+
+
+def test_generating_twice_keeps_the_hand_written_analysis(bench, tmp_path, monkeypatch):
+    _, report, results, _ = bench
+    analysis = tmp_path / "analysis"
+    analysis.mkdir()
+    note = "## What bounds W2\n\nMeasured by hand: the copy of random rows.\n"
+    (analysis / "10-w2.md").write_text(note)
+    monkeypatch.setattr(report, "ANALYSIS", analysis)
+    results.merge(
+        tmp_path / "res" / "peers.json",
+        {"run": dict(_run(), load_end=[0, 1]), "records": [_record("w1_sample256", "replaybuf", 7.0)]},
+    )
+    doc, readme = tmp_path / "benchmarks.md", tmp_path / "README.md"
+    start, end = report.README_TABLE
+    readme.write_text(f"# r\n\n{start}\nold table\n{end}\n\nafter\n")
+
+    report.generate(tmp_path / "res", doc, readme)
+    first = doc.read_text()
+    report.generate(tmp_path / "res", doc, readme)
+    assert doc.read_text() == first
+    assert (analysis / "10-w2.md").read_text() == note
+    assert first.count("Measured by hand: the copy of random rows.") == 1
+    assert first.index("## Targets") < first.index("## What bounds W2") < first.index("## All figures")
+    assert "old table" not in readme.read_text() and "| sample 256 small transitions of 200k | 7 batches/s" in (
+        readme.read_text()
+    )
+    assert readme.read_text().endswith(f"{end}\n\nafter\n")
+
+
+def test_a_section_written_into_the_report_by_hand_is_moved_into_the_analysis(bench, tmp_path, monkeypatch):
+    _, report, _, _ = bench
+    monkeypatch.setattr(report, "ANALYSIS", tmp_path / "analysis")
+    doc = tmp_path / "benchmarks.md"
+    report.generate(tmp_path / "res", doc)
+    doc.write_text(doc.read_text() + "\n## SB3's DQN loop\n\nsteps/s by hand\n")
+
+    report.generate(tmp_path / "res", doc)
+    (saved,) = (tmp_path / "analysis").iterdir()
+    assert saved.name == "90-sb3-s-dqn-loop.md" and saved.read_text() == "## SB3's DQN loop\n\nsteps/s by hand\n"
+    text = doc.read_text()
+    assert text.count("steps/s by hand") == 1 and "included from bench/analysis/90-sb3-s-dqn-loop.md" in text
+    report.generate(tmp_path / "res", doc)
+    assert len(list((tmp_path / "analysis").iterdir())) == 1
+
+
+def test_unknown_suite_is_refused(bench, tmp_path):
+    runner, *_ = bench
     with pytest.raises(SystemExit):
-        run_module.main(["--tiny", "--libs", "nosuchlib", "--out", str(tmp_path / "x.md"), "--png", ""])
+        runner.main(["nosuchsuite", "--tiny", "--results", str(tmp_path), "--out", ""])
 
 
-def test_crashing_worker_is_reported_not_raised(run_module, tmp_path):
+def test_an_unknown_job_is_refused(bench, tmp_path):
+    runner, *_ = bench
+    with pytest.raises(SystemExit):
+        runner.main(["peers", "--tiny", "--libs", "numpy", "--results", str(tmp_path), "--out", ""])
+
+
+def test_a_crashing_worker_is_reported_not_raised(bench, tmp_path):
+    runner, *_ = bench
     with open(tmp_path / "log.txt", "w") as log:
-        records, failure = run_module.run_worker(sys.executable, "no_such_adapter", "tiny", [], 60, log)
+        records, failure = runner.run_job(sys.executable, ["peers", "no_such_job", "tiny"], 60, log)
     assert records == []
-    assert "exited with 1" in failure and "no_such_adapter" in failure
+    assert "exited with 1" in failure and "no job 'no_such_job'" in failure

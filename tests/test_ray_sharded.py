@@ -334,6 +334,17 @@ def test_rate_limited_sample_times_out_counting_nothing():
     assert buffer.rate_limiter_state()["samples"] == 4
 
 
+def test_a_sample_waiting_while_every_shard_is_dead_raises_writers_gone():
+    buffer = ShardedReplayBuffer(SPEC, shards=2, max_length=50, rate_limiter=replaybuf.MinSize(100))
+    buffer.add_batch(step_batch(0, 2))
+    for actor in buffer.actors:  # dead for good: no shard is left to insert what MinSize waits for
+        ray.kill(actor, no_restart=True)
+    with pytest.raises(replaybuf.WritersGoneError, match="of 4 items waits for inserts, but no shard is alive"):
+        buffer.get_next(4)
+    assert buffer.rate_limiter_state()["samples"] == 0
+    buffer.shutdown()
+
+
 def test_restarted_limiter_rebuilds_its_counts_from_the_shards():
     buffer = ShardedReplayBuffer(SPEC, shards=2, max_length=4, rate_limiter=replaybuf.MinSize(2))
     for t in range(6):  # 12 inserted, 4 evicted per shard
@@ -365,7 +376,7 @@ def test_restarted_limiter_rebuilds_its_counts_from_the_shards():
     assert buffer.rate_limiter_state()["samples"] == 8
 
 
-def test_checkpoint_and_restore_the_whole_buffer(tmp_path):
+def test_save_and_load_the_whole_buffer(tmp_path):
     def make():
         return ShardedReplayBuffer(
             SPEC,
@@ -382,14 +393,14 @@ def test_checkpoint_and_restore_the_whole_buffer(tmp_path):
         buffer.add_batch(step_batch(t, 3))
     _, info = buffer.get_next(5)
     buffer.update_priorities(info.ids, np.arange(1.0, 6.0))
-    buffer.checkpoint(tmp_path / "ckpt")
+    buffer.save(tmp_path / "ckpt")
     manifest = json.loads((tmp_path / "ckpt" / "manifest.json").read_text())
     assert manifest["shards"] == 2 and manifest["rate_limiter"]["samples"] == 5
     expected = buffer.gather_all()
     _, before = buffer.get_next(50)
 
     other = make()
-    other.restore(tmp_path / "ckpt")
+    other.load(tmp_path / "ckpt")
     assert other.num_frames() == 18
     np.testing.assert_array_equal(other.gather_all()["id"], expected["id"])
     assert other.rate_limiter_state()["samples"] == 5 and other.rate_limiter_state()["inserts"] == 27
@@ -400,10 +411,21 @@ def test_checkpoint_and_restore_the_whole_buffer(tmp_path):
             assert p == pytest.approx(probabilities[i], rel=1e-5)  # priorities came back
 
     with pytest.raises(replaybuf.CheckpointError, match="expected a sharded checkpoint with manifest.json"):
-        other.restore(tmp_path / "nothing")
+        other.load(tmp_path / "nothing")
     (tmp_path / "ckpt" / "manifest.json").write_text(json.dumps({**manifest, "shards": 3}))
     with pytest.raises(replaybuf.CheckpointError, match=r"\['shards'\]: expected 2, got 3"):
+        other.load(tmp_path / "ckpt")
+
+
+def test_checkpoint_and_restore_are_deprecated_names_of_save_and_load(tmp_path):
+    buffer = ShardedReplayBuffer(SPEC, shards=2, max_length=4)
+    buffer.add_batch(step_batch(0, 2))
+    with pytest.warns(DeprecationWarning, match="use save"):
+        buffer.checkpoint(tmp_path / "ckpt")
+    other = ShardedReplayBuffer(SPEC, shards=2, max_length=4)
+    with pytest.warns(DeprecationWarning, match="use load"):
         other.restore(tmp_path / "ckpt")
+    np.testing.assert_array_equal(other.gather_all()["id"], buffer.gather_all()["id"])
 
 
 def test_a_new_buffer_resumes_from_the_shards_periodic_checkpoints(tmp_path):

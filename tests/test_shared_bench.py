@@ -1,4 +1,4 @@
-"""Smoke test of bench/shared_writers.py (replaybuf only, toy durations; speed is never asserted)."""
+"""Smoke test of bench/suites/writers.py run as a script (replaybuf only, toy durations; speed is never asserted)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def test_the_writer_benchmark_reports_positive_rates_for_every_configuration(tmp
     out = tmp_path / "results.json"
     cmd = [
         sys.executable,
-        str(BENCH / "shared_writers.py"),
+        str(BENCH / "suites" / "writers.py"),
         "--libs",
         "replaybuf",
         "--writers",
@@ -49,9 +49,9 @@ def test_the_writer_benchmark_reports_positive_rates_for_every_configuration(tmp
 def test_the_rate_limiter_demo_keeps_the_ratio_inside_its_range():
     sys.path.insert(0, str(BENCH))
     try:
-        import shared_writers
+        from suites import writers
 
-        result = shared_writers.rate_limit_demo(0.3, spi=8.0, min_size=10, error_buffer=16.0)
+        result = writers.rate_limit_demo(0.3, spi=8.0, min_size=10, error_buffer=16.0)
     finally:
         sys.path.remove(str(BENCH))
     limited = result["limited"]

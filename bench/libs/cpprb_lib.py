@@ -7,7 +7,8 @@ from importlib.metadata import version as dist_version
 import numpy as np
 from cpprb import PrioritizedReplayBuffer, ReplayBuffer
 
-from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, chunks, filled_with_rss, repeat, single_rows, small_pool
+from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, chunks, filled_with_rss, single_rows, small_pool
+from harness import repeat
 from libs import Missing, shared
 
 SMALL = {

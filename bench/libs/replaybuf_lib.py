@@ -11,7 +11,8 @@ import inspect
 import numpy as np
 
 import replaybuf
-from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, WINDOW, chunks, filled_with_rss, repeat, single_rows, small_pool
+from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, WINDOW, chunks, filled_with_rss, single_rows, small_pool
+from harness import repeat
 from libs import NOTES, Missing, shared, tf_common
 from replaybuf import ArraySpec, PyUniformReplayBuffer, UniformReplayBuffer
 

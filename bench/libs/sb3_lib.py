@@ -14,7 +14,8 @@ import torch
 from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 
-from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, chunks, filled_with_rss, repeat, single_rows, small_pool
+from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, chunks, filled_with_rss, single_rows, small_pool
+from harness import repeat
 from libs import Missing, shared
 
 torch.set_num_threads(1)

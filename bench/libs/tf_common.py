@@ -7,7 +7,8 @@ bench/tf_micro.py runs these same rows with TF-Agents in the same process.
 
 from __future__ import annotations
 
-from common import BATCH, chunks, repeat, small_pool
+from common import BATCH, chunks, small_pool
+from harness import repeat
 
 ADDS_PER_CALL = 64
 STREAMS = 64

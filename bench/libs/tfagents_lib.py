@@ -14,7 +14,8 @@ from tf_agents.replay_buffers.py_uniform_replay_buffer import PyUniformReplayBuf
 from tf_agents.replay_buffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 from tf_agents.specs import array_spec
 
-from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, WINDOW, filled_with_rss, repeat, single_rows, small_pool
+from common import BATCH, IMAGE_SHAPE, OBS_SHAPE, WINDOW, filled_with_rss, single_rows, small_pool
+from harness import repeat
 from libs import NOTES, shared, tf_common
 
 SMALL = {

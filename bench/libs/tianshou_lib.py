@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from tianshou.data import Batch, PrioritizedReplayBuffer, ReplayBuffer, VectorReplayBuffer
 
-from common import BATCH, WINDOW, filled_with_rss, repeat, single_rows, small_pool
+from common import BATCH, WINDOW, filled_with_rss, single_rows, small_pool
+from harness import repeat
 from libs import NOTES, shared
 
 torch.set_num_threads(1)

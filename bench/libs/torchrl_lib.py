@@ -20,7 +20,8 @@ from torchrl.data import (
 )
 from torchrl.data.replay_buffers.samplers import SliceSampler
 
-from common import BATCH, WINDOW, chunks, filled_with_rss, repeat, single_rows, small_pool
+from common import BATCH, WINDOW, chunks, filled_with_rss, single_rows, small_pool
+from harness import repeat
 from libs import NOTES, shared
 
 torch.set_num_threads(1)

@@ -24,6 +24,7 @@ from replaybuf.errors import (
     ReplayBufferError,
     SpecError,
     SpecMismatchError,
+    WritersGoneError,
 )
 from replaybuf.rate_limiters import MinSize, SampleToInsertRatio
 from replaybuf.shared import SharedReplayBuffer
@@ -58,6 +59,7 @@ __all__ = [
     "TensorSpec",
     "Trajectory",
     "UniformReplayBuffer",
+    "WritersGoneError",
     "as_data_spec",
     "collect_data_spec",
 ]

@@ -15,9 +15,12 @@
     ├── RateLimiterTimeout (TimeoutError)
     │                                 a rate-limited add or sample still blocked after its
     │                                 timeout; nothing was written or counted
-    └── BufferClosedError (RuntimeError)
-                                      the buffer (or its rate limiter) was closed: waiters
-                                      are woken with it, later calls raise it
+    ├── BufferClosedError (RuntimeError)
+    │                                 the buffer (or its rate limiter) was closed: waiters
+    │                                 are woken with it, later calls raise it
+    └── WritersGoneError (RuntimeError)
+                                      a sample blocked by the rate limiter can never proceed:
+                                      every writer process that could insert is gone
 
 Every error that comes from user input is also a ValueError, so code written against
 TF-Agents' ``except ValueError`` keeps working. Messages name the field path, what was
@@ -36,6 +39,7 @@ __all__ = [
     "ReplayBufferError",
     "SpecError",
     "SpecMismatchError",
+    "WritersGoneError",
 ]
 
 
@@ -77,3 +81,8 @@ class RateLimiterTimeout(ReplayBufferError, TimeoutError):
 
 class BufferClosedError(ReplayBufferError, RuntimeError):
     """The buffer or its rate limiter was closed; blocked calls are woken with this error."""
+
+
+class WritersGoneError(ReplayBufferError, RuntimeError):
+    """A sample the rate limiter holds back for inserts that cannot come: every writer process
+    died or gave its writer up. Raised instead of waiting forever; nothing was sampled."""

@@ -10,8 +10,9 @@ by overwrites) and, with ``spi = samples_per_insert``:
 
 A call that may not proceed waits (optionally up to a timeout, then ``RateLimiterTimeout``
 is raised having counted nothing); ``close()`` wakes every waiter with
-``BufferClosedError``. The counters are part of a buffer's checkpoint (``state()`` /
-``load_state()``).
+``BufferClosedError``. A sample may also be given a check that ends its wait with
+``WritersGoneError`` once no insert can come (a shared buffer whose writers all died).
+The counters are part of a buffer's checkpoint (``state()`` / ``load_state()``).
 
 One limiter serves threads of one process; ``shared(context)`` makes a copy whose
 counters and condition live in ``multiprocessing`` shared memory, so writer processes and
@@ -29,7 +30,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from replaybuf.errors import ArgumentError, BufferClosedError, CheckpointError, RateLimiterTimeout
+from replaybuf.errors import ArgumentError, BufferClosedError, CheckpointError, RateLimiterTimeout, WritersGoneError
 
 __all__ = ["MinSize", "RateLimiter", "SampleToInsertRatio", "check_rate_limiter", "check_timeout"]
 
@@ -115,17 +116,32 @@ class RateLimiter:
         """
         self._await("insert", n, timeout, lambda: self.can_insert(n), ((_INSERTS, n), (_DELETES, deletes)))
 
-    def await_sample(self, n: int, timeout: float | None = None) -> None:
+    def await_sample(
+        self, n: int, timeout: float | None = None, writers_gone: Callable[[], str | None] | None = None
+    ) -> None:
         """Wait until ``n`` items may be sampled, then count them.
+
+        ``writers_gone``, asked while the sample is blocked, returns why no insert can come
+        any more (say, every writer process died), or None while one still may.
 
         Raises:
             RateLimiterTimeout: still blocked after ``timeout`` seconds; nothing counted.
             BufferClosedError: the limiter was closed (before or while waiting).
+            WritersGoneError: blocked while ``writers_gone`` names a reason; nothing counted.
         """
-        self._await("sample", n, timeout, lambda: self.can_sample(n), ((_SAMPLES, n),))
+        self._await("sample", n, timeout, lambda: self.can_sample(n), ((_SAMPLES, n),), writers_gone)
 
-    def _await(self, what: str, n: int, timeout: float | None, allowed: Callable[[], bool], counts: tuple) -> None:
+    def _await(
+        self,
+        what: str,
+        n: int,
+        timeout: float | None,
+        allowed: Callable[[], bool],
+        counts: tuple,
+        writers_gone: Callable[[], str | None] | None = None,
+    ) -> None:
         timeout = check_timeout(timeout)
+        call, done = ("an insert", "inserted") if what == "insert" else ("a sample", "sampled")
         with self._cond:
             if not (self._counts[_CLOSED] or allowed()):
                 deadline = None if timeout is None else time.monotonic() + timeout
@@ -133,8 +149,14 @@ class RateLimiter:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         raise RateLimiterTimeout(
-                            f"rate limiter: an {what} of {n} items was still blocked after {timeout} s "
-                            f"({self._describe()}); nothing was {what}ed"
+                            f"rate limiter: {call} of {n} items was still blocked after {timeout} s "
+                            f"({self._describe()}); nothing was {done}"
+                        )
+                    gone = None if writers_gone is None else writers_gone()
+                    if gone is not None:
+                        raise WritersGoneError(
+                            f"rate limiter: {call} of {n} items waits for inserts, but {gone}; it would wait "
+                            f"forever ({self._describe()}); nothing was {done}"
                         )
                     # bounded waits: a multiprocessing condition's wait cannot be interrupted
                     self._cond.wait(0.1 if left is None else min(left, 0.1))

@@ -1,8 +1,8 @@
 """Random bits from a JAX key: Threefry-2x32 written out, one kernel of its own on CPU.
 
 On CPU, ``jax.random`` lowers Threefry as a rolled loop of five steps (short compile
-times), which XLA runs as a loop of small kernels: ~4 us for 256 draws, a share of every
-sample's time (docs/jax.md). Written out round by round, the hash is one kernel (~1 us).
+times), which XLA runs as a loop of small kernels, a share of every sample's time. Written
+out round by round, the hash is one kernel, a few times faster (docs/jax.md).
 The bits are ``jax.random.bits``' own, bit for bit, in either counter layout
 (``jax_threefry_partitionable`` on or off), so a key draws what it drew before. Other
 platforms (whose lowering is unrolled already), keys of another implementation (``rbg``),

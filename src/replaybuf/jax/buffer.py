@@ -20,7 +20,7 @@ import numpy as np
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive, unstack_time
 from replaybuf.dataset import DeterministicPass, RandomDataset, check_sample_arguments, plan_deterministic_pass
-from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError, SpecMismatchError
+from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, SpecMismatchError
 from replaybuf.jax.core import Buffer, BufferState, EpisodeState, make_buffer
 from replaybuf.jax.rows import pack
 from replaybuf.jax.sumtree import tree_init, tree_update
@@ -29,6 +29,7 @@ from replaybuf.persistence.folder import read_state, write_state
 from replaybuf.persistence.state import check_header, check_items, check_rng_state, first_stored_step, spec_state
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import check_episode_state
+from replaybuf.samplers.prioritized import check_priority_state, check_priority_values, priority_update
 
 __all__ = ["JaxUniformReplayBuffer"]
 
@@ -278,24 +279,16 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         sync when they are JAX arrays), then applied in one jitted call.
 
         Raises:
-            ArgumentError: the buffer was built without ``prioritized=True``.
-            PriorityError: ids never added, a count mismatch, or zero, negative, NaN or
-                infinite priorities; nothing changes.
+            ArgumentError: the buffer was built without ``prioritized=True``, or ``ids``
+                are not integers shaped like ``priorities`` (or with one more time axis).
+            PriorityError: ids never added, or zero, negative, NaN or infinite priorities;
+                nothing changes.
         """
         if self._core.priorities is None:
             raise ArgumentError("update_priorities: this buffer was built without prioritized=True")
-        ids_np = np.asarray(ids).astype(np.int64, copy=False).ravel()
-        values = np.asarray(priorities, dtype=np.float64).ravel()
-        if ids_np.shape != values.shape:
-            raise PriorityError(f"priorities: expected {ids_np.size} values (one per id), got {values.size}")
+        ids_np, values = (array.ravel() for array in priority_update(ids, priorities))
         with self._lock:
-            added = self._ring.steps * self._ring.batch_size
-            never = ids_np[(ids_np < 0) | (ids_np >= added)]
-            if never.size:
-                raise PriorityError(f"ids: expected ids of added items (below {added}), got {never[:5].tolist()}")
-            bad = values[~np.isfinite(values) | (values <= 0)]
-            if bad.size:
-                raise PriorityError(f"priorities: expected finite values > 0, got {bad[:5].tolist()}")
+            check_priority_values(ids_np, values, self._ring.steps * self._ring.batch_size)
             self._state = _update(self._core, self._state, self._to_ids(ids_np), jnp.asarray(values, jnp.float32))
 
     # -- checkpoints (docs/persistence.md, docs/jax.md) --------------------------------------
@@ -405,20 +398,18 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         return EpisodeState(jnp.asarray(position), jnp.asarray(following), jnp.zeros((), jnp.int32))
 
     def _check_masses(self, state: dict, count: int) -> tuple[np.ndarray, float] | None:
+        """The saved masses as float32 (what the core's trees hold): the NumPy buffers'
+        checks, and masses beyond float32's range refused by name (never rounded to 0 or inf)."""
         if self._core.priorities is None:
             return None
-        saved = state.get("priorities")
-        mass = saved.get("mass") if isinstance(saved, dict) else None
-        largest = saved.get("max_priority") if isinstance(saved, dict) else None
-        is_mass = isinstance(mass, np.ndarray) and mass.ndim == 1 and mass.dtype.kind == "f"
-        if not (is_mass and isinstance(largest, float)):
-            raise CheckpointError("state['priorities']: expected {'mass': 1-d float array, 'max_priority': float}")
-        if mass.shape[0] != count or not (np.isfinite(mass).all() and (mass > 0).all()):
+        mass, largest = check_priority_state(state.get("priorities"), count)
+        info = np.finfo(np.float32)
+        outside = ~((mass >= info.tiny) & (mass <= info.max))
+        if outside.any():
             raise CheckpointError(
-                f"state['priorities']['mass']: expected {count} finite masses > 0, got {mass.shape[0]} values"
+                f"state['priorities']['mass']: expected masses a float32 tree can hold ([{info.tiny}, {info.max}]), "
+                f"got {mass[outside][:3].tolist()} at rows {np.flatnonzero(outside)[:3].tolist()}"
             )
-        if not (np.isfinite(largest) and largest > 0):
-            raise CheckpointError(f"state['priorities']['max_priority']: expected a finite float > 0, got {largest}")
         return mass.astype(np.float32), largest
 
     def save(self, path: str | os.PathLike) -> None:

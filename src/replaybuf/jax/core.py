@@ -47,6 +47,8 @@ from replaybuf.jax.bits import random_bits, random_uniform
 from replaybuf.jax.rows import RowLayout, pieces_of, row_layout, unpack
 from replaybuf.jax.sumtree import Trees, tree_descend, tree_init, tree_update
 from replaybuf.nest import FlatSpec
+from replaybuf.samplers.episodes import episode_marker
+from replaybuf.samplers.prioritized import check_exponents, first_ids_of, is_number
 
 __all__ = [
     "Buffer",
@@ -499,19 +501,20 @@ class Buffer:
         return jnp.sum(jnp.where(late[:, None], block, 0.0))
 
     def update_priorities(self, state: BufferState, ids: jax.Array, priorities: jax.Array) -> BufferState:
-        """Set the priorities of the stored items ``ids`` (any shape, matching ``priorities``).
+        """Set the priorities of the stored items ``ids`` (shaped like ``priorities``, or with
+        one more time axis: windows count by their first id, as on every buffer).
 
         Inside jit: ids never added (or negative) and NaN, infinite, zero or negative
         priorities are dropped and counted in ``state.priorities.dropped``; overwritten
-        (stale) ids are ignored. Raises ArgumentError (tracing) without prioritized sampling.
+        (stale) ids are ignored. Raises ArgumentError (tracing) without prioritized sampling
+        or with ids that are not integers shaped like the priorities.
         """
         if self.priorities is None:
             raise ArgumentError("update_priorities: this buffer was made without prioritized=True")
         options, current = self.priorities, state.priorities
-        ids = jnp.ravel(ids).astype(state.steps.dtype)
+        priorities = jnp.asarray(priorities)
+        ids = jnp.ravel(first_ids_of(jnp.asarray(ids), priorities)).astype(state.steps.dtype)
         values = jnp.ravel(priorities).astype(jnp.float32)
-        if ids.shape != values.shape:
-            raise SpecMismatchError(f"priorities: expected {ids.shape[0]} values (one per id), got {values.shape[0]}")
         low = jnp.maximum(state.steps - self.max_length, 0) * self.batch_size
         bad = (ids < 0) | (ids >= state.steps * self.batch_size) | ~jnp.isfinite(values) | (values <= 0)
         keep = ~bad & (ids >= low)
@@ -622,19 +625,17 @@ def make_buffer(
             )
         if not isinstance(pad_episode_ends, bool):
             raise ArgumentError(f"pad_episode_ends: expected a bool, got {pad_episode_ends!r}")
-        marker, kind = _episode_marker(flat, episode_end_field)
+        marker, kind = episode_marker(flat, episode_end_field)
         episodes = EpisodeOptions(marker, kind, int(episode_num_steps), int(candidates), pad_episode_ends)
     else:
         why = "only used with respect_episodes=True"
         reject_unused(episode_end_field=(episode_end_field, None, why), pad_episode_ends=(pad_episode_ends, False, why))
     priorities = None
     if prioritized:
-        for name, value, lowest in (("alpha", alpha, 0.0), ("epsilon", epsilon, 0.0)):
-            if not isinstance(value, (int, float)) or not np.isfinite(value) or value < lowest:
-                raise ArgumentError(f"{name}: expected a finite number >= 0, got {value!r}")
-        if not isinstance(beta, (int, float)) or not 0 <= beta <= 1:
+        alpha, epsilon = check_exponents(alpha, epsilon)
+        if not (is_number(beta) and 0 <= beta <= 1):  # a constant: the jitted draw cannot call a schedule
             raise ArgumentError(f"beta: expected a float in [0, 1], got {beta!r}")
-        priorities = PriorityOptions(float(alpha), float(beta), float(epsilon), int(branching))
+        priorities = PriorityOptions(alpha, float(beta), epsilon, int(branching))
     if len(leaves) != len(specs):  # one spec flattened twice: optree and jax must agree
         raise ArgumentError(f"data_spec: {len(specs)} leaves for optree but {len(leaves)} for jax.tree_util")
     return Buffer(
@@ -647,30 +648,4 @@ def make_buffer(
         episodes=episodes,
         priorities=priorities,
         checked=checked,
-    )
-
-
-def _episode_marker(flat: FlatSpec, episode_end_field: str | None) -> tuple[int, str]:
-    def index_of(name: str) -> int | None:
-        for i, path in enumerate(flat.paths):
-            named = path == name or path.split(" ")[0] == name or path.split(" ")[0].split("/")[-1] == name
-            if named and flat.leaves[i].shape == ():
-                return i
-        return None
-
-    if episode_end_field is not None:
-        index = index_of(episode_end_field)
-        if index is None:
-            raise ArgumentError(
-                f"episode_end_field: expected the path of a scalar field of the data_spec "
-                f"(one of {flat.paths}), got {episode_end_field!r}"
-            )
-        return index, "done"
-    for kind in ("step_type", "next_step_type"):
-        index = index_of(kind)
-        if index is not None:
-            return index, kind
-    raise ArgumentError(
-        "respect_episodes=True: expected a step_type or next_step_type field in the data_spec, "
-        f"or episode_end_field naming a done field (fields: {flat.paths}), got neither"
     )

@@ -2,8 +2,8 @@
 
 The JAX core stores its items in one array ``[max_length, batch_size, words]`` instead of
 one array per leaf: a sample reads items at random slots, and with one array per leaf each
-leaf is its own gather with its own cache misses, where one row holds the whole item (on
-CPU, jax 0.10.2: 512 items of five small leaves read in 16 us instead of 32, docs/jax.md).
+leaf is its own gather with its own cache misses, where one row holds the whole item (half
+the read time for five small leaves on CPU: docs/jax.md).
 An add is still one contiguous write, now one for all leaves.
 
 A leaf whose bytes fill whole words takes ``nbytes / 4`` words of the row (in spec order);

@@ -64,7 +64,7 @@ def _fan_out(sums: tuple, level: int) -> int:
 
 # Levels whose children number at most this are recomputed whole on an update (a dense
 # reduction of a few hundred floats costs less than a gather and a scatter of the updated
-# nodes; measured on CPU at 1M leaves, K = 8: an update of 256 leaves 28 -> 23 us).
+# nodes: docs/design.md, "Measured choices").
 DENSE_CHILDREN = 512
 
 
@@ -80,7 +80,7 @@ def tree_update(trees: Trees, slots: jax.Array, masses: jax.Array, after: jax.Ar
     # The writes wait for the roots: every read of these levels by the update that made them
     # (the rows gathered to recompute parents) comes before its roots, so XLA can write in
     # place. Without that data dependency, an update right after another (an add, then
-    # update_priorities) made XLA copy the big levels every step (~100 us at 1M); XLA on CPU
+    # update_priorities) made XLA copy the big levels every step (docs/jax.md); XLA on CPU
     # drops optimization barriers before it decides copies, so the dependency is a value:
     # a NaN root (which valid masses never make) would drop the writes.
     roots = sums[0][0] if not mins else sums[0][0] + jnp.minimum(mins[0][0], 0.0)

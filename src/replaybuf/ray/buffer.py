@@ -27,6 +27,7 @@ import json
 import os
 import tempfile
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from replaybuf.nest import FlatSpec
 from replaybuf.rate_limiters import check_rate_limiter, check_timeout
 from replaybuf.ray.dataset import ShardedRandomDataset
 from replaybuf.ray.remote import SHARD_DOWN, Limiter, ShardUnavailableError, call, get, limiter_config
-from replaybuf.ray.shard import Shard, shard_mass
+from replaybuf.ray.shard import Shard
 from replaybuf.ray.writer import ShardWriter
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.prioritized import priority_update
@@ -68,7 +69,7 @@ class ShardedReplayBuffer(ReplayBuffer):
         max_length: items kept per stream.
         buffer_class: the buffer each shard holds: ``UniformReplayBuffer`` (default),
             ``PrioritizedReplayBuffer``, or another ``StreamBuffer`` of batch_size streams
-            with a uniform, episode or prioritized sampler.
+            (its sampler's ``mass`` weighs the shard when a batch is split).
         buffer_options: keyword arguments for ``buffer_class`` (``alpha``, ``beta``,
             ``respect_episodes``, ``storage``...), except the geometry and the seed; a
             memmap storage's ``path`` holds one folder per shard (``path/shard-NNN``).
@@ -144,7 +145,7 @@ class ShardedReplayBuffer(ReplayBuffer):
                 )
         with tempfile.TemporaryDirectory() as scratch:  # the options' errors, here (a memmap in scratch)
             local = {**buffer_options, **({"path": scratch} if "path" in buffer_options else {})}
-            shard_mass(buffer_class(data_spec, batch_size=1, max_length=1, **local), None)
+            buffer_class(data_spec, batch_size=1, max_length=1, **local)
         limiter = check_rate_limiter(rate_limiter)
         self._limiter_timeout = check_timeout(rate_limiter_timeout, "rate_limiter_timeout")
         self._call_timeout = check_timeout(call_timeout, "call_timeout")
@@ -616,7 +617,7 @@ class ShardedReplayBuffer(ReplayBuffer):
         return None if self._limiter is None else call(self._limiter.observed_range, retry_timeout=self._retry_timeout)
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def checkpoint(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike) -> None:
         """Save every shard in parallel under ``path`` (``shard-NNN`` checkpoint folders),
         then the manifest (geometry, rate limiter counters, the versions written) last.
 
@@ -629,7 +630,7 @@ class ShardedReplayBuffer(ReplayBuffer):
         try:
             versions = get(refs, timeout=self._call_timeout)
         except SHARD_DOWN as err:
-            raise ShardUnavailableError(f"checkpoint: a shard did not save ({type(err).__name__})") from None
+            raise ShardUnavailableError(f"save: a shard did not save ({type(err).__name__})") from None
         manifest = {
             "format": FORMAT,
             "shards": self._shards,
@@ -646,8 +647,8 @@ class ShardedReplayBuffer(ReplayBuffer):
             os.fsync(f.fileno())
         os.replace(temp, root / MANIFEST)
 
-    def restore(self, path: str | os.PathLike) -> None:
-        """Load a ``checkpoint(path)`` into every shard (in parallel) and the limiter.
+    def load(self, path: str | os.PathLike) -> None:
+        """Load a ``save(path)`` into every shard (in parallel) and the limiter.
 
         Raises:
             CheckpointError: no manifest (an unfinished or foreign checkpoint), another
@@ -678,6 +679,16 @@ class ShardedReplayBuffer(ReplayBuffer):
             call(self._limiter.load_state, manifest["rate_limiter"], retry_timeout=self._retry_timeout)
         self._masses.clear()
         self._fresh = False
+
+    def checkpoint(self, path: str | os.PathLike) -> None:
+        """Deprecated name of ``save`` (every buffer saves with ``save``); removed in the next release."""
+        warnings.warn("ShardedReplayBuffer.checkpoint is deprecated: use save", DeprecationWarning, stacklevel=2)
+        self.save(path)
+
+    def restore(self, path: str | os.PathLike) -> None:
+        """Deprecated name of ``load`` (every buffer loads with ``load``); removed in the next release."""
+        warnings.warn("ShardedReplayBuffer.restore is deprecated: use load", DeprecationWarning, stacklevel=2)
+        self.load(path)
 
     def close(self) -> None:
         """Wake every call blocked on the rate limiter with ``BufferClosedError``."""

@@ -99,6 +99,7 @@ class Limiter:
         self.rules.load_state(config)
         self.shard_names, self.namespace = shard_names, namespace
         self.rebuilt = False
+        self._next_check = 0.0  # when shards_gone may next ask Ray
         if reconstructed():
             self.rebuild()
 
@@ -118,7 +119,22 @@ class Limiter:
         self.rules.await_insert(n, timeout)
 
     def await_sample(self, n: int, timeout: float | None) -> None:
-        self.rules.await_sample(n, timeout)
+        self.rules.await_sample(n, timeout, self.shards_gone)
+
+    def shards_gone(self) -> str | None:
+        """Why no insert can come any more (every shard actor is dead for good: killed without
+        restart, or out of restarts), else None. Asks Ray at most once a second."""
+        now = time.monotonic()
+        if now < self._next_check:
+            return None
+        self._next_check = now + 1.0
+        for name in self.shard_names:
+            try:
+                ray.get_actor(name, namespace=self.namespace)
+                return None  # alive, or restarting
+            except ValueError:  # Ray no longer knows the actor: dead for good
+                continue
+        return f"no shard is alive (the actors {', '.join(self.shard_names)} are dead)"
 
     def undo_sample(self, n: int) -> None:
         self.rules.undo_sample(n)

@@ -36,43 +36,10 @@ from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, R
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import POINTER, read_state, write_state
 from replaybuf.ray.remote import ResendRequested, call, reconstructed
-from replaybuf.samplers import EpisodeSampler, PrioritizedSampler, UniformSampler
 
-__all__ = ["Shard", "shard_mass"]
+__all__ = ["Shard"]
 
 _ORDER_WAIT = 300.0  # seconds an add waits for its writer's previous add before failing
-
-
-def shard_mass(buffer: StreamBuffer, num_steps: int | None) -> tuple[float, float]:
-    """``(mass, smallest)`` of ``buffer`` for windows of ``num_steps``; the caller holds its lock.
-
-    ``mass`` is what the buffer's sampler normalises by, so ``P(item) = its mass / mass``
-    (uniform: 1 per valid start and stream); ``smallest`` is the smallest priority mass
-    stored (prioritized only, else 1.0). 0 mass: no window of that length can be drawn.
-    """
-    sampler, ring = buffer._sampler, buffer._ring
-    steps = num_steps or 1
-    low, high = ring.first_valid_step(), ring.steps - steps + 1
-    if high <= low:
-        return 0.0, 1.0
-    starts = float((high - low) * ring.batch_size)
-    if isinstance(sampler, UniformSampler):
-        return starts, 1.0
-    if isinstance(sampler, EpisodeSampler):
-        if sampler.pad or steps == 1:
-            return starts, 1.0
-        return float(sampler.index.count(steps)), 1.0
-    if isinstance(sampler, PrioritizedSampler):
-        smallest = sampler.mins.root()
-        if steps == 1:
-            return sampler.sums.root(), smallest
-        if sampler.episodes is not None and not sampler.pad:
-            return sampler._window_tree(ring, steps).root(), smallest
-        return sampler.sums.root() - sampler._head_mass(ring, high), smallest
-    raise ArgumentError(
-        f"buffer_class: expected a buffer with a uniform, episode or prioritized sampler, "
-        f"got {type(buffer).__name__} with {type(sampler).__name__}"
-    )
 
 
 class Shard:
@@ -101,7 +68,6 @@ class Shard:
         self.buffer = buffer_class(data_spec, batch_size=batch_size, max_length=max_length, seed=seed, **options)
         if getattr(self.buffer, "_single_stream", False):
             raise ArgumentError(f"buffer_class: expected a buffer of batch_size streams, got {buffer_class.__name__}")
-        shard_mass(self.buffer, None)  # raises for a sampler whose mass is unknown
         self.flat = FlatSpec(data_spec)
         self.lock = threading.RLock()  # the shard's bookkeeping; the buffer has its own lock
         self.cond = threading.Condition(self.lock)
@@ -193,7 +159,7 @@ class Shard:
         buffer = self.buffer
         with buffer._lock:
             buffer.update_priorities(local_ids, priorities)
-            return [shard_mass(buffer, steps)[0] for steps in lengths]
+            return [buffer.mass(steps)[0] for steps in lengths]
 
     def clear(self) -> None:
         with self.lock:
@@ -224,7 +190,7 @@ class Shard:
             with self.lock:
                 self.counts["samples"] += count
         with buffer._lock:
-            result["mass"], result["smallest"] = shard_mass(buffer, num_steps)
+            result["mass"], result["smallest"] = buffer.mass(num_steps)
         return result
 
     def read(self, local_ids: np.ndarray) -> list:

@@ -22,7 +22,7 @@ import numpy as np
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
-from replaybuf.samplers.uniform import filled_probabilities
+from replaybuf.samplers.uniform import filled_probabilities, window_start_count
 
 __all__ = [
     "EpisodeIndex",
@@ -50,12 +50,16 @@ def _leaf_index(flat: FlatSpec, name: str) -> int | None:
     return next((i for i, leaf in enumerate(flat.leaves) if leaf is node), None)
 
 
-def episode_markers(flat: FlatSpec, episode_end_field: str | None) -> Markers:
-    """A function from an add's flat leaves to ``(starts or None, ends)``, each ``[batch]``.
+def episode_marker(flat: FlatSpec, episode_end_field: str | None) -> tuple[int, str]:
+    """``(leaf index, kind)`` of the field that marks episode ends: ``episode_end_field``
+    (kind ``"done"``: nonzero ends an episode), else the spec's top-level ``step_type``
+    (``FIRST`` starts, ``LAST`` ends) or ``next_step_type`` (``LAST`` ends). Every buffer
+    with episodes (NumPy, shared, Ray, JAX) resolves its marker here: a nested field is
+    named by its whole path (``"info/done"``).
 
     Raises:
-        ArgumentError: ``episode_end_field`` names no leaf of the data_spec, or it is None
-            and the spec has neither a ``step_type`` nor a ``next_step_type`` field.
+        ArgumentError: ``episode_end_field`` names no scalar leaf of the data_spec, or it is
+            None and the spec has neither a ``step_type`` nor a ``next_step_type`` field.
     """
     if episode_end_field is not None:
         index = _leaf_index(flat, episode_end_field)
@@ -64,17 +68,26 @@ def episode_markers(flat: FlatSpec, episode_end_field: str | None) -> Markers:
                 f"episode_end_field: expected the path of a scalar field of the data_spec "
                 f"(one of {flat.paths}), got {episode_end_field!r}"
             )
-        return lambda leaves: (None, np.asarray(leaves[index]) != 0)
-    step = _leaf_index(flat, "step_type")
-    if step is not None:
-        return lambda leaves: (leaves[step] == FIRST, leaves[step] == LAST)
-    following = _leaf_index(flat, "next_step_type")
-    if following is not None:
-        return lambda leaves: (None, leaves[following] == LAST)
+        return index, "done"
+    for kind in ("step_type", "next_step_type"):
+        index = _leaf_index(flat, kind)
+        if index is not None:
+            return index, kind
     raise ArgumentError(
         "respect_episodes=True: expected a step_type or next_step_type field in the data_spec, "
         f"or episode_end_field naming a done field (fields: {flat.paths}), got neither"
     )
+
+
+def episode_markers(flat: FlatSpec, episode_end_field: str | None) -> Markers:
+    """A function from an add's flat leaves to ``(starts or None, ends)``, each ``[batch]``;
+    the marker is ``episode_marker``'s (which raises its ArgumentError)."""
+    index, kind = episode_marker(flat, episode_end_field)
+    if kind == "done":
+        return lambda leaves: (None, np.asarray(leaves[index]) != 0)
+    if kind == "step_type":
+        return lambda leaves: (leaves[index] == FIRST, leaves[index] == LAST)
+    return lambda leaves: (None, leaves[index] == LAST)
 
 
 class EpisodeIndex:
@@ -312,6 +325,12 @@ class EpisodeSampler:
         return np.concatenate(found)
 
     # -- the rest of the sampler protocol (replaybuf.samplers) -----------------------------------
+    def mass(self, ring: StreamRing, num_steps: int | None) -> tuple[float, float]:
+        starts = window_start_count(ring, num_steps)
+        if starts == 0 or self.pad or (num_steps or 1) == 1:
+            return float(starts), 1.0
+        return float(self.index.count(num_steps)), 1.0
+
     def added(self, ring: StreamRing, arrays: Sequence[np.ndarray]) -> None:
         self.index.record(arrays, ring.steps - 1)
 

@@ -22,6 +22,7 @@ from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, P
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import EpisodeIndex, pad_windows
 from replaybuf.samplers.sumtree import MAX_MASS, MIN_MASS, MinTree, SumTree, kernel_array, priority_mass
+from replaybuf.samplers.uniform import window_start_count
 
 __all__ = ["PrioritizedSampler", "check_beta", "check_priority_state", "priority_update"]
 
@@ -29,8 +30,35 @@ _WINDOW_TREES = 4  # window lengths whose episode-aware sum trees are kept (leas
 _REDRAWS = 64  # rounds of redraws (rounding onto a zero slot, a window into the head) before giving up
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A real number given as a number (bools are not: ``alpha=True`` is a mistake)."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_exponents(alpha: Any, epsilon: Any) -> tuple[float, float]:
+    """``(alpha, epsilon)`` as floats. Every buffer with priorities checks them here.
+
+    Raises:
+        ArgumentError: either is not a finite number >= 0.
+    """
+    for name, value in (("alpha", alpha), ("epsilon", epsilon)):
+        if not (is_number(value) and np.isfinite(value) and value >= 0):
+            raise ArgumentError(f"{name}: expected a finite float >= 0, got {value!r}")
+    return float(alpha), float(epsilon)
+
+
+def check_priority_values(ids: np.ndarray, priorities: np.ndarray, head: int) -> None:
+    """Raise ``PriorityError`` unless every priority is finite and > 0 and every id was
+    added (``0 <= id < head``): the two refusals of an update, worded once for every buffer."""
+    bad = ~(np.isfinite(priorities) & (priorities > 0))
+    if bad.any():
+        raise PriorityError(
+            f"priorities: expected finite values > 0, got {priorities[bad][:5].tolist()} "
+            f"at positions {np.flatnonzero(bad)[:5].tolist()}"
+        )
+    never = (ids < 0) | (ids >= head)
+    if never.any():
+        raise PriorityError(f"ids: expected ids of added items (0 <= id < {head}), got {ids[never][:5].tolist()}")
 
 
 def priority_update(ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -47,19 +75,26 @@ def priority_update(ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
         priorities = np.asarray(priorities, dtype=np.float64)
     except (TypeError, ValueError) as err:
         raise ArgumentError(f"priorities: expected numbers, got {priorities!r:.80} ({err})") from None
+    ids = first_ids_of(ids, priorities)
+    return kernel_array(ids, np.int64), kernel_array(priorities, np.float64)
+
+
+def first_ids_of(ids: Any, priorities: Any) -> Any:
+    """``ids`` (a NumPy or JAX array) as one id per priority: windows ``[..., T]`` count by
+    their first id. Raises ArgumentError unless they are integers shaped like ``priorities``."""
     if ids.ndim == priorities.ndim + 1:
         ids = ids[..., 0]
-    if ids.shape != priorities.shape or ids.dtype.kind not in "iu":
+    if ids.shape != priorities.shape or np.dtype(ids.dtype).kind not in "iu":
         raise ArgumentError(
-            f"update_priorities: expected integer ids shaped like priorities {priorities.shape} "
-            f"(or with one more time axis), got ids {ids.shape} {ids.dtype}"
+            f"update_priorities: expected integer ids shaped like priorities {tuple(priorities.shape)} "
+            f"(or with one more time axis), got ids {tuple(ids.shape)} {ids.dtype}"
         )
-    return kernel_array(ids, np.int64), kernel_array(priorities, np.float64)
+    return ids
 
 
 def check_beta(value: Any) -> None:
     """Raise ArgumentError unless ``value`` is a float in [0, 1] or a zero-argument callable."""
-    if not callable(value) and not (_is_number(value) and 0 <= value <= 1):
+    if not callable(value) and not (is_number(value) and 0 <= value <= 1):
         raise ArgumentError(f"beta: expected a float in [0, 1] or a callable, got {value!r}")
 
 
@@ -122,13 +157,10 @@ class PrioritizedSampler:
         pad: bool = False,
         compiled: bool | None = None,
     ):
-        for name, value in (("alpha", alpha), ("epsilon", epsilon)):
-            if not (_is_number(value) and np.isfinite(value) and value >= 0):
-                raise ArgumentError(f"{name}: expected a finite float >= 0, got {value!r}")
+        self.alpha, self.epsilon = check_exponents(alpha, epsilon)
         if compiled not in (None, True, False):
             raise ArgumentError(f"compiled: expected None, True or False, got {compiled!r}")
         check_beta(beta)
-        self.alpha, self.epsilon = float(alpha), float(epsilon)
         self.beta_source = beta
         self.sums = SumTree(capacity, compiled=compiled)
         self.mins = MinTree(capacity, compiled=compiled)
@@ -148,7 +180,7 @@ class PrioritizedSampler:
         if not callable(self.beta_source):
             return float(self.beta_source)
         value = self.beta_source()
-        if not (_is_number(value) and 0 <= value <= 1):
+        if not (is_number(value) and 0 <= value <= 1):
             raise ArgumentError(f"beta: expected the callable to return a float in [0, 1], got {value!r:.80}")
         return float(value)
 
@@ -194,6 +226,17 @@ class PrioritizedSampler:
         if self.pad and num_steps is not None:
             ids, mask = pad_windows(self.episodes, ids)  # type: ignore[arg-type]
         return ids, probabilities, {"weights": weights, "mask": mask}
+
+    def mass(self, ring: StreamRing, num_steps: int | None) -> tuple[float, float]:
+        steps = num_steps or 1
+        if window_start_count(ring, steps) == 0:
+            return 0.0, 1.0
+        smallest = self.mins.root()
+        if steps == 1:
+            return self.sums.root(), smallest
+        if self.episodes is not None and not self.pad:
+            return self._window_tree(ring, steps).root(), smallest
+        return self.sums.root() - self._head_mass(ring, ring.steps - steps + 1), smallest
 
     def added(self, ring: StreamRing, arrays: Sequence[np.ndarray]) -> None:
         """The new step's items get the largest priority so far; window trees follow."""
@@ -273,15 +316,8 @@ class PrioritizedSampler:
             head,
             np.empty(ids.shape[0], np.int64),
         )
-        if code == 1:
-            bad = ~(np.isfinite(priorities) & (priorities > 0))
-            raise PriorityError(
-                f"priorities: expected finite values > 0, got {priorities[bad][:5].tolist()} "
-                f"at positions {np.flatnonzero(bad)[:5].tolist()}"
-            )
-        if code == 2:
-            never = (ids < 0) | (ids >= head)
-            raise PriorityError(f"ids: expected ids of added items (0 <= id < {head}), got {ids[never][:5].tolist()}")
+        if code:  # the kernel stopped at a bad priority (1) or an id never added (2): nothing changed
+            check_priority_values(ids, priorities, head)
         if self.windows:
             self._assigned(ring, ids)
         self.max_priority = max(self.max_priority, largest)

@@ -26,6 +26,12 @@ def uniform_integers(rng: np.random.Generator, low: int, high: int, size: int | 
     return draws if size is not None else draws.reshape(())
 
 
+def window_start_count(ring: StreamRing, num_steps: int | None) -> int:
+    """How many windows of ``num_steps`` may start now, over every stream (0 when none)."""
+    steps = ring.steps - (num_steps or 1) + 1 - ring.first_valid_step()
+    return max(steps, 0) * ring.batch_size
+
+
 def filled_probabilities(probability: float, size: int | None) -> np.ndarray:
     """float32 probabilities shaped like a sample of ``size`` (``[size]``, or ``[]`` for None)."""
     out = np.empty(() if size is None else (size,), np.float32)
@@ -49,6 +55,9 @@ class UniformSampler:
         first_ids = uniform_integers(rng, low * batch, high * batch, sample_batch_size)
         probabilities = filled_probabilities(1.0 / ((high - low) * batch), sample_batch_size)
         return ring.window_ids(first_ids, num_steps), probabilities, {}
+
+    def mass(self, ring: StreamRing, num_steps: int | None) -> tuple[float, float]:
+        return float(window_start_count(ring, num_steps)), 1.0
 
     def added(self, ring: StreamRing, arrays: Any) -> None:
         """Nothing to track."""

@@ -25,7 +25,7 @@ from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeo
 from replaybuf.samplers.episodes import episode_markers
 from replaybuf.samplers.prioritized import check_priority_state, priority_update
 from replaybuf.shared.episodes import SegmentEpisodes
-from replaybuf.shared.layout import FLOOR, STEPS, WRITING, Layout
+from replaybuf.shared.layout import FLOOR, HELD, OWNER, STEPS, WRITING, Layout, pid_alive
 from replaybuf.shared.priorities import SegmentPriorities
 from replaybuf.shared.windows import SegmentWindows
 from replaybuf.shared.writer import SharedWriter
@@ -194,6 +194,9 @@ class SharedReplayBuffer(ReplayBuffer):
     def writer(self, index: int, flush_every: int | None = None) -> SharedWriter:
         """The handle of writer ``index``: pass it to a child process and ``add_batch`` there.
 
+        A writer whose last process gave it up or died counts as not taken again once a new
+        handle is made, so a learner waiting on the rate limiter waits for the new process.
+
         Raises:
             ArgumentError: ``index`` not in ``[0, writers)``, or a bad ``flush_every``.
             BufferClosedError: the buffer was closed.
@@ -205,6 +208,9 @@ class SharedReplayBuffer(ReplayBuffer):
         check_positive("flush_every", flush_every, allow_none=False)
         if flush_every > self._max_length:
             raise ArgumentError(f"flush_every: expected at most max_length ({self._max_length}), got {flush_every}")
+        owner = int(self._cursors[index, OWNER])
+        if not (owner and pid_alive(owner)):
+            self._cursors[index, HELD] = 0
         return SharedWriter(
             self._shm.name,
             self._flat.data_spec,
@@ -266,12 +272,14 @@ class SharedReplayBuffer(ReplayBuffer):
             ArgumentError: sample_batch_size or num_steps is not a positive int.
             RateLimiterTimeout: the rate limiter held the sample back past the timeout.
             BufferClosedError: the buffer was closed (also while waiting).
+            WritersGoneError: the rate limiter holds the sample back and every writer's
+                process died or gave its writer up: no insert can come (named in the message).
         """
         check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
         self._check_open()
         count = sample_batch_size or 1
         if self._limiter is not None:
-            self._limiter.await_sample(count, self._timeout)
+            self._limiter.await_sample(count, self._timeout, self._writers_gone)
         try:
             with self._lock:
                 if self._priorities is not None:
@@ -299,6 +307,20 @@ class SharedReplayBuffer(ReplayBuffer):
         if weights is not None:
             return items, SampleInfo(ids, probabilities, weights=weights)
         return items, BufferInfo(ids, probabilities)
+
+    def _writers_gone(self) -> str | None:
+        """Why no writer can insert any more (each one's process died or gave it up), or None
+        while one is held by a live process or not taken since its handle was made (its actor
+        may be starting)."""
+        cursors = self._cursors
+        if cursors is None:  # closed meanwhile: the limiter wakes the wait with BufferClosedError
+            return None
+        gone = []
+        for index, (owner, held) in enumerate(cursors[:, [OWNER, HELD]].tolist()):
+            if (owner and pid_alive(owner)) or not held:
+                return None
+            gone.append(f"writer {index} (pid {owner}) died" if owner else f"writer {index} was closed by pid {held}")
+        return "every writer is gone: " + ", ".join(gone)
 
     def _lows_highs(self) -> tuple[list[int], list[int]]:
         cursors = self._cursors.tolist()
@@ -388,8 +410,8 @@ class SharedReplayBuffer(ReplayBuffer):
             column_ids = local
         else:
             # draw d belongs to the writer whose share [first_w, first_w + starts_w) holds it; a
-            # few small per-writer tables and one lookup each (each NumPy call costs ~1 us at
-            # 256 draws, so the multi-writer path is kept to as few as the arithmetic needs)
+            # few small per-writer tables and one lookup each (each NumPy call costs about as
+            # much as the arithmetic at 256 draws, so the path keeps to as few as it needs)
             firsts = list(itertools.accumulate(starts, initial=0))
             writer = np.array(firsts[1:-1], _INT64).searchsorted(local, side="right")
             shifts = np.array([lo * batch_size - f for lo, f in zip(lows, firsts[:-1], strict=True)], _INT64)

@@ -7,9 +7,11 @@
 
 Each writer owns one segment (its ``batch_size`` streams) and one cursor on its own cache
 line; no two processes ever write the same bytes, so there is no lock on the add path.
-A cursor is four int64: ``steps`` (committed steps), ``writing`` (the end of the block being
+A cursor is five int64: ``steps`` (committed steps), ``writing`` (the end of the block being
 written; equal to ``steps`` when idle), ``floor`` (the first step still whole after a
-writer died mid-write) and ``owner`` (the pid holding the writer handle, 0 when free).
+writer died mid-write), ``owner`` (the pid holding the writer handle, 0 when free) and
+``held`` (the last pid that held it, kept after it is given up; 0 if none ever did).
+The learner reads the last two to tell live writers from gone ones.
 
 Commit protocol of a block of ``k`` steps: ``writing = steps + k``; copy the records;
 ``steps += k``. Readers take ``steps`` before they read and ``writing`` after: a step ``t``
@@ -28,9 +30,9 @@ import numpy as np
 from replaybuf.nest import FlatSpec
 from replaybuf.storages.records import record_dtype
 
-__all__ = ["FLOOR", "OWNER", "STEPS", "WRITING", "Layout", "pid_alive"]
+__all__ = ["FLOOR", "HELD", "OWNER", "STEPS", "WRITING", "Layout", "pid_alive"]
 
-STEPS, WRITING, FLOOR, OWNER = range(4)
+STEPS, WRITING, FLOOR, OWNER, HELD = range(5)
 _LINE = 64  # bytes: one cursor per cache line
 _MAGIC = 0x72656275_66736862  # "rebufshb"
 _HEADER_MAGIC, _HEADER_CLOSED = 0, 1
@@ -67,7 +69,7 @@ class Layout:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (a zombie counts until its parent reaps it)."""
+    """Whether process ``pid`` runs: it exists and is no zombie (a dead child not yet reaped)."""
     if pid <= 0:
         return False
     try:
@@ -76,4 +78,8 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # Linux: the state follows the command name, which may itself hold ") "
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b") ")[2][:1] not in (b"Z", b"X")
+    except OSError:  # no /proc (macOS) or the process just went: trust kill's answer
+        return True

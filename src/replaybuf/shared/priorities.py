@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from replaybuf.errors import ArgumentError, EmptyBufferError, PriorityError
-from replaybuf.samplers.prioritized import check_beta
+from replaybuf.errors import EmptyBufferError, PriorityError
+from replaybuf.samplers.prioritized import check_beta, check_exponents
 from replaybuf.samplers.sumtree import MIN_WEIGHT, MinTree, SumTree, priority_mass
 
 __all__ = ["SegmentPriorities"]
@@ -35,11 +35,9 @@ class SegmentPriorities:
         beta: float | Callable[[], float],
         epsilon: float,
     ):
-        for name, value in (("alpha", alpha), ("epsilon", epsilon)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
-                raise ArgumentError(f"{name}: expected a finite float >= 0, got {value!r}")
+        self.alpha, self.epsilon = check_exponents(alpha, epsilon)
         check_beta(beta)
-        self.alpha, self.epsilon, self.beta_source = float(alpha), float(epsilon), beta
+        self.beta_source = beta
         self.writers, self.batch_size, self.max_length = writers, batch_size, max_length
         self.segment = max_length * batch_size
         self.sums = SumTree(writers * self.segment)

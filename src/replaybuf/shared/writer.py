@@ -18,7 +18,7 @@ import numpy as np
 from replaybuf.errors import ArgumentError, BufferClosedError, RateLimiterTimeout
 from replaybuf.nest import FlatSpec
 from replaybuf.samplers.episodes import episode_markers
-from replaybuf.shared.layout import FLOOR, OWNER, STEPS, WRITING, Layout, pid_alive
+from replaybuf.shared.layout import FLOOR, HELD, OWNER, STEPS, WRITING, Layout, pid_alive
 from replaybuf.storages.records import RecordStorage
 
 __all__ = ["SharedWriter"]
@@ -30,7 +30,8 @@ class SharedWriter:
     ``add_batch(items)`` takes one step of this writer's ``batch_size`` streams (every leaf
     ``[batch_size] + spec.shape``). Only one process may hold a writer at a time; when that
     process died (e.g. SIGKILL), the next one to use the handle takes the segment over at
-    its last whole step.
+    its last whole step. An actor's ``with writer:`` block ends quietly when the learner
+    closes the buffer (the ``BufferClosedError`` it raises there is the signal to stop).
     """
 
     def __init__(
@@ -90,7 +91,7 @@ class SharedWriter:
         if owner not in (0, os.getpid()) and pid_alive(owner):
             self._release_mapping()
             raise ArgumentError(f"writer {self.index}: held by the live process {owner}; one process per writer")
-        self._cursor[OWNER] = os.getpid()
+        self._cursor[OWNER] = self._cursor[HELD] = os.getpid()
         self._recover()
         # writes go through the house's record storage (packed views for small fields): straight
         # into the segment when every step commits alone, else into a local block of steps
@@ -217,8 +218,11 @@ class SharedWriter:
     def __enter__(self) -> SharedWriter:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> bool:
+        """Close; a ``BufferClosedError`` raised in the block ends it quietly: the learner closed
+        the buffer, which is how an actor's loop is told to stop."""
         self.close()
+        return kind is not None and issubclass(kind, BufferClosedError)
 
     def __repr__(self) -> str:
         return f"SharedWriter(index={self.index}, buffer={self._name!r}, flush_every={self.flush_every})"

@@ -1,19 +1,7 @@
 """Storages: where the bytes of items live. They know slots, never how ids were chosen.
 
-Every storage has the same protocol (the buffer holds the lock around each call):
-
-- ``write(start, arrays, steps=1)``: rows ``arrays[k][i]`` (flat leaves) to slot
-  ``(start + i) % capacity``, completing ``steps`` of the ring's steps;
-  ``commit(steps)`` after the ring counts them (a crash-safe storage records it there).
-- ``read(slots) -> leaves``: fresh arrays shaped ``slots.shape + leaf.shape``.
-- ``fields``: the stored leaves by slot (what a reopened storage's items are read from).
-- ``clear()``: forget what later writes would match against (frames).
-- ``state(start, count, views=False) -> dict``: the storage's checkpoint keys (``items``,
-  and ``frames`` for frame stacks) for ``count`` slots from ``start``; with ``views`` the
-  arrays may be views streamed by ``save`` under the lock. ``check_state(flat, state)``
-  validates them (``CheckpointError``) and returns ``(count, checked)``;
-  ``load_state(start, checked)`` writes them. ``lazy_keys`` names the state keys that
-  ``load`` may hand over as files read straight into the storage.
+Every storage satisfies ``replaybuf.storages.base.Storage`` (``write`` / ``commit``, ``read``,
+``fields``, ``clear``, ``state`` / ``check_state`` / ``load_state``, ``lazy_keys``, ``crash_safe``).
 
 ``RecordStorage`` (one structured record per item, in RAM), ``ColumnStorage`` (one array
 per leaf, in RAM), ``MemmapStorage`` (the same records in a memory-mapped folder) and
@@ -27,6 +15,7 @@ import os
 from replaybuf.errors import ArgumentError
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
+from replaybuf.storages.base import Storage
 from replaybuf.storages.columns import ColumnStorage, FieldStorage
 from replaybuf.storages.frames import FrameStorage, StackedLeaf, stacked_leaves
 from replaybuf.storages.memmap import MemmapStorage
@@ -39,6 +28,7 @@ __all__ = [
     "MemmapStorage",
     "RecordStorage",
     "StackedLeaf",
+    "Storage",
     "open_storage",
     "stacked_leaves",
 ]

@@ -10,9 +10,9 @@ array; it releases the GIL while decoding).
 
 Levels: ``lz4`` level 0 is LZ4's fast mode, 1 to 12 LZ4-HC; the default is HC level 3:
 on Atari frames HC blobs are a fifth smaller and decode a third faster than fast mode's
-(fewer, longer matches), for ~3x the compress time (~24 us per MsPacman frame against 7;
-docs/images.md). ``zstd`` levels run from -7 (fastest) to 22 (default 1: on Atari frames
-level 3 and above gain under 2% in size for twice the time).
+(fewer, longer matches), for ~3x the compress time (docs/images.md). ``zstd`` levels run
+from -7 (fastest) to 22 (default 1: on Atari frames level 3 and above gain under 2% in size
+for twice the time).
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def lz4_decompress_safe() -> Callable[[int, int, int, int], int] | None:
 
 # Blobs prefetched ahead of the one being decoded: a sample's blobs lie at random in a pool
 # far larger than the caches, and the decoder waits on each blob's first lines otherwise
-# (160 cold MsPacman blobs: 270 us plain, 219 us prefetching 4 ahead, 161 us when cached).
+# (figures: docs/design.md, "Measured choices").
 PREFETCH_AHEAD = 4
 
 
@@ -164,10 +164,10 @@ PREFETCH_AHEAD = 4
 def _lz4_decode_many() -> Callable[..., int] | None:
     """A compiled loop (numba, no GIL) calling ``lz4_decompress_safe`` per blob, prefetching
     the blobs ahead (the plain loop where this numba cannot compile the prefetch); None
-    without numba or that function. Measured on 1280 MsPacman frames: 2.0 ms in one thread
-    against 3.3 ms for ``lz4.block.decompress`` plus a copy per frame, and 1.15 ms in two
-    threads (a Python loop of per-frame calls did not scale: its threads meet at the GIL
-    between frames). Compiled once per process, on the first lz4 buffer."""
+    without numba or that function. Faster than ``lz4.block.decompress`` plus a copy per
+    frame, and it scales over threads, which a Python loop of per-frame calls does not (its
+    threads meet at the GIL between frames; figures: docs/design.md, "Measured choices").
+    Compiled once per process, on the first lz4 buffer."""
     decompress = lz4_decompress_safe()
     if decompress is None:
         return None

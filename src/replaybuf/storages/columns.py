@@ -114,8 +114,8 @@ def straight_writer(
 ) -> Callable[..., None]:
     """A storage's ``write(start, arrays, steps=1)`` generated for ``fields`` (as dataclasses
     generate methods): one straight-line assignment per leaf, an integer index for one row, a
-    slice for a run, ``wrapping(start, arrays, steps)`` for a run that passes the end. A
-    ``zip`` loop costs ~0.5 us more per single-row add of five leaves.
+    slice for a run, ``wrapping(start, arrays, steps)`` for a run that passes the end (a
+    ``zip`` loop is slower per single-row add: docs/design.md, "Measured choices").
 
     ``packed[k]``, when given, is a ``[capacity, 1]`` void view of field k (a small 1-D field
     of a record): a run is written through it as one opaque element per row, unless the

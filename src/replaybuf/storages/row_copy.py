@@ -4,9 +4,8 @@ split across the usable cores.
 A sample of image records copies scattered rows of tens of KB. NumPy's ``take`` does it in
 one thread (and holds the GIL for structured records); from ``PARALLEL_BYTES`` on, the rows
 are copied by a compiled loop of ``memcpy`` calls (numba, no GIL), the slots cut between
-the threads. Measured on a 2-core AMD EPYC with 28 KB records (bench W2's): 256 rows at 13.3
-GB/s with ``take``, 18.7 GB/s split in two; 32 rows (0.9 MB) gained nothing from a second
-thread (the hand-over costs what it saves), so they stay below the threshold.
+the threads. Below the threshold (bench W2's 32 image rows) a second thread's hand-over
+costs what it saves (figures: docs/design.md, "Measured choices").
 """
 
 from __future__ import annotations

@@ -127,8 +127,8 @@ def inline_map(dataset: tf.data.Dataset, function: Callable) -> tf.data.Dataset:
     element.
 
     ``Dataset.map`` runs them on TensorFlow's inter-op thread pool: for a draw of a few
-    dozen small ops the hand-offs between threads cost more than the ops (one ``next()``
-    drawing 256 windows: ~210 us against ~115 inline, docs/tensorflow.md). The switch is
+    dozen small ops the hand-offs between threads cost more than the ops (a ``next()``
+    drawing 256 windows takes about half the time inline: docs/tensorflow.md). The switch is
     ``MapDataset``'s ``use_inter_op_parallelism`` attribute, which ``Dataset.map`` does not
     expose; where TensorFlow's class for it is missing or changed, the map is tf.data's own.
     ``function`` must hold no loop: the single-threaded executor that runs it refuses

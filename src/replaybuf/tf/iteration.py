@@ -22,7 +22,7 @@ without an add it draws up to ``r`` (a power of two, at most ``max_group``), and
 than the reads left before the next add if the last add came after that many. While every
 read follows an add (the DQN loop) it stops asking for the version for ``SKIPPED_CHECKS``
 reads at a time and draws each of them fresh: the check, an op run right after the add's
-``tf.function`` call, was ~40 us of a ~690 us round (docs/tensorflow.md). Iterated any
+``tf.function`` call, was a measurable share of the round (docs/tensorflow.md). Iterated any
 other way (in a graph, after a transformation) the dataset is the exact one itself.
 """
 

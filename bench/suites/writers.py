@@ -21,7 +21,7 @@ anything is timed: a learner reading only a small, cache-warm part of it alone w
 faster alone than beside writers that fill the rest. Peers run in their own virtual
 environments (bench/venvs.py). Run:
 
-    .venv/bin/python bench/shared_writers.py [--libs replaybuf,cpprb,torchrl] [--reps 3] [--seconds 1]
+    .venv/bin/python bench/suites/writers.py [--libs replaybuf,cpprb,torchrl] [--reps 3] [--seconds 1]
 
 ``--pace S`` makes each writer sleep S seconds after every add (an actor that also steps its
 environments), which separates what writers cost the learner through the buffer from what
@@ -41,14 +41,18 @@ import statistics
 import subprocess
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(BENCH))
 
 import numpy as np  # noqa: E402
 
+import harness  # noqa: E402
 from common import small_pool  # noqa: E402
+from harness import Workload  # noqa: E402
+from suites import Job  # noqa: E402
 
 CAPACITY = 1 << 20  # rows of the ring (--capacity), filled before anything is timed
 SAMPLE = 256
@@ -219,7 +223,7 @@ def _sample_for(bench, seconds: float) -> float:
     return batches / (time.perf_counter() - began)
 
 
-def measure(
+def rates(
     lib: str, writers: int, rows: int, staged: bool, seconds: float, pace: float = 0.0, pin: bool = False
 ) -> dict:
     context = multiprocessing.get_context("fork")
@@ -269,7 +273,7 @@ def worker(lib: str, configs: list[tuple[int, int, bool]], reps: int, seconds: f
     for writers, rows, staged in configs:
         if staged and lib != "replaybuf":
             continue
-        runs = [measure(lib, writers, rows, staged, seconds, pace, pin) for _ in range(reps)]
+        runs = [rates(lib, writers, rows, staged, seconds, pace, pin) for _ in range(reps)]
         out = {key: statistics.median(r[key] for r in runs) for key in ("rows_per_s", "batches_per_s", "vs_alone")}
         out.update(lib=lib, writers=writers, rows=rows, staged=staged, runs=runs)
         print(json.dumps(out), flush=True)
@@ -408,7 +412,7 @@ def main(argv: list[str]) -> int:
             str(args.capacity),
         ]
         cmd += ["--no-staged"] * args.no_staged + ["--pin"] * args.pin
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent / "src"), str(HERE)]))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(BENCH.parent / "src"), str(BENCH)]))
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode:
             print(f"{lib}: FAILED\n{proc.stderr[-3000:]}", file=sys.stderr)
@@ -445,3 +449,67 @@ def report(results: list[dict]) -> str:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+# -- the suite (python -m bench writers) ---------------------------------------------------------
+def _workloads() -> list[Workload]:
+    peers = ("cpprb", "torchrl")
+    out = [Workload("learner_alone", "the learner alone: get_next(256)", "batches/s", peers=peers)]
+    for rows in (1, 256):
+        for writers in (1, 2, 4):
+            title = f"{writers} writer(s) x {rows} rows per add"
+            readme = (
+                "many writer processes, 256 rows per add, one learner sampling 256"
+                if (rows, writers) == (256, 2)
+                else ""
+            )
+            out.append(
+                Workload(
+                    f"add_{writers}w_{rows}r",
+                    f"{title}: rows added",
+                    "rows/s",
+                    peers=peers,
+                    goal_vs="best peer" if rows == 256 else "",
+                    goal_ratio=1.0,
+                    readme=readme,
+                )
+            )
+            out.append(
+                Workload(f"learner_{writers}w_{rows}r", f"{title}: the learner meanwhile", "batches/s", peers=peers)
+            )
+    return out
+
+
+WORKLOADS = _workloads()
+JOBS = [
+    Job("replaybuf", None, ("replaybuf",)),
+    Job("cpprb", "cpprb", ("cpprb",)),
+    Job("torchrl", "torchrl", ("torchrl",)),
+]
+#: per size: (writer counts, rows per add, repetitions, seconds per repetition, ring rows)
+EFFORT = {
+    "full": ((0, 1, 2, 4), (1, 256), 3, 1.0, CAPACITY),
+    "quick": ((0, 1, 2, 4), (1, 256), 1, 0.3, CAPACITY),
+    "tiny": ((0, 1), (1,), 1, 0.05, 1 << 14),
+}
+
+
+def measure(job: Job, size: str, keys: list[str]) -> None:
+    """The job's library in every configuration of ``size``: its add rate and the learner's, as figures."""
+    global CAPACITY
+    writer_counts, row_counts, reps, seconds, CAPACITY = EFFORT[size]
+    harness.emit(lib=job.name, version=f"{job.name} {metadata.version(job.name)}")
+    by_key = {w.key: w for w in WORKLOADS}
+    for rows in row_counts:
+        for writers in writer_counts:
+            if not writers and rows != row_counts[0]:
+                continue  # the learner alone: once
+            pair = (f"add_{writers}w_{rows}r", f"learner_{writers}w_{rows}r") if writers else ("", "learner_alone")
+            if keys and not set(pair) & set(keys):
+                continue
+            runs = [rates(job.name, writers, rows, False, seconds, 0.0, False) for _ in range(reps)]
+            vs_alone = statistics.median(r["vs_alone"] for r in runs)
+            for key, field in zip(pair, ("rows_per_s", "batches_per_s"), strict=True):
+                if key in by_key:
+                    note = f"the learner at {vs_alone:.2f}x its rate alone" if writers else ""
+                    harness.figure(by_key[key], job.name, statistics.median(r[field] for r in runs), note, reps=reps)

@@ -1,4 +1,7 @@
-"""Compressed frame storage on real Atari frames: codecs compared, then the buffers.
+"""Study: What do lz4 and zstd frame storage save and cost on real Atari frames?
+Answer: docs/images.md; docs/benchmarks.md, "Compressed frame storage on real Atari frames".
+
+Compressed frame storage on real Atari frames: codecs compared, then the buffers.
 
 Frames: Gymnasium's ALE environments (ale-py, its bundled ROMs), a uniformly random policy,
 ``frameskip=4``, grayscale 210x160 resized to 84x84 by area averaging (what the DQN
@@ -28,7 +31,7 @@ Adds and samples run in one process holding the three buffers, which take turns 
 transition added to all, sampling rounds alternating), so load changes hit them alike;
 the last lines give each compressed buffer's ratios to the uncompressed frame buffer.
 Run:
-    .venv/bin/python bench/frames_compressed.py [--game MsPacman] [--stored 100000]
+    .venv/bin/python bench/studies/frames_compressed.py [--game MsPacman] [--stored 100000]
         [--capacity 100000] [--reps 7] [--codecs-only] [--no-codecs]
 """
 
@@ -45,10 +48,14 @@ from pathlib import Path
 
 import numpy as np
 
-from replaybuf import ArraySpec, FrameStackReplayBuffer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 
-K, FRAME = 4, (84, 84)
-CACHE = Path(__file__).resolve().parent / ".cache"
+from replaybuf import FrameStackReplayBuffer  # noqa: E402
+from suites.frames import FRAME, K, spec  # noqa: E402
+
+CHW = 0  # the stack axis of Gymnasium's [4, 84, 84]
+
+CACHE = Path(__file__).resolve().parents[1] / ".cache"
 KINDS = {"uncompressed": None, "lz4": "lz4", "zstd": "zstd"}
 
 
@@ -124,17 +131,6 @@ def transitions(frames: np.ndarray, starts: np.ndarray, count: int):
             return
 
 
-def spec() -> dict:
-    shape = (K, *FRAME)
-    return {
-        "observation": ArraySpec(shape, np.uint8),
-        "action": ArraySpec((), np.int64),
-        "reward": ArraySpec((), np.float32),
-        "next_observation": ArraySpec(shape, np.uint8),
-        "done": ArraySpec((), np.bool_),
-    }
-
-
 def rss_anon() -> int:
     with open("/proc/self/status") as status:
         for line in status:
@@ -197,7 +193,7 @@ def fill_alone(kind: str, args: argparse.Namespace) -> None:
     frames, starts = game_frames(args.game, args.steps)
     items = transitions(frames, starts, args.stored)
     first = next(items)
-    buffer = FrameStackReplayBuffer(spec(), 1, args.capacity, seed=0, compression=KINDS[kind])
+    buffer = FrameStackReplayBuffer(spec(CHW), 1, args.capacity, seed=0, compression=KINDS[kind])
     before = rss_anon()
     buffer.add_batch(first)
     for item in items:
@@ -279,7 +275,7 @@ def main() -> None:
         return
     rss = {kind: rss_per_transition(kind, args) for kind in KINDS}
     buffers = {
-        kind: FrameStackReplayBuffer(spec(), 1, args.capacity, seed=0, compression=c) for kind, c in KINDS.items()
+        kind: FrameStackReplayBuffer(spec(CHW), 1, args.capacity, seed=0, compression=c) for kind, c in KINDS.items()
     }
     add = fill(buffers, transitions(frames, starts, args.stored))
     rates = {size: sample_rates(buffers, size, args.reps) for size in (32, 256)}

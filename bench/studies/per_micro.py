@@ -1,4 +1,7 @@
-"""Prioritized sampling and episode-aware windows, against references, in one run.
+"""Study: What bounds W3's prioritized round, against Tianshou's buffer and bare segment tree in CPU time?
+Answer: docs/prioritized.md and docs/benchmarks.md, "What bounds the rows that fall short" (W3).
+
+Prioritized sampling and episode-aware windows, against references, in one run.
 
 PER: sample 256 + update of those 256 priorities at capacity 1M with 200k stored, as
 (a) replaybuf's PrioritizedReplayBuffer (get_next with the items, weights, update_priorities),
@@ -14,7 +17,7 @@ beside plain windows that ignore episodes.
 Rounds alternate between contenders; the median of the rounds is reported (iterations per
 second of process CPU time, so that time the scheduler gives to other jobs on a shared
 machine does not count; cache contention still does).
-    .venv/bin/python bench/per_micro.py [--quick]
+    .venv/bin/python bench/studies/per_micro.py [--quick]
 """
 
 from __future__ import annotations
@@ -204,7 +207,7 @@ class TianshouRounds:
     loop ("tree") and its PrioritizedReplayBuffer sample + update_weight ("buffer")."""
 
     def __init__(self, capacity: int, stored: int):
-        python = Path(__file__).resolve().parent / ".venvs" / "tianshou" / "bin" / "python"
+        python = Path(__file__).resolve().parents[1] / ".venvs" / "tianshou" / "bin" / "python"
         self.process = None
         if python.exists():
             self.process = subprocess.Popen(

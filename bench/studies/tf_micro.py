@@ -1,4 +1,7 @@
-"""Micro-benchmark of replaybuf.tf beside TF-Agents, in ONE process, on the rows of bench/run.py.
+"""Study: What bounds the TF rows, TF-Agents in the same process on TF 2.15, and the loop's floor?
+Answer: docs/tensorflow.md, "What bounds each row".
+
+Micro-benchmark of replaybuf.tf beside TF-Agents, in ONE process, on the rows of the peers / tf suites (bench/suites/).
 
 The rows are bench/libs/tf_common.py's (the W1 transition: obs f32[4], action i64, reward
 f32, done bool, next_obs f32[4]):
@@ -20,9 +23,9 @@ loop, the tf.function call, tf.data and ``next()`` cost by themselves. "unbatch-
 with no storage: its whole element, zeros, 8 at a time through ``unbatch``, no prefetch. Repetitions are
 interleaved, so load on the shared machine falls on every implementation alike:
 
-    .venv-tf215/bin/python bench/tf_micro.py \\
+    .venv-tf215/bin/python bench/studies/tf_micro.py \\
         --tf-agents-site bench/.venvs/tfagents/lib/python3.11/site-packages
-    .venv/bin/python bench/tf_micro.py --quick --impl replaybuf --impl floor
+    .venv/bin/python bench/studies/tf_micro.py --quick --impl replaybuf --impl floor
 
 ``--draw-ahead K`` (repeatable) adds replaybuf built with ``dataset_draw_ahead=K`` as
 implementation ``replaybuf-kK``; ``--only dataset`` keeps to the dataset row.
@@ -35,13 +38,16 @@ import functools
 import os
 import statistics
 import sys
-import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
+
+import harness  # noqa: E402
 from common import SIZES  # noqa: E402
 from libs import tf_common  # noqa: E402
 from replaybuf.tf.iteration import fast_iteration  # noqa: E402
@@ -136,15 +142,6 @@ ROWS = {
 }
 
 
-def timed(run, seconds):
-    """Calls of ``run(1)`` per second over a stretch of about ``seconds``."""
-    calls, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        run(1)
-        calls += 1
-    return calls / (time.perf_counter() - start)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -187,14 +184,9 @@ def main(argv=None):
     results = {impl: {} for impl in impls}
     for name, (row, per_call) in rows.items():
         runs = {impl: row(lambda *a, impl=impl: maker(impl)(*a))(sizes) for impl in impls}
-        for run in runs.values():
-            run(20)  # warm up: trace, first pages
-        samples = {impl: [] for impl in impls}
-        for _ in range(reps):
-            for impl, run in runs.items():
-                samples[impl].append(timed(run, seconds) * per_call)
-        for impl in impls:
-            results[impl][name] = statistics.median(samples[impl])
+        times, _ = harness.interleave(runs, harness.Timing(reps, seconds, 0.2))
+        for impl, got in times.items():
+            results[impl][name] = per_call / statistics.median(got) if isinstance(got, list) else float("nan")
     for impl in impls:
         print(f"{impl:<12}" + "".join(f"{results[impl][name]:>14,.0f}" for name in rows), flush=True)
     if "tf-agents" in impls:

@@ -1,9 +1,12 @@
-"""Where the time of TF-Agents' DQN round goes (one add in a ``tf.function``, then one
+"""Study: Where does the time of TF-Agents' DQN round (add, then next()) go, and what are its floors?
+Answer: docs/benchmarks.md, "TF-Agents drop-in: the exact TF dataset"; docs/tensorflow.md.
+
+Where the time of TF-Agents' DQN round goes (one add in a ``tf.function``, then one
 ``next()``), for TF-Agents' buffer and replaybuf's in ONE process on one TensorFlow:
 
-    .venv-tf-agents/bin/python bench/tf_round_parts.py
+    .venv-tf-agents/bin/python bench/studies/tf_round_parts.py
 
-Per buffer (64 streams, bench/libs/tf_common.py's transition, the sizes of bench/run.py's
+Per buffer (64 streams, bench/libs/tf_common.py's transition, the sizes of the peers / tf suites (bench/suites/)'s
 tf_dataset_add row: capacity 1M, 200k stored; ``as_dataset(256, num_steps=2)``): the add
 call, the ``next()`` after it, the whole round, ``next()`` with no adds between reads, and
 the cost of calling an empty ``tf.function`` that takes the same dict (the floor of the
@@ -20,13 +23,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "libs"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-import tf_common  # noqa: E402
 from tf_agents.replay_buffers import tf_uniform_replay_buffer as theirs  # noqa: E402
 
+from libs import tf_common  # noqa: E402
 from replaybuf.tf import datasets  # noqa: E402
 from replaybuf.tf.iteration import fast_iteration  # noqa: E402
 from replaybuf.tf_agents import tf_uniform_replay_buffer as ours  # noqa: E402

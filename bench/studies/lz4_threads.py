@@ -1,4 +1,7 @@
-"""What splitting lz4 decoding over threads buys at small batches, on real Atari frames.
+"""Study: Below which batch does splitting lz4 decoding over threads stop paying?
+Answer: docs/images.md (the compressed frames' threads).
+
+What splitting lz4 decoding over threads buys at small batches, on real Atari frames.
 
 The compressed frame buffer decodes a batch's distinct frames in one compiled loop per
 thread (replaybuf.storages.codecs), and splits only batches of at least
@@ -15,8 +18,8 @@ This script gives the evidence, on one batch of ``--frames`` distinct MsPacman f
 
 Run (one layer per process: numba fixes it at the first parallel call):
 
-    NUMBA_THREADING_LAYER=omp .venv/bin/python bench/lz4_threads.py
-    NUMBA_THREADING_LAYER=workqueue .venv/bin/python bench/lz4_threads.py
+    NUMBA_THREADING_LAYER=omp .venv/bin/python bench/studies/lz4_threads.py
+    NUMBA_THREADING_LAYER=workqueue .venv/bin/python bench/studies/lz4_threads.py
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 
-from frames_compressed import FRAME, game_frames  # noqa: E402
+from studies.frames_compressed import FRAME, game_frames  # noqa: E402
 
 FRAME_BYTES = FRAME[0] * FRAME[1]
 

@@ -1,4 +1,7 @@
-"""Micro-benchmark of the PyTorch buffer on the CPU, beside its peers, in one run.
+"""Study: What does the torch buffer's CPU sample cost beside index_select, at default and one thread?
+Answer: docs/gpu.md.
+
+Micro-benchmark of the PyTorch buffer on the CPU, beside its peers, in one run.
 
   sample: 256 random items of 84x84x4 uint8 (Atari frames) from
     - TorchUniformReplayBuffer.get_next(256)                 (device='cpu')
@@ -10,39 +13,41 @@
 Figures are medians of repeated runs; MB/s counts the sampled bytes. Sampling is measured
 at torch's default intra-op thread count and at one thread: on a machine whose cores are
 busy, torch's parallel gather can collapse (threads wait for each other). Run:
-    .venv/bin/python bench/torch_micro.py [--quick]
+    .venv/bin/python bench/studies/torch_micro.py [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import time
+import sys
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from replaybuf import ArraySpec, UniformReplayBuffer
-from replaybuf.torch import TorchUniformReplayBuffer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
+
+import harness  # noqa: E402
+from harness import Timing  # noqa: E402
+from replaybuf import ArraySpec, UniformReplayBuffer  # noqa: E402
+from replaybuf.torch import TorchUniformReplayBuffer  # noqa: E402
 
 FRAME = (84, 84, 4)
 SAMPLE = 256
 
 
-def median_seconds(fn: Callable[[], object], number: int, repeat: int) -> float:
-    fn()  # warm up
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - start) / number)
-    return statistics.median(times)
+def rates(cases: dict[str, Callable[[], object]], per_call: float, timing: Timing) -> list[tuple[str, float]]:
+    """``per_call`` over each case's median seconds per call, the cases interleaved by the harness."""
+    times, _ = harness.interleave({name: harness.repeat(fn) for name, fn in cases.items()}, timing)
+    return [
+        (name, per_call / statistics.median(t) if isinstance(t, list) else float("nan")) for name, t in times.items()
+    ]
 
 
-def bench_sample(streams: int, steps: int, number: int, repeat: int) -> list[tuple[str, float]]:
+def bench_sample(streams: int, steps: int, timing: Timing) -> list[tuple[str, float]]:
     spec = {"frame": ArraySpec(FRAME, np.uint8)}
     ours = TorchUniformReplayBuffer(spec, streams, steps, seed=0)
     host = UniformReplayBuffer(spec, streams, steps, seed=0)
@@ -65,11 +70,10 @@ def bench_sample(streams: int, steps: int, number: int, repeat: int) -> list[tup
         "plain x[idx] (naive torch)": lambda: plain[idx()],
         "plain NumPy take": lambda: plain_np.take(idx().numpy(), axis=0),
     }
-    nbytes = SAMPLE * int(np.prod(FRAME))
-    return [(name, nbytes / median_seconds(fn, number, repeat) / 1e6) for name, fn in cases.items()]
+    return rates(cases, SAMPLE * int(np.prod(FRAME)) / 1e6, timing)
 
 
-def bench_insert(number: int, repeat: int) -> list[tuple[str, float]]:
+def bench_insert(timing: Timing) -> list[tuple[str, float]]:
     frame_spec = {"frame": ArraySpec(FRAME, np.uint8), "action": ArraySpec((), np.int64)}
     small_spec = {
         "observation": ArraySpec((4,), np.float32),
@@ -98,9 +102,11 @@ def bench_insert(number: int, repeat: int) -> list[tuple[str, float]]:
         for _ in range(1000):  # touch every page first: measure steady-state adds
             ours.add_batch(items)
             host.add_batch(items)
-        for name, buffer in (("torch", ours), ("numpy", host)):
-            seconds = median_seconds(partial(buffer.add_batch, items), number, repeat)
-            results.append((f"{name} buffer add_batch ({label})", 1 / seconds))
+        cases = {
+            f"{name} buffer add_batch ({label})": partial(b.add_batch, items)
+            for name, b in (("torch", ours), ("numpy", host))
+        }
+        results += rates(cases, 1, timing)
     return results
 
 
@@ -108,17 +114,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
     args = parser.parse_args()
-    number, repeat = (5, 3) if args.quick else (50, 7)
+    timing = Timing(3, 0.05, 0.01) if args.quick else Timing(7, 0.2, 0.05)
     print(f"torch {torch.__version__}, CPU only")
     default_threads = torch.get_num_threads()
     for threads in sorted({default_threads, 1}, reverse=True):
         torch.set_num_threads(threads)
         print(f"sample {SAMPLE} x {FRAME} uint8 from 4096 stored frames, torch threads={threads} (MB/s)")
-        for name, rate in bench_sample(64, 64, number, repeat):
+        for name, rate in bench_sample(64, 64, timing):
             print(f"  {name:50s} {rate:10.0f} MB/s")
     torch.set_num_threads(default_threads)
     print("single-step insert (steps/s, higher is better)")
-    for name, rate in bench_insert(number * 20, repeat):
+    for name, rate in bench_insert(timing):
         print(f"  {name:50s} {rate:10.0f} /s")
 
 

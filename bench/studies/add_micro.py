@@ -1,6 +1,9 @@
-"""W1's adds and samples in ONE process: replaybuf's two layouts, Stable-Baselines3, and floors.
+"""Study: What bounds W1's adds (the layouts' write floors, SB3 beside in CPU time)?
+Answer: docs/benchmarks.md, "What bounds the rows that fall short" (W1a / W1b).
 
-The rows are bench/run.py's W1 rows (obs f32[4], action i64, reward f32, done bool,
+W1's adds and samples in ONE process: replaybuf's two layouts, Stable-Baselines3, and floors.
+
+The rows are the peers / tf suites (bench/suites/)'s W1 rows (obs f32[4], action i64, reward f32, done bool,
 next_obs f32[4]; capacity 1M): a single add from per-row NumPy values (``add1``), an add
 of 256 at once (``add256``) and a sample of 256 of 200k stored (``sample256``).
 Implementations:
@@ -21,7 +24,7 @@ shared, and wall time there mostly measures the other processes), the median of
 filled once around its whole capacity, so adds overwrite touched pages (as in run.py's
 steady state) instead of faulting fresh ones in.
 
-    .venv/bin/python bench/add_micro.py --sb3-site bench/.venvs/sb3/lib/python3.11/site-packages
+    .venv/bin/python bench/studies/add_micro.py --sb3-site bench/.venvs/sb3/lib/python3.11/site-packages
 """
 
 from __future__ import annotations
@@ -30,9 +33,13 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
+
+import harness  # noqa: E402
 from common import BATCH, single_rows, small_pool
 from libs.replaybuf_lib import SMALL_SPEC
 from replaybuf import PyUniformReplayBuffer
@@ -156,7 +163,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sb3-site", default=None, help="site-packages with stable_baselines3 (appended to sys.path)")
     parser.add_argument("--reps", type=int, default=21)
-    parser.add_argument("--calls", type=float, default=1.0, help="scale of calls per repetition")
+    parser.add_argument("--seconds", type=float, default=0.1, help="wall seconds per repetition")
     args = parser.parse_args()
     if args.sb3_site:
         sys.path.append(args.sb3_site)
@@ -167,17 +174,16 @@ def main() -> int:
     except ImportError as exc:
         print(f"sb3: not imported ({exc}); pass --sb3-site")
     impls["numpy-fancy"] = numpy_fancy_rows()
-    calls = {"add1": int(4000 * args.calls), "add256": int(1000 * args.calls), "sample256": int(300 * args.calls)}
+    timing = harness.Timing(args.reps, args.seconds, 0.05)
     times: dict[tuple[str, str], list[float]] = {}
-    for _ in range(args.reps):
-        for row, n in calls.items():
-            for impl, rows in impls.items():
-                if row in rows:
-                    start = time.thread_time()
-                    rows[row](n)
-                    times.setdefault((row, impl), []).append((time.thread_time() - start) / n * 1e6)
+    for row in ("add1", "add256", "sample256"):
+        runs = {impl: rows[row] for impl, rows in impls.items() if row in rows}
+        got, _ = harness.interleave(runs, timing, clock=time.thread_time)
+        for impl, values in got.items():
+            if isinstance(values, list):
+                times[(row, impl)] = [t * 1e6 for t in values]
     print(f"CPU us per call, median of {args.reps} interleaved repetitions (min-max in brackets)")
-    for row in calls:
+    for row in ("add1", "add256", "sample256"):
         base = "sb3" if row != "sample256" else "numpy-fancy"
         ref = statistics.median(times[(row, base)]) if (row, base) in times else None
         for impl in impls:

@@ -1,4 +1,7 @@
-"""Checkpoint and memmap micro-benchmark: replaybuf save/load beside plain np.save/np.load.
+"""Study: What does a checkpoint's save / load cost beside np.save / np.load, and memmap sampling?
+Answer: docs/persistence.md.
+
+Checkpoint and memmap micro-benchmark: replaybuf save/load beside plain np.save/np.load.
 
 Buffers:
   small: 1M CartPole transitions (observation 4 f32, action i64, reward f32, discount f32,
@@ -23,7 +26,7 @@ files only), so loads read from disk like a restart would.
 memmap: get_next(256) items/s of the image buffer in RAM, in storage='memmap', and in the
 memmap folder reopened with its file evicted from the page cache (pages come from disk), with
 the process RSS growth after creating, filling and sampling. Run:
-    .venv/bin/python bench/persist_micro.py [--quick] [--reps N] [--dir DIR]
+    .venv/bin/python bench/studies/persist_micro.py [--quick] [--reps N] [--dir DIR]
 """
 
 from __future__ import annotations
