@@ -297,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n| MindSpore-style buffer | us |\n| --- | ---: |")
         print("\n".join(mindspore_section(device, capacity, timer_args)))
     if "jax" in sections and find_spec("jax") is not None:
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch's tensors
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/jax_gpu.py beside this file
         from jax_gpu import jax_section
 
