@@ -34,6 +34,8 @@ class Backend:
     # a random dataset that keeps draws in flight (the Ray shards) may hand out
     # ``dataset_draw_ahead - 1`` elements drawn before an add; every other one is exact
     dataset_may_lag: bool = False
+    # pytest marks of every test case run on this backend (``cuda`` for the GPU entries)
+    marks: tuple = ()
 
 
 def _numpy_uniform(data_spec, batch_size, max_length, seed):
@@ -45,17 +47,31 @@ def _numpy_py_uniform(data_spec, batch_size, max_length, seed):
     return replaybuf.PyUniformReplayBuffer(data_spec, capacity=max_length, seed=seed)
 
 
-def _torch_uniform(data_spec, batch_size, max_length, seed):
-    torch_backend = pytest.importorskip("replaybuf.torch")
-    return torch_backend.TorchUniformReplayBuffer(
-        data_spec, batch_size=batch_size, max_length=max_length, device="cpu", seed=seed
-    )
+def _torch_backend(device: str):
+    """``replaybuf.torch``, skipping the test where torch or (for ``cuda``) a CUDA device is missing."""
+    torch = pytest.importorskip("torch")
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    return pytest.importorskip("replaybuf.torch")
 
 
-def _torch_py_uniform(data_spec, batch_size, max_length, seed):
-    assert batch_size == 1, "single_stream backends are only built with batch_size=1"
-    torch_backend = pytest.importorskip("replaybuf.torch")
-    return torch_backend.TorchPyUniformReplayBuffer(data_spec, capacity=max_length, device="cpu", seed=seed)
+def _torch_uniform(device: str):
+    def make(data_spec, batch_size, max_length, seed):
+        return _torch_backend(device).TorchUniformReplayBuffer(
+            data_spec, batch_size=batch_size, max_length=max_length, device=device, seed=seed
+        )
+
+    return make
+
+
+def _torch_py_uniform(device: str):
+    def make(data_spec, batch_size, max_length, seed):
+        assert batch_size == 1, "single_stream backends are only built with batch_size=1"
+        return _torch_backend(device).TorchPyUniformReplayBuffer(
+            data_spec, capacity=max_length, device=device, seed=seed
+        )
+
+    return make
 
 
 def _torch_to_numpy(value):
@@ -191,8 +207,10 @@ BACKENDS: list[Backend] = [
     Backend("numpy-py-memmap", _numpy_py_memmap, single_stream=True),
     Backend("numpy-columns", _numpy_columns),
     Backend("numpy-py-columns", _numpy_py_columns, single_stream=True),
-    Backend("torch-cpu", _torch_uniform, _torch_to_numpy),
-    Backend("torch-py-cpu", _torch_py_uniform, _torch_to_numpy, single_stream=True),
+    Backend("torch-cpu", _torch_uniform("cpu"), _torch_to_numpy),
+    Backend("torch-py-cpu", _torch_py_uniform("cpu"), _torch_to_numpy, single_stream=True),
+    Backend("torch-cuda", _torch_uniform("cuda"), _torch_to_numpy, marks=(pytest.mark.cuda,)),
+    Backend("torch-py-cuda", _torch_py_uniform("cuda"), _torch_to_numpy, single_stream=True, marks=(pytest.mark.cuda,)),
     Backend("tf", _tf_uniform, _tf_to_numpy),
     Backend("numpy-prioritized", _numpy_prioritized),
     Backend("numpy-frames", _numpy_frames),

@@ -19,7 +19,7 @@ def _cases():
         for batch_size in BATCH_SIZES:
             if backend.single_stream and batch_size != 1:
                 continue
-            yield pytest.param((backend, batch_size), id=f"{backend.name}-B{batch_size}")
+            yield pytest.param((backend, batch_size), id=f"{backend.name}-B{batch_size}", marks=backend.marks)
 
 
 @pytest.fixture(params=list(_cases()))

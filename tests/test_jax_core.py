@@ -16,6 +16,7 @@ import replaybuf  # noqa: E402
 from conformance_data import SPEC, assert_items_match_ids, step_batch  # noqa: E402
 from replaybuf import ArraySpec  # noqa: E402
 from replaybuf.jax import make_buffer  # noqa: E402
+from replaybuf.jax.sumtree import forced_descent  # noqa: E402
 
 SMALL = {"obs": ArraySpec((4,), np.float32), "action": ArraySpec((), np.int32), "done": ArraySpec((), np.bool_)}
 
@@ -142,10 +143,12 @@ def test_compiled_training_step_copies_no_storage():
     def lowered(step, donate):
         return jax.jit(step, donate_argnums=donate).lower(state, batch, jax.random.key(0)).compile().as_text()
 
-    assert _storage_copies(lowered(train_step, (0,)), buffer) == []
-    # the check sees copies where XLA makes them: without donation, and when a read comes first
+    assert _storage_copies(lowered(train_step, (0,)), buffer) == []  # on every platform
+    # the check sees copies where XLA makes them: without donation, and (on the CPU; XLA's GPU
+    # backend orders the read before the write in place) when a read comes first
     assert _storage_copies(lowered(train_step, ()), buffer)
-    assert _storage_copies(lowered(read_then_write, (0,)), buffer)
+    if jax.default_backend() == "cpu":
+        assert _storage_copies(lowered(read_then_write, (0,)), buffer)
 
     def scanned(state, key):
         def body(state, key):
@@ -319,7 +322,15 @@ def test_sum_tree_is_recomputed_and_cannot_drift():
     assert float(state.priorities.trees.mins[0][0]) == pytest.approx(leaves[leaves > 0].min())
 
 
-def test_prioritized_draws_follow_priorities_with_probabilities_and_weights():
+@pytest.fixture(params=["levels", "wide"])
+def descent(request):
+    """The prioritized draws below, through each descent of the sum tree: level by level (the
+    CPU's) and in two wide steps (every other platform's), both forced here on the CPU."""
+    with forced_descent(request.param):
+        yield request.param
+
+
+def test_prioritized_draws_follow_priorities_with_probabilities_and_weights(descent):
     buffer = make_buffer(SMALL, 2, 8, prioritized=True, alpha=1.0, beta=0.5, epsilon=0.0)
     state = filled(
         buffer,
@@ -352,7 +363,7 @@ def test_prioritized_draws_follow_priorities_with_probabilities_and_weights():
 @pytest.mark.parametrize(
     ("steps", "num_steps"), [(6, 2), (6, 5), (8, 3), (8, 7), (11, 2), (11, 5), (11, 7), (13, 3), (13, 7), (16, 8)]
 )
-def test_prioritized_windows_share_the_mass_of_the_starts_they_fit_after(steps, num_steps):
+def test_prioritized_windows_share_the_mass_of_the_starts_they_fit_after(steps, num_steps, descent):
     """Starts in the last num_steps - 1 steps are left out of the mass, wherever the ring wrapped."""
     batch, length = 2, 8
     buffer = make_buffer(SMALL, batch, length, prioritized=True, alpha=1.0, epsilon=0.0)
@@ -426,7 +437,7 @@ def _episodes_with_priorities(steps, seed):
 
 @pytest.mark.parametrize("num_steps", [3, 2, 1])  # 3: the window tree; 2: one pass, then rejection
 @pytest.mark.parametrize("steps", [5, 12, 23])
-def test_prioritized_episode_windows_match_brute_force(num_steps, steps):
+def test_prioritized_episode_windows_match_brute_force(num_steps, steps, descent):
     buffer, state, done = _episodes_with_priorities(steps, seed=steps)
     expected = sorted(_brute_force_starts(done, 3, 7, steps, num_steps))
     leaves = np.asarray(state.priorities.trees.sums[-1], np.float64)

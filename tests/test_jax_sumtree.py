@@ -7,7 +7,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from replaybuf.jax.sumtree import DENSE_CHILDREN, tree_descend, tree_init, tree_update
+from replaybuf.jax.sumtree import (
+    DENSE_CHILDREN,
+    forced_descent,
+    level_descend,
+    tree_descend,
+    tree_init,
+    tree_update,
+    wide_descend,
+)
 
 SIZE = 5000  # 2 * 8 ** 4 leaves at K = 8: levels 0-2 are recomputed whole, levels 3-4 node by node
 
@@ -64,8 +72,9 @@ def test_every_level_is_its_childrens_sum_and_min_after_many_updates(branching):
         np.testing.assert_array_equal(np.asarray(got), want)
 
 
-def test_a_descent_finds_the_leaf_whose_prefix_holds_each_target():
-    branching = 8
+@pytest.mark.parametrize("descend", [level_descend, wide_descend], ids=["levels", "wide"])
+@pytest.mark.parametrize("branching", [4, 8])
+def test_a_descent_finds_the_leaf_whose_prefix_holds_each_target(descend, branching):
     rng = np.random.default_rng(1)
     masses = np.where(rng.random(SIZE) < 0.3, 0.0, rng.random(SIZE)).astype(np.float32)
     trees = tree_update(tree_init(SIZE, branching, with_mins=False), jnp.arange(SIZE), jnp.asarray(masses))
@@ -73,10 +82,26 @@ def test_a_descent_finds_the_leaf_whose_prefix_holds_each_target():
     edges = np.cumsum(masses.astype(np.float64))
     targets = np.concatenate([rng.random(500) * total, edges[rng.integers(0, SIZE, 50)] * (1 - 1e-6)])
     targets = np.minimum(targets, total * (1 - 1e-6)).astype(np.float32)
-    leaves, drawn = jax.jit(tree_descend)(trees.sums, jnp.asarray(targets))
+    leaves, drawn = jax.jit(descend)(trees.sums, jnp.asarray(targets))
     leaves, drawn = np.asarray(leaves), np.asarray(drawn)
     assert (masses[leaves] > 0).all()  # never a zero-mass leaf
     np.testing.assert_array_equal(drawn, masses[leaves])
     want = np.searchsorted(edges, targets.astype(np.float64), side="right")
     assert np.mean(leaves == want) > 0.99  # float32 sums may move a target across an edge
     assert (np.abs(leaves - want) <= 64).all()
+
+
+def test_both_descents_pick_the_same_leaves_and_the_platform_picks_one():
+    rng = np.random.default_rng(2)
+    masses = np.where(rng.random(SIZE) < 0.5, 0.0, rng.random(SIZE) ** 4).astype(np.float32)
+    trees = tree_update(tree_init(SIZE, 8, with_mins=False), jnp.arange(SIZE), jnp.asarray(masses))
+    targets = jnp.asarray(rng.random(4096).astype(np.float32)) * trees.sums[0][0]
+    levels, wide = (jax.jit(f)(trees.sums, targets) for f in (level_descend, wide_descend))
+    assert np.mean(np.asarray(levels[0]) == np.asarray(wide[0])) > 0.99  # float32 edges may differ
+    assert (masses[np.asarray(wide[0])] > 0).all()
+    chosen = jax.jit(tree_descend)(trees.sums, targets)  # not forced: the platform's own path
+    own = levels if jax.default_backend() == "cpu" else wide
+    np.testing.assert_array_equal(np.asarray(chosen[0]), np.asarray(own[0]))
+    with forced_descent("wide"):
+        np.testing.assert_array_equal(np.asarray(jax.jit(tree_descend)(trees.sums, targets)[0]), np.asarray(wide[0]))
+    np.testing.assert_array_equal(np.asarray(jax.jit(tree_descend)(trees.sums, targets)[0]), np.asarray(own[0]))

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from replaybuf import ArgumentError, EmptyBufferError, SpecError, SpecMismatchError
 
 torch = pytest.importorskip("torch")
+from cuda_sync import host_sync_forbidden  # noqa: E402
 from replaybuf.mindspore_rl import ReplayBuffer  # noqa: E402
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -265,11 +266,8 @@ def test_cuda_insert_and_sample_never_synchronise_with_the_host():
     device_rows = [c.cuda() for c in rows(0, 300)]
     buffer.insert(device_rows)
     buffer.sample()  # warm up: lazy CUDA initialisation may synchronise once
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with host_sync_forbidden():
         buffer.insert(device_rows)
         buffer.sample()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
+    assert torch.cuda.get_sync_debug_mode() == 0  # restored for the tests after this one
     assert all(c.is_cuda for c in buffer.sample())

@@ -102,10 +102,15 @@ def machine_for(backend, batch_size: int):
     return BufferMachine
 
 
-_CASES = [(b, n) for b in BACKENDS for n in (1, 3) if not (b.single_stream and n != 1)]
+_CASES = [
+    pytest.param(b, n, id=f"{b.name}-B{n}", marks=b.marks)
+    for b in BACKENDS
+    for n in (1, 3)
+    if not (b.single_stream and n != 1)
+]
 
 
-@pytest.mark.parametrize("backend, batch_size", _CASES, ids=[f"{b.name}-B{n}" for b, n in _CASES])
+@pytest.mark.parametrize("backend, batch_size", _CASES)
 def test_buffer_matches_model(backend, batch_size):
     machine = machine_for(backend, batch_size)
     # Graph backends trace functions for every new buffer: fewer, equally long, runs there.

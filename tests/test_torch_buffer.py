@@ -16,6 +16,7 @@ import replaybuf
 from replaybuf import ArraySpec, SpecError, SpecMismatchError
 
 torch = pytest.importorskip("torch")
+from cuda_sync import host_sync_forbidden  # noqa: E402
 from replaybuf.torch import (  # noqa: E402
     TorchDataset,
     TorchPyUniformReplayBuffer,
@@ -244,13 +245,18 @@ def test_cuda_sampling_never_synchronises_with_the_host():
     for _ in range(8):
         buffer.add_batch({"frame": frames})
     buffer.get_next(256, 3)  # warm up: lazy CUDA initialisation may synchronise once
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with host_sync_forbidden():
         for sample_batch_size, num_steps in ((256, None), (256, 3), (None, None)):
             buffer.get_next(sample_batch_size, num_steps)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
+    assert torch.cuda.get_sync_debug_mode() == 0  # restored for the tests after this one
+
+
+@CUDA
+def test_a_failed_check_for_host_synchronisation_restores_the_mode():
+    with pytest.raises(RuntimeError, match="synchroniz"), host_sync_forbidden():
+        torch.ones(1, device="cuda").item()  # a device-to-host copy waits for the GPU
+    assert torch.cuda.get_sync_debug_mode() == 0
+    torch.ones(1, device="cuda").item()  # and later calls may synchronise again
 
 
 def test_arguments_are_checked():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from replaybuf.errors import CheckpointError
 from replaybuf.persistence import folder as checkpoint_folder
 
 torch = pytest.importorskip("torch")
+from replaybuf.mindspore_rl import ReplayBuffer  # noqa: E402
 from replaybuf.torch import TorchPyUniformReplayBuffer, TorchUniformReplayBuffer  # noqa: E402
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -181,3 +183,25 @@ def test_cuda_round_trip_through_state_dict_and_folder(tmp_path):
     again = segmented(device="cuda", seed=0)
     again.load(tmp_path / "ckpt")
     assert_same(original, again)
+
+
+FOLDERS = Path(__file__).parent / "fixtures" / "torch-v1"  # written by the per-leaf storage (main at 3dd3388)
+
+
+def test_folders_of_the_per_leaf_storage_still_load():
+    expected = json.loads((FOLDERS / "expected.json").read_text())
+    buffer = segmented(seed=0)
+    buffer.load(FOLDERS / "uniform")
+    stored = buffer.gather_all()
+    assert stored["id"].tolist() == [[6, 8, 10, 12, 14], [7, 9, 11, 13, 15]]
+    want = fields_for_ids(stored["id"].numpy())
+    np.testing.assert_array_equal(stored["observation"]["camera"].numpy(), want["observation"]["camera"])
+    np.testing.assert_array_equal(stored["observation"]["position"].numpy(), want["observation"]["position"])
+    assert buffer.get_next(4, 2)[1].ids.tolist() == expected["uniform_next_ids"]  # the generator continues
+    types = [torch.float32, torch.int32, torch.float32, torch.float32]
+    rows = ReplayBuffer(4, 6, [(4,), (1,), (1,), (4,)], types, device="cpu", seed=0)
+    rows.load(FOLDERS / "mindspore")
+    assert (rows.head, rows.count) == (3, 6)
+    assert [int(rows.get_item(i)[1]) for i in range(6)] == [3, 4, 5, 6, 7, 8]
+    assert rows.get_item(2)[3].tolist() == [-5.0] * 4
+    assert rows.sample()[1][:, 0].tolist() == expected["mindspore_next_sample_rows"]

@@ -6,7 +6,8 @@ as many as the size needs (at most K), so 1M slots take 1M leaves, not ``8 ** 7`
 An update writes the leaves, then *recomputes* every touched parent from its children,
 level by level (the top levels whole): no delta is ever propagated, so sums cannot drift
 however many updates a tree sees. A descent reads the K children of
-the current node for every draw at once (a ``[n, K]`` gather per level).
+the current node for every draw at once (a ``[n, K]`` gather per level) on the CPU; other
+platforms descend in two wide steps (``wide_descend``).
 
 The min tree has no leaf level of its own: its lowest level is the minimum of the sum
 tree's leaves that are above 0 (an empty or padded slot holds 0, a stored item a positive
@@ -15,13 +16,15 @@ mass), computed from the same row the sum tree gathers; +inf where there is none
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["Trees", "tree_depth", "tree_init", "tree_update", "tree_descend"]
+__all__ = ["Trees", "forced_descent", "tree_depth", "tree_init", "tree_update", "tree_descend"]
 
 
 class Trees(NamedTuple):
@@ -108,7 +111,69 @@ def tree_descend(sums: tuple, targets: jax.Array) -> tuple[jax.Array, jax.Array]
     """The leaf under each target mass in ``[0, root)`` (the first leaf whose prefix sum
     exceeds it) and that leaf's mass. Rounding can never land on a zero-mass child: a child
     is passed only while mass lies after it, so a target at or past the sum of the children
-    (float rounding) picks the last child with mass."""
+    (float rounding) picks the last child with mass.
+
+    On the CPU the descent goes level by level (``level_descend``); on other platforms, where
+    each level would be a small kernel of its own waiting for the one above, it takes two
+    wide steps (``wide_descend``). ``forced_descent`` picks one path on any platform (tests)."""
+    if _FORCED is not None:
+        return _FORCED(sums, targets)
+    return lax.platform_dependent(sums, targets, cpu=level_descend, default=wide_descend)
+
+
+_FORCED = None  # the descent forced by ``forced_descent``, else None (chosen by platform)
+
+
+@contextlib.contextmanager
+def forced_descent(path: str) -> Iterator[None]:
+    """Within the block, every descent traced takes ``path`` ('levels' or 'wide') on any platform.
+
+    JAX's caches are cleared on the way in and out, so no program traced under one choice
+    is reused under the other."""
+    global _FORCED
+    before = _FORCED
+    _FORCED = {"levels": level_descend, "wide": wide_descend}[path]
+    jax.clear_caches()
+    try:
+        yield
+    finally:
+        _FORCED = before
+        jax.clear_caches()
+
+
+def _choose(prefix: jax.Array, targets: jax.Array) -> jax.Array:
+    """Per row, how many entries are passed: those whose inclusive ``prefix`` is at most the
+    target while mass lies after them (so a zero-mass entry is never chosen)."""
+    passed = (prefix <= targets[:, None]) & (prefix < prefix[:, -1:])
+    return jnp.sum(passed, axis=-1, dtype=jnp.int32)
+
+
+def wide_descend(sums: tuple, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``tree_descend`` in two steps whatever the depth: the node of a middle level whose
+    prefix holds the target (one prefix sum over that whole level, compared with every
+    target at once), then the leaf under it (a row gather of its leaves and their prefix
+    sums). The middle level is the one nearest the square root of the leaf count, so both
+    steps are about as wide. The same rule as ``level_descend``, at the same float32
+    precision (prefix sums over a level's nodes, which are exact recomputed sums)."""
+    leaves = sums[-1]
+    middle = min(
+        range(len(sums) - 1), key=lambda level: max(sums[level].shape[0], leaves.shape[0] // sums[level].shape[0])
+    )
+    nodes = sums[middle]
+    width = leaves.shape[0] // nodes.shape[0]
+    prefix = jnp.cumsum(nodes)[None, :]
+    node = _choose(prefix, targets)
+    before = jnp.where(node > 0, prefix[0, jnp.maximum(node - 1, 0)], 0.0)
+    rest = jnp.maximum(targets - before, 0.0)
+    children = leaves.reshape(-1, width)[node]  # [n, width]: one row gather
+    choice = _choose(jnp.cumsum(children, axis=-1), rest)
+    mass = jnp.take_along_axis(children, choice[:, None], axis=-1)[:, 0]
+    return node * width + choice, mass
+
+
+def level_descend(sums: tuple, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``tree_descend`` level by level: the K children of the current node of every draw at
+    once (a ``[n, K]`` row gather per level)."""
     node = jnp.zeros(targets.shape, jnp.int32)
     mass = jnp.zeros(targets.shape, jnp.float32)
     for level in range(1, len(sums)):

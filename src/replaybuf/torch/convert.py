@@ -40,8 +40,9 @@ class DeviceBatcher:
     """Validates batches against a data_spec and places them where a storage writes them.
 
     On the CPU the result is NumPy arrays (a CPU storage is written through NumPy views of
-    its tensors: a slice assignment costs a fraction of a torch op's dispatch); on any other
-    device it is tensors on that device.
+    its tensors: a slice assignment costs a fraction of a torch op's dispatch). On any other
+    device, a batch of NumPy leaves stays NumPy (the storage packs it into host rows and
+    copies them over at once); one with a tensor leaf becomes tensors on that device.
     """
 
     def __init__(self, flat: FlatSpec, device: torch.device):
@@ -75,6 +76,8 @@ class DeviceBatcher:
         else:  # validated tensors stand in as zero-copy arrays for the core's checks
             leaves = [_stand_in(flat.leaves[i], tensors[i]) if i in tensors else x for i, x in enumerate(leaves)]
             arrays = flat.flatten_batch(flat.unflatten(leaves), batch_size)
+        if not tensors:
+            return arrays
         if self._on_cpu:
             for i, tensor in tensors.items():
                 arrays[i] = self._place(tensor, i).numpy()

@@ -1,59 +1,156 @@
-"""Device storage: one preallocated torch tensor per leaf, read and written by slot.
+"""Device storage: every leaf of a slot side by side in one byte row, read with one gather.
 
-Reads gather with ``torch.index_select`` (on uint8 images about 8x faster than ``x[idx]``
-on CPU) and keep the slot tensor on the device, so a read never synchronises with the
-host. Tensors are allocated with ``torch.empty``: pages are mapped when first written, and
-only slots that were written are ever read (the buffer's ids guarantee it).
+The storage is one uint8 tensor ``[capacity, row_bytes]``; each leaf owns an aligned run of
+bytes in every row (leaves ordered by item size, widest first, the row padded to 8 bytes).
+A read gathers whole rows with one ``torch.index_select`` (one kernel on a GPU, whatever
+the number of leaves; on CPU uint8 rows gather about 8x faster than ``x[idx]``) and hands
+back each leaf as a strided view of the gathered rows (rows are gathered as the dtype of
+most leaves; a dtype view per other dtype and an ``as_strided`` per leaf: metadata only,
+no copy, no kernel). ``tensors`` are the same
+views of the storage itself, ``[capacity] + leaf.shape`` each, through which checkpoints
+read and write leaf by leaf, in the per-leaf format every torch buffer has always saved.
+
+Returned leaves are views: their rows are ``row_bytes`` apart, so ``x.view(-1)`` on a leaf
+needs ``x.reshape(-1)`` (or ``x.contiguous()``) instead. Tensors are allocated with
+``torch.empty``: pages are mapped when first written, and only written slots are read.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from replaybuf.specs import ArraySpec
 from replaybuf.torch.convert import as_torch_dtype
 
-__all__ = ["TorchStorage"]
+__all__ = ["RowLayout", "TorchStorage"]
+
+ROW_ALIGNMENT = 8  # bytes: the widest item size a row is padded to, so every dtype view fits
+
+
+class RowLayout:
+    """Where each leaf lives in a byte row: its dtype, shape and element offset; and how to
+    view rows of bytes back as leaves."""
+
+    def __init__(self, leaves: Sequence[ArraySpec]):
+        self.dtypes = [as_torch_dtype(spec.dtype) for spec in leaves]
+        self.shapes = [tuple(spec.shape) for spec in leaves]
+        sizes = [dtype.itemsize for dtype in self.dtypes]
+        offsets = [0] * len(leaves)
+        position = 0
+        for i in sorted(range(len(leaves)), key=lambda i: -sizes[i]):  # widest first: each offset aligned
+            offsets[i] = position
+            position += sizes[i] * math.prod(self.shapes[i])
+        self.row_bytes = max(ROW_ALIGNMENT, -(-position // ROW_ALIGNMENT) * ROW_ALIGNMENT)
+        self.byte_offsets = offsets
+        self.distinct = list(dict.fromkeys(self.dtypes))  # the dtype views one read makes
+        # the dtype rows are gathered as: that of most leaves, so one dtype view fewer per read
+        self.gather_dtype = max(self.distinct, key=lambda d: (self.dtypes.count(d), d.itemsize), default=torch.uint8)
+        self._plans: dict[tuple[int, ...], list[tuple]] = {}
+
+    def views(self, rows: torch.Tensor, lead: tuple[int, ...]) -> list[torch.Tensor]:
+        """The leaves of ``rows`` (contiguous rows of ``row_bytes`` bytes, ``prod(lead)`` of
+        them, of any dtype), each ``lead + leaf.shape``: views sharing the rows' memory."""
+        plan = self._plans.get(lead)
+        if plan is None:
+            plan = self._plans[lead] = self._plan(tuple(lead))
+        typed = [rows if dtype == rows.dtype else rows.view(dtype) for dtype in self.distinct]
+        return [typed[group].as_strided(size, stride, offset) for group, size, stride, offset in plan]
+
+    def _plan(self, lead: tuple[int, ...]) -> list[tuple]:
+        """Per leaf: its dtype view's index and the size, strides and offset (in elements)."""
+        plan = []
+        for dtype, shape, byte_offset in zip(self.dtypes, self.shapes, self.byte_offsets, strict=True):
+            itemsize = dtype.itemsize
+            inner = [math.prod(shape[k + 1 :]) for k in range(len(shape))]
+            outer = [self.row_bytes // itemsize * math.prod(lead[k + 1 :]) for k in range(len(lead))]
+            plan.append((self.distinct.index(dtype), lead + shape, tuple(outer + inner), byte_offset // itemsize))
+        return plan
+
+    def pack(self, batch: Sequence[np.ndarray]) -> np.ndarray:
+        """Host rows ``[n, row_bytes]`` holding the NumPy leaves ``batch`` (padding zeroed)."""
+        n = batch[0].shape[0]
+        rows = np.zeros((n, self.row_bytes), np.uint8)
+        for leaf, shape, offset in zip(batch, self.shapes, self.byte_offsets, strict=True):
+            nbytes = leaf.dtype.itemsize * math.prod(shape)
+            rows[:, offset : offset + nbytes].view(leaf.dtype).reshape((n,) + shape)[...] = leaf
+        return rows
+
+    def byte_columns(self, batch: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The tensor leaves ``batch`` as uint8 ``[n, bytes]`` blocks in row order, with the
+        padding, for one ``torch.cat`` into a block of rows."""
+        n = batch[0].shape[0]
+        order = sorted(range(len(batch)), key=lambda i: self.byte_offsets[i])
+        blocks = []
+        for i in order:
+            leaf = batch[i].reshape(n, -1)
+            if leaf.shape[1] == 0:
+                continue
+            if leaf.stride(1) != 1:
+                leaf = leaf.contiguous()
+            blocks.append(leaf.view(torch.uint8))
+        used = sum(block.shape[1] for block in blocks)
+        if used < self.row_bytes:
+            blocks.append(torch.zeros((n, self.row_bytes - used), dtype=torch.uint8, device=batch[0].device))
+        return blocks
 
 
 class TorchStorage:
-    """``capacity`` slots of every leaf in ``leaves``, as tensors on ``device``."""
+    """``capacity`` byte rows on ``device`` holding every leaf of ``leaves`` (see the module).
 
-    def __init__(self, leaves: Sequence[ArraySpec], capacity: int, device: torch.device):
+    ``numpy_writes``: write NumPy leaves through NumPy views of the rows, leaf by leaf (the
+    default on the CPU, where a slice assignment costs a fraction of a torch op); False packs
+    them into host rows copied over at once, as on a GPU (which tests use on the CPU).
+    """
+
+    def __init__(
+        self, leaves: Sequence[ArraySpec], capacity: int, device: torch.device, numpy_writes: bool | None = None
+    ):
         self.capacity = capacity
         self.device = device
-        self.tensors = [
-            torch.empty((capacity,) + spec.shape, dtype=as_torch_dtype(spec.dtype), device=device) for spec in leaves
-        ]
-        # a CPU storage is written through NumPy views of the same memory (see DeviceBatcher)
-        self._views = [t.numpy() for t in self.tensors] if device.type == "cpu" else None
+        self.layout = RowLayout(leaves)
+        self.rows = torch.empty((capacity, self.layout.row_bytes), dtype=torch.uint8, device=device)
+        self._gather_rows = self.rows.view(self.layout.gather_dtype)
+        self.tensors = self.layout.views(self.rows, (capacity,))
+        if numpy_writes is None:
+            numpy_writes = device.type == "cpu"
+        self._views = [t.numpy() for t in self.tensors] if numpy_writes else None
 
     def write(self, start: int, batch: Sequence[Any], steps: int = 1) -> None:
         """Write rows ``batch[k][i]`` to slot ``(start + i) % capacity``; n <= capacity.
 
-        ``batch`` holds NumPy arrays for a CPU storage, tensors on the device otherwise.
+        ``batch`` holds NumPy arrays for a CPU storage; for another device, NumPy arrays
+        (packed into host rows, then one copy to the device) or tensors on the device (one
+        ``torch.cat`` into the rows), never a mix.
         """
         n = batch[0].shape[0] if batch else 0
+        if n == 0:
+            return
         end = start + n
         if self._views is not None:
-            targets: Sequence[Any] = self._views
-            if end <= self.capacity:
-                for target, rows in zip(targets, batch, strict=True):
-                    target[start:end] = rows
-                return
+            split = min(n, self.capacity - start)
+            for target, rows in zip(self._views, batch, strict=True):
+                target[start : start + split] = rows[:split]
+                if split < n:
+                    target[: end - self.capacity] = rows[split:]
+            return
+        if isinstance(batch[0], np.ndarray):
+            block = torch.from_numpy(self.layout.pack(batch))
         else:
-            targets = self.tensors
-            if end <= self.capacity:
-                for target, rows in zip(targets, batch, strict=True):
-                    target[start:end].copy_(rows)
-                return
-        split = self.capacity - start
-        for target, rows in zip(targets, batch, strict=True):
-            target[start:] = rows[:split]
-            target[: end - self.capacity] = rows[split:]
+            block = None
+        split = min(n, self.capacity - start)
+        for lo, hi, at in ((0, split, start), (split, n, 0)):
+            if lo == hi:
+                continue
+            target = self.rows[at : at + hi - lo]
+            if block is not None:
+                target.copy_(block[lo:hi])
+            else:
+                torch.cat(self.layout.byte_columns([leaf[lo:hi] for leaf in batch]), dim=1, out=target)
 
     def commit(self, steps: int) -> None:
         """Nothing to record: the storage is not crash-safe (see replaybuf.storages)."""
@@ -63,5 +160,5 @@ class TorchStorage:
 
     def read(self, slots: torch.Tensor) -> list[torch.Tensor]:
         """The leaves at ``slots`` (int64 on the device), each ``slots.shape + leaf.shape``."""
-        flat = slots.reshape(-1)
-        return [torch.index_select(storage, 0, flat).view(slots.shape + storage.shape[1:]) for storage in self.tensors]
+        flat = slots if slots.dim() == 1 else slots.reshape(-1)
+        return self.layout.views(torch.index_select(self._gather_rows, 0, flat), slots.shape)

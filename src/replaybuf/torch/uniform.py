@@ -15,8 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from replaybuf.buffer import BufferInfo, check_positive
+from replaybuf.buffer import BufferInfo, check_positive, unstack_time
 from replaybuf.buffers.stream import StreamBuffer
+from replaybuf.dataset import check_sample_arguments
+from replaybuf.errors import ArgumentError
+from replaybuf.torch.captured import CapturedSampler
 from replaybuf.torch.convert import DeviceBatcher
 from replaybuf.torch.dataset import TorchDataset
 from replaybuf.torch.sampler import TorchUniformSampler
@@ -64,12 +67,17 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         seed: seed of the sampling generator (on ``device``).
         dataset_drop_remainder: in a deterministic pass, drop short windows and groups.
         dataset_window_shift: in a deterministic pass, the step between window starts.
+        capture: sample a full buffer through one recorded step per sample shape (a CUDA
+            graph on a GPU; ``replaybuf.torch.captured``): every ``get_next`` of that shape
+            returns the same tensors, overwritten by the next call, so clone what you keep.
+            Until every stream is full, samples are eager (new tensors each call).
 
     Checkpoints: ``state_dict()`` (tensors) / ``load_state_dict(state)``, ``save(path)`` /
     ``load(path)`` (replaybuf.torch.state, docs/persistence.md).
 
     Raises:
-        ArgumentError: batch_size, max_length or dataset_window_shift is not a positive int.
+        ArgumentError: batch_size, max_length or dataset_window_shift is not a positive int;
+            capture is not a bool.
         SpecError: the data_spec cannot be built, or a dtype has no PyTorch equivalent.
     """
 
@@ -83,8 +91,11 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         seed: int | None = None,
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
+        capture: bool = False,
         _single_stream: bool = False,
     ):
+        if capture.__class__ is not bool:
+            raise ArgumentError(f"capture: expected True or False, got {capture!r:.80}")
         self._device = as_device(device)
         super().__init__(
             data_spec,
@@ -98,10 +109,53 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         )
         self._validate = DeviceBatcher(self._flat, self._device).batch
         self._rng = make_generator(self._device, seed)
+        self._captured = CapturedSampler(self._storage, self._rng) if capture else None
 
     @property
     def device(self) -> torch.device:
         return self._device
+
+    @property
+    def capture(self) -> bool:
+        return self._captured is not None
+
+    def get_next(
+        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+    ) -> tuple[Any, BufferInfo]:
+        """As ``StreamBuffer.get_next``; with ``capture=True`` and every stream full, the
+        returned tensors are the recorded step's own, overwritten by the next call."""
+        if self._captured is None:
+            return super().get_next(sample_batch_size, num_steps, time_stacked)
+        check_sample_arguments(sample_batch_size, num_steps)
+        with self._lock:
+            drawn = self._captured.sample(self._ring, sample_batch_size, num_steps)
+        if drawn is None:
+            return super().get_next(sample_batch_size, num_steps, time_stacked)
+        leaves, ids, probabilities = drawn
+        nest, batched = self._flat.unflatten, sample_batch_size is not None
+        stacked = time_stacked or num_steps is None
+        items = nest(leaves) if stacked else unstack_time(nest, leaves, num_steps, batched=batched)
+        return items, BufferInfo(ids, probabilities)
+
+    def as_dataset(
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        num_parallel_calls: int | None = None,
+        single_deterministic_pass: bool = False,
+    ) -> TorchDataset:
+        """As ``StreamBuffer.as_dataset``, as a ``torch.utils.data.IterableDataset``.
+
+        Raises:
+            ArgumentError: as ``StreamBuffer.as_dataset``; ``num_parallel_calls`` with
+                ``capture=True`` (a batch sampled ahead would be overwritten by the next).
+        """
+        if self._captured is not None and num_parallel_calls is not None and not single_deterministic_pass:
+            raise ArgumentError(
+                f"num_parallel_calls: expected None with capture=True (each captured sample overwrites the one "
+                f"before it, so none can be sampled ahead), got {num_parallel_calls!r}"
+            )
+        return super().as_dataset(sample_batch_size, num_steps, num_parallel_calls, single_deterministic_pass)
 
     # -- internals ---------------------------------------------------------------------------
     def _wrap_dataset(self, dataset: Any) -> TorchDataset:
@@ -121,6 +175,10 @@ class TorchPyUniformReplayBuffer(TorchUniformReplayBuffer):
     item is an error that says how to add one.
     """
 
-    def __init__(self, data_spec: Any, capacity: int, *, device: Any = "cpu", seed: int | None = None):
+    def __init__(
+        self, data_spec: Any, capacity: int, *, device: Any = "cpu", seed: int | None = None, capture: bool = False
+    ):
         check_positive("capacity", capacity, allow_none=False)
-        super().__init__(data_spec, batch_size=1, max_length=capacity, device=device, seed=seed, _single_stream=True)
+        super().__init__(
+            data_spec, batch_size=1, max_length=capacity, device=device, seed=seed, capture=capture, _single_stream=True
+        )

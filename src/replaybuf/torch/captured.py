@@ -1,0 +1,102 @@
+"""Captured sampling: the draw and gather of a full buffer recorded once, replayed per call.
+
+Once every stream holds ``max_length`` items, the number of valid window starts no longer
+changes: only where they begin moves. ``CapturedSampler`` then runs one fixed sequence of
+kernels per sample shape, writing into tensors allocated once (static outputs): draw
+``randint(0, count)`` with the buffer's generator, add the first valid id (a device scalar
+set before each call), add the window offsets, reduce to slots, gather the byte rows. On
+CUDA that sequence is recorded as a CUDA graph and replayed (one launch; the generator is
+registered with the graph, so each replay advances it as the eager kernels would); on any
+other device (or a torch without graph-safe generators, before 2.4) it runs eagerly into
+the same static outputs.
+
+The draws equal the eager path's item for item: ``randint(low, high)`` is
+``low + randint(0, high - low)`` on both torch generators. Every call returns the same
+tensors, overwritten by the next call: clone what must outlive it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from replaybuf.ring import StreamRing
+from replaybuf.torch.storage import TorchStorage
+
+__all__ = ["CapturedSampler"]
+
+
+class _Step:
+    """The static tensors and the kernels of one sample shape ``(sample_batch_size, num_steps)``."""
+
+    def __init__(self, storage: TorchStorage, rng: torch.Generator, ring: StreamRing, shape: tuple, num_steps):
+        device, batch = storage.device, ring.batch_size
+        self.rng, self.rows, self.capacity = rng, storage.rows, ring.capacity
+        self.count = (ring.max_length - (num_steps or 1) + 1) * batch  # valid window starts of a full ring
+        self.base = torch.zeros((), dtype=torch.int64, device=device)  # the first valid id
+        self.first = torch.empty(shape, dtype=torch.int64, device=device)
+        lead = shape if num_steps is None else (*shape, num_steps)
+        self.offsets = None if num_steps is None else torch.arange(num_steps, device=device) * batch
+        self.ids = self.first if num_steps is None else torch.empty(lead, dtype=torch.int64, device=device)
+        self.slots = torch.empty(lead, dtype=torch.int64, device=device)
+        self.gathered = torch.empty((math.prod(lead), storage.layout.row_bytes), dtype=torch.uint8, device=device)
+        self.leaves = storage.layout.views(self.gathered, lead)
+        self.probabilities = torch.full(shape, 1.0 / self.count, dtype=torch.float32, device=device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        if device.type == "cuda" and hasattr(torch.cuda.CUDAGraph, "register_generator_state"):  # torch >= 2.4
+            self._record()
+
+    def kernels(self) -> None:
+        """Draw, offset, reduce and gather into the static tensors."""
+        torch.randint(0, self.count, self.first.shape, generator=self.rng, out=self.first)
+        self.first.add_(self.base)
+        if self.offsets is not None:
+            torch.add(self.first.unsqueeze(-1), self.offsets, out=self.ids)
+        torch.remainder(self.ids, self.capacity, out=self.slots)
+        torch.index_select(self.rows, 0, self.slots.view(-1), out=self.gathered)
+
+    def _record(self) -> None:
+        """Record ``kernels`` as a CUDA graph; the warm-up's draws are given back to the generator."""
+        state = self.rng.get_state()
+        stream = torch.cuda.Stream(self.rows.device)
+        stream.wait_stream(torch.cuda.current_stream(self.rows.device))
+        with torch.cuda.stream(stream):
+            self.kernels()  # warm up outside the capture, as torch.cuda.graphs asks
+        torch.cuda.current_stream(self.rows.device).wait_stream(stream)
+        self.rng.set_state(state)
+        graph = torch.cuda.CUDAGraph()
+        graph.register_generator_state(self.rng)  # each replay advances the generator as the kernels would
+        with torch.cuda.graph(graph):
+            self.kernels()
+        self.graph = graph
+
+    def __call__(self, first_id: int) -> None:
+        self.base.fill_(first_id)
+        if self.graph is None:
+            self.kernels()
+        else:
+            self.graph.replay()
+
+
+class CapturedSampler:
+    """Uniform samples of a full ring through one recorded step per sample shape (see the module)."""
+
+    def __init__(self, storage: TorchStorage, rng: torch.Generator):
+        self._storage, self._rng = storage, rng
+        self._steps: dict[tuple, _Step] = {}
+
+    def sample(
+        self, ring: StreamRing, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor] | None:
+        """Static ``(leaves, ids, probabilities)``, or None while the ring is not full (or
+        the windows are longer than a stream): the caller then samples eagerly."""
+        if ring.steps < ring.max_length or ring.floor or (num_steps or 1) > ring.max_length:
+            return None
+        key = (sample_batch_size, num_steps)
+        step = self._steps.get(key)
+        if step is None:
+            shape = () if sample_batch_size is None else (sample_batch_size,)
+            step = self._steps[key] = _Step(self._storage, self._rng, ring, shape, num_steps)
+        step((ring.steps - ring.max_length) * ring.batch_size)
+        return step.leaves, step.ids, step.probabilities
