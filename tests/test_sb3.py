@@ -16,7 +16,7 @@ from gymnasium import spaces  # noqa: E402
 from stable_baselines3.common import buffers as sb3  # noqa: E402
 
 import replaybuf.sb3 as ours  # noqa: E402
-from replaybuf.errors import ArgumentError, EmptyBufferError, SpecMismatchError  # noqa: E402
+from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, SpecMismatchError  # noqa: E402
 
 BOX = spaces.Box(-10, 10, (3,), np.float32)
 DICT = spaces.Dict({"a": spaces.Box(-10, 10, (2,), np.float32), "b": spaces.Discrete(5)})
@@ -174,4 +174,24 @@ def test_dict_add_names_the_missing_key():
 
 
 def test_public_names():
-    assert set(ours.__all__) == {"DictReplayBuffer", "NStepReplayBuffer", "ReplayBuffer"}
+    assert set(ours.__all__) == {
+        "DictReplayBuffer",
+        "NStepReplayBuffer",
+        "PrioritizedDQN",
+        "PrioritizedReplayBuffer",
+        "PrioritizedReplayBufferSamples",
+        "ReplayBuffer",
+    }
+
+
+def test_replaybuf_checkpoint_folder_round_trip(tmp_path):
+    mine, _ = _pair(ours.ReplayBuffer, sb3.ReplayBuffer, BOX)
+    mine.save(tmp_path / "ckpt")
+    other = ours.ReplayBuffer(20, BOX, spaces.Discrete(4), device="cpu", n_envs=2)
+    other.load(tmp_path / "ckpt")
+    assert (other.pos, other.full) == (mine.pos, mine.full)
+    _assert_same_draws(other, mine, 32)
+    wrong = ours.ReplayBuffer(30, BOX, spaces.Discrete(4), device="cpu", n_envs=2)
+    with pytest.raises(CheckpointError):
+        wrong.load(tmp_path / "ckpt")
+    assert wrong.size() == 0

@@ -54,6 +54,8 @@ class ReplayBuffer(sb3.ReplayBuffer):
     """
 
     _dict_space = False
+    _natives: tuple = (UniformReplayBuffer, FrameStackReplayBuffer)  # plain records, frame stacks
+    _sampler_options: dict = {}  # the native buffer's sampling options (prioritized: alpha, beta, ...)
 
     def __init__(
         self,
@@ -81,23 +83,26 @@ class ReplayBuffer(sb3.ReplayBuffer):
         self.buffer_size = max(int(buffer_size) // self.n_envs, 1)
         self.optimize_memory_usage = bool(optimize_memory_usage)
         self.handle_timeout_termination = bool(handle_timeout_termination)
-        self._native_options = {"stacked_fields": plan.stacked, "stack_axis": plan.stack_axis}
+        self._native_options: dict = {}  # the frame-stack storage's, for image spaces
         if plan.stacked:
-            self._native_options.update(compression=compression, compression_level=compression_level)
+            self._native_options = {
+                "stacked_fields": plan.stacked,
+                "stack_axis": plan.stack_axis,
+                "compression": compression,
+                "compression_level": compression_level,
+            }
         self._spec = plan.spec
         self._open()
 
     # -- storage -------------------------------------------------------------------------------
     def _open(self) -> None:
         """Build the native buffer and bind SB3's array attributes to its records."""
-        options = dict(self._native_options)
-        stacked_fields = options.pop("stacked_fields")
-        if stacked_fields:
-            self._native: Any = FrameStackReplayBuffer(
-                self._spec, self.n_envs, self.buffer_size, stacked_fields=stacked_fields, **options
-            )
+        uniform, frame_stacks = self._natives
+        options = {**self._native_options, **self._sampler_options}
+        if self._native_options:
+            self._native: Any = frame_stacks(self._spec, self.n_envs, self.buffer_size, **options)
         else:
-            self._native = UniformReplayBuffer(self._spec, self.n_envs, self.buffer_size)
+            self._native = uniform(self._spec, self.n_envs, self.buffer_size, **options)
         flat = FlatSpec(self._spec)
         storage = self._native._storage
         stacked = {leaf.index for leaf in getattr(storage, "stacked", ())}
@@ -116,6 +121,22 @@ class ReplayBuffer(sb3.ReplayBuffer):
     def native(self) -> Any:
         """The replaybuf buffer holding the transitions (its checkpoints: ``save`` / ``load``)."""
         return self._native
+
+    def save(self, path: Any) -> None:
+        """Write replaybuf's checkpoint folder of the transitions (``replaybuf``'s ``save``)."""
+        self._native.save(path)
+
+    def load(self, path: Any) -> None:
+        """Replace the transitions with a checkpoint folder's (a buffer of the same spaces,
+        ``buffer_size`` and ``n_envs``); ``pos`` and ``full`` follow.
+
+        Raises:
+            CheckpointError: as ``replaybuf.UniformReplayBuffer.load``; nothing changes.
+        """
+        self._native.load(path)
+        steps = self._native.num_frames() // self.n_envs
+        self.full = steps >= self.buffer_size
+        self.pos = self._native._ring.steps % self.buffer_size
 
     def __getstate__(self) -> dict:
         """Pickles (``save_replay_buffer``, ``deepcopy``) as the attributes plus the native
@@ -187,7 +208,10 @@ class ReplayBuffer(sb3.ReplayBuffer):
 
     def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> Any:
         env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
-        items = self._read(batch_inds, env_indices)
+        return self._one_step_samples(self._read(batch_inds, env_indices), env)
+
+    def _one_step_samples(self, items: dict, env: Any) -> Any:
+        """SB3's samples of stored transitions (dones that were timeouts count as not done)."""
         return self._samples(
             items["observation"],
             items["action"],
@@ -245,16 +269,17 @@ class ReplayBuffer(sb3.ReplayBuffer):
         """``value`` as ``[n_envs, *spec.shape]`` rows of the spec's dtype (cast as SB3's
         assignment casts), or SpecMismatchError naming ``name``."""
         shape = (self.n_envs, *spec.shape)
-        got = repr(value)
         try:
-            array = np.asarray(value)
-            got = f"shape {array.shape} {array.dtype}"
+            array = value if value.__class__ is np.ndarray else np.asarray(value)
+            if array.shape == shape and array.dtype == spec.dtype:
+                return array
             if broadcast and array.ndim == 0:
                 array = np.broadcast_to(array, shape)
             if array.size == prod(shape):
                 return array.reshape(shape).astype(spec.dtype, copy=False)
+            got = f"shape {array.shape} {array.dtype}"
         except (TypeError, ValueError):
-            pass
+            got = f"{value!r:.80}"
         raise SpecMismatchError(
             f"{name}: expected {self.n_envs} rows (one per env) of shape {spec.shape} {spec.dtype}, got {got}"
         )
