@@ -195,3 +195,12 @@ def test_replaybuf_checkpoint_folder_round_trip(tmp_path):
     with pytest.raises(CheckpointError):
         wrong.load(tmp_path / "ckpt")
     assert wrong.size() == 0
+
+
+def test_gymnasium_vector_infos_dict_is_accepted():
+    # CleanRL passes Gymnasium's vector-env infos: one dict of per-env arrays, not a list
+    buffer = ours.ReplayBuffer(8, BOX, spaces.Discrete(4), device="cpu", n_envs=2)
+    obs, next_obs, action, reward, done, _ = next(_steps(BOX, 2, 1))
+    buffer.add(obs, next_obs, action, reward, done, {"TimeLimit.truncated": np.array([True, False])})
+    buffer.add(obs, next_obs, action, reward, done, {})
+    np.testing.assert_array_equal(buffer.timeouts[:2], [[1, 0], [0, 0]])

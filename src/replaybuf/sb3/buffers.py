@@ -166,15 +166,18 @@ class ReplayBuffer(sb3.ReplayBuffer):
 
         Raises:
             SpecMismatchError: an argument (named, with its key for Dict observations) that
-                does not hold ``n_envs`` rows of its field, or ``infos`` that is not ``n_envs``
-                dicts; nothing is written.
+                does not hold ``n_envs`` rows of its field, or (with timeout handling) ``infos``
+                that is neither ``n_envs`` dicts nor one dict of per-env arrays (Gymnasium's
+                vector envs); nothing is written.
         """
-        if len(infos) != self.n_envs:
+        if not self.handle_timeout_termination:
+            timeouts: Any = 0.0
+        elif isinstance(infos, dict):  # Gymnasium's vector-env infos: one dict of per-env arrays
+            timeouts = infos.get("TimeLimit.truncated", 0.0)
+        elif len(infos) != self.n_envs:
             raise SpecMismatchError(f"infos: expected a list of {self.n_envs} dicts (one per env), got {len(infos)}")
-        if self.handle_timeout_termination:
-            timeouts: Any = [info.get("TimeLimit.truncated", False) for info in infos]
         else:
-            timeouts = 0.0
+            timeouts = [info.get("TimeLimit.truncated", False) for info in infos]
         spec = self._spec
         self._native.add_batch(
             {
