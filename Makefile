@@ -27,11 +27,34 @@ $(TFA)/.installed: pyproject.toml $(TFA_REQUIREMENTS)
 	$(TFA)/bin/python -m pip install -q --no-deps -e .
 	touch $@
 
+# Stable-Baselines3 2.9.2's own test files, unpacked from its sdist (pip download) into a
+# gitignored folder; tests/sb3_suite/suite.py says which run and which classes are swapped.
+SB3_SDIST := tests/sb3_suite/sdist/.unpacked
+
+$(SB3_SDIST): tests/sb3_suite/suite.py tests/sb3_suite/fetch.py $(STAMP)
+	$(PY) tests/sb3_suite/fetch.py
+
+# CleanRL pins gymnasium 0.29.1: a venv holding it and CleanRL 1.2.0 (+ TensorBoard, which
+# its scripts log to) that takes everything else from .venv through a .pth file (listed
+# after its own site-packages, so its gymnasium wins). replaybuf.sb3's tests and CleanRL's
+# dqn.py with the one-line switch run there (tests/test_sb3_cleanrl.py).
+GYM029 := .venv-gym029
+GYM029_PINS := gymnasium==0.29.1 cleanrl==1.2.0 tensorboard==2.21.0 tensorboard-data-server==0.7.2 markdown==3.10.2 werkzeug==3.1.5
+
+$(GYM029)/.installed: $(STAMP)
+	test -x $(GYM029)/bin/python || $(PYTHON) -m venv $(GYM029)
+	$(GYM029)/bin/python -c "import site, sys; open(site.getsitepackages()[0] + '/replaybuf-main-venv.pth', 'w').write(sys.argv[1] + '\n')" "$$($(PY) -c 'import site; print(site.getsitepackages()[0])')"
+	$(GYM029)/bin/python -m pip install -q --no-deps --ignore-requires-python $(GYM029_PINS)
+	touch $@
+
 # make test also runs TF-Agents 0.19.0's own test files and example scripts
-# (tests/tf_agents_suite) with replaybuf's classes swapped in, in .venv-tf-agents.
-test: $(STAMP) $(TFA)/.installed
+# (tests/tf_agents_suite) with replaybuf's classes swapped in, in .venv-tf-agents, and
+# SB3's (tests/sb3_suite) with replaybuf.sb3's.
+test: $(STAMP) $(TFA)/.installed $(SB3_SDIST) $(GYM029)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(TFA)/bin/python -m pytest -q -c tests/tf_agents_suite/pytest.ini tests/tf_agents_suite
+	$(PY) -m pytest -q -c tests/sb3_suite/pytest.ini tests/sb3_suite
+	PYTHONPATH=src $(GYM029)/bin/python -m pytest -q -p no:cacheprovider tests/test_sb3.py tests/test_sb3_cleanrl.py
 
 # make lint: ruff's checks and its formatter (configured in pyproject.toml) over the code,
 # tests, benchmarks and examples.
@@ -66,4 +89,4 @@ bench-quick: $(STAMP)
 	$(PY) -m bench --quick
 
 clean:
-	rm -rf $(VENV) $(TFA) build src/*.egg-info
+	rm -rf $(VENV) $(TFA) $(GYM029) build src/*.egg-info

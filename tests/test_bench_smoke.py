@@ -185,3 +185,20 @@ def test_a_crashing_worker_is_reported_not_raised(bench, tmp_path):
         records, failure = runner.run_job(sys.executable, ["peers", "no_such_job", "tiny"], 60, log)
     assert records == []
     assert "exited with 1" in failure and "no job 'no_such_job'" in failure
+
+
+def test_sb3_bench_quick_rows(tmp_path):
+    """bench/sb3.py --quick: replaybuf.sb3 and SB3's buffer give positive figures and a ratio
+    for add, sample and the DQN CartPole loop (the Atari rows run in the full benchmark)."""
+    pytest.importorskip("stable_baselines3")
+    sys.path.insert(0, str(BENCH))
+    try:
+        import sb3
+    finally:
+        sys.path.remove(str(BENCH))
+    out = tmp_path / "sb3.json"
+    assert sb3.main(["--quick", "--rows", "add,sample,cartpole", "--out", str(out)]) == 0
+    results = json.loads(out.read_text())
+    for row in ("add", "sample", "cartpole"):
+        assert all(math.isfinite(results[row][k]) and results[row][k] > 0 for k in ("replaybuf", "sb3", "ratio"))
+    assert results["command"].startswith("python bench/sb3.py --quick")

@@ -23,6 +23,7 @@ FORBIDDEN = {
     "torch": {"tf", "jax", "ray"},
     "jax": {"tf", "torch", "ray"},
     "minari": {"tf", "torch", "jax", "ray", "shared"},
+    "sb3": {"tf", "torch", "jax", "ray", "shared", "agents", "cli"},
 }
 
 
