@@ -36,6 +36,7 @@ CORE_NAMES = {
     "RateLimiterTimeout",
     "BufferClosedError",
     "SharedReplayBuffer",
+    "HindsightRelabel",
 }
 
 

@@ -25,6 +25,7 @@ from replaybuf.errors import (
     SpecError,
     SpecMismatchError,
 )
+from replaybuf.hindsight import HindsightRelabel
 from replaybuf.rate_limiters import MinSize, SampleToInsertRatio
 from replaybuf.shared import SharedReplayBuffer
 from replaybuf.specs import ArraySpec, BoundedArraySpec, TensorSpec, as_data_spec
@@ -40,6 +41,7 @@ __all__ = [
     "EmptyBufferError",
     "EpisodeDriver",
     "FrameStackReplayBuffer",
+    "HindsightRelabel",
     "MinSize",
     "PrioritizedFrameStackReplayBuffer",
     "PrioritizedReplayBuffer",
