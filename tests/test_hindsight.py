@@ -90,6 +90,22 @@ def test_final_and_episode_goals(strategy):
     )
 
 
+@pytest.mark.parametrize("strategy", ["future", "final", "episode"])
+def test_numba_and_numpy_draw_the_same_goals(strategy):
+    pytest.importorskip("numba")
+    samples = []
+    for compiled in (True, False):
+        her = relabel(strategy=strategy, ratio=0.6, compiled=compiled)
+        rb = replaybuf.UniformReplayBuffer(SPEC, batch_size=3, max_length=9, seed=10, her=her, **EPISODES)
+        fill(rb, 25, 4, batch_size=3)  # wrapped around, episodes cut by it, the newest unfinished
+        samples.append([rb.get_next(64, num_steps=2) for _ in range(5)])
+    for (a, ia), (b, ib) in zip(*samples, strict=True):
+        np.testing.assert_array_equal(ia.relabelled, ib.relabelled)
+        np.testing.assert_array_equal(a["observation"]["desired_goal"], b["observation"]["desired_goal"])
+        np.testing.assert_array_equal(a["reward"], b["reward"])
+    assert 0 < ia.relabelled.mean() < 1
+
+
 def test_prioritized_sampling_keeps_its_weights_and_updates():
     rb = replaybuf.PrioritizedReplayBuffer(SPEC, batch_size=2, max_length=20, seed=4, her=relabel(), **EPISODES)
     fill(rb, 20, 5)
@@ -169,6 +185,7 @@ def test_a_reopened_memmap_folder_relabels_within_its_episodes(tmp_path):
         ({"ratio": True}, "ratio: expected a number in [0, 1], got True"),
         ({"compute_reward": 3}, "compute_reward: expected a callable, got 3"),
         ({"goal_field": ()}, "goal_field: expected a field path or a tuple of them, got ()"),
+        ({"compiled": "yes"}, "compiled: expected None, True or False, got 'yes'"),
     ],
 )
 def test_bad_arguments_are_refused(overrides, message):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import replaybuf
 from replaybuf import ArraySpec
@@ -80,19 +80,29 @@ class EpisodeModel:
             return {t for t in steps if t >= last_step}
         return set(steps)
 
+    def finished(self) -> int:
+        """Stored items whose episode has ended (LAST, or a newer episode began in the stream)."""
+        return sum(
+            1
+            for stream, pairs in enumerate(self.streams)
+            for _, episode in pairs
+            if episode != self.episode[stream] or self.ended[stream]
+        )
+
     def has_window(self, size: int) -> bool:
         return any(
             len({e for _, e in list(s)[t : t + size]}) == 1 for s in self.streams for t in range(len(s) - size + 1)
         )
 
 
-def make_buffer(batch_size, max_length, seed, strategy, prioritized, padded):
+def make_buffer(batch_size, max_length, seed, strategy, prioritized, padded, compiled):
     her = replaybuf.HindsightRelabel(
         goal_field=("observation/desired_goal", "next_observation/desired_goal"),
         achieved_field="achieved_goal",
         compute_reward=reward_of,
         strategy=strategy,
         ratio=0.5,
+        compiled=compiled,
     )
     kind = replaybuf.PrioritizedReplayBuffer if prioritized else replaybuf.UniformReplayBuffer
     return kind(
@@ -114,12 +124,14 @@ class RelabelMachine(RuleBasedStateMachine):
         strategy=st.sampled_from(["future", "final", "episode"]),
         prioritized=st.booleans(),
         padded=st.booleans(),
+        compiled=st.sampled_from([None, False]),  # numba's kernel (when installed) and NumPy's
     )
-    def create(self, batch_size, max_length, seed, strategy, prioritized, padded):
+    def create(self, batch_size, max_length, seed, strategy, prioritized, padded, compiled):
         self.model = EpisodeModel(batch_size, max_length)
         self.strategy, self.padded = strategy, padded
-        self.make = lambda: make_buffer(batch_size, max_length, seed + 1, strategy, prioritized, padded)
-        self.buffer = make_buffer(batch_size, max_length, seed, strategy, prioritized, padded)
+        options = (strategy, prioritized, padded, compiled)
+        self.make = lambda: make_buffer(batch_size, max_length, seed + 1, *options)
+        self.buffer = make_buffer(batch_size, max_length, seed, *options)
 
     @rule(types=st.lists(st.lists(st.sampled_from([FIRST, MID, MID, LAST]), min_size=3, max_size=3), max_size=5))
     def add(self, types):
@@ -136,6 +148,11 @@ class RelabelMachine(RuleBasedStateMachine):
         fresh = self.make()
         fresh.load_state_dict(self.buffer.state_dict())
         self.buffer = fresh
+
+    @invariant()
+    def finished_items_are_counted(self):  # what replaybuf.sb3.HerReplayBuffer samples from
+        if hasattr(self, "model"):
+            assert self.buffer._relabel.ends.finished == self.model.finished()
 
     @rule(batch=st.sampled_from([None, 1, 16]), num_steps=st.sampled_from([None, 1, 2, 3]))
     def sample(self, batch, num_steps):

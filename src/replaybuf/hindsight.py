@@ -10,6 +10,7 @@ another episode, an overwritten step or a step not yet written. Nothing stored c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -48,9 +49,11 @@ class HindsightRelabel:
         strategy: ``"future"`` (default), ``"final"`` or ``"episode"``.
         ratio: the probability that a sampled element (window) is relabelled, in [0, 1].
         reward_field: the path of the reward to recompute.
+        compiled: None (default) draws the goals with a numba kernel when numba is installed
+            (the ``fast`` extra), False with NumPy (the same draws), True insists on numba.
 
     Raises:
-        ArgumentError: a strategy, ratio or compute_reward outside the above; a field that
+        ArgumentError: a strategy, ratio, compute_reward or compiled outside the above; a field that
             names no leaf of the buffer's data_spec, or a goal of another shape or dtype than
             the achieved goal (when the buffer is built).
     """
@@ -64,6 +67,7 @@ class HindsightRelabel:
         strategy: str = "future",
         ratio: float = 0.8,
         reward_field: str = "reward",
+        compiled: bool | None = None,
     ):
         if strategy not in STRATEGIES:
             raise ArgumentError(f"strategy: expected one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}")
@@ -71,6 +75,8 @@ class HindsightRelabel:
             raise ArgumentError(f"ratio: expected a number in [0, 1], got {ratio!r}")
         if not callable(compute_reward):
             raise ArgumentError(f"compute_reward: expected a callable, got {compute_reward!r}")
+        if compiled not in (None, True, False):
+            raise ArgumentError(f"compiled: expected None, True or False, got {compiled!r}")
         goals = (goal_field,) if isinstance(goal_field, str) else tuple(goal_field)
         if not goals or not all(isinstance(g, str) for g in goals):
             raise ArgumentError(f"goal_field: expected a field path or a tuple of them, got {goal_field!r}")
@@ -80,6 +86,7 @@ class HindsightRelabel:
         self.strategy = strategy
         self.ratio = float(ratio)
         self.reward_field = reward_field
+        self.compiled = compiled
 
     def __repr__(self) -> str:
         return (
@@ -145,10 +152,17 @@ class Relabeller:
         like the sample without its time axis) and their new goals, read from the stored
         achieved goals ``fields[achieved]`` (by slot). Under the buffer's lock."""
         last = ids[..., -1] if windows else ids
-        relabelled = rng.random(last.shape) < self.her.ratio
-        chosen = last[relabelled]
-        goal_ids = self.ends.goal_ids(rng, chosen, self.her.strategy)
-        return relabelled, fields[self.achieved][goal_ids % self.ends.ring.capacity]
+        coins, goals = self.goals_for(rng, last.reshape(-1), fields, self.her.ratio)
+        return coins.reshape(last.shape), goals
+
+    def goals_for(
+        self, rng: np.random.Generator, last_ids: np.ndarray, fields: Sequence[np.ndarray], ratio: float = 1.0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(coins, goals)`` for elements whose (last) steps have ids ``last_ids`` (1-D): which
+        are relabelled (each with probability ``ratio``) and their new goals, in order."""
+        raw = rng.bit_generator.random_raw(2 * last_ids.shape[0])
+        coins, slots = self.ends.pick(last_ids, raw, ratio, self.her.strategy, self.her.compiled)
+        return coins, fields[self.achieved][slots]
 
     def apply(self, leaves: list[np.ndarray], relabelled: np.ndarray, goals: np.ndarray, windows: bool) -> None:
         """Write ``goals`` into the goal fields of the relabelled elements of the sampled
@@ -157,24 +171,30 @@ class Relabeller:
         Raises:
             ArgumentError: ``compute_reward`` returned other than one reward per relabelled item.
         """
-        count = goals.shape[0]
-        if not count:
+        if not goals.shape[0]:
             return
-        for index in (*self.goals, self.reward):  # an unbatched sample reads scalars
-            leaves[index] = np.asarray(leaves[index])
+        touched = (*self.goals, self.achieved, self.reward)
+        if relabelled.ndim:  # rows of a batch
+            rows: Any = np.flatnonzero(relabelled)
+            views = {i: leaves[i] for i in touched}
+        else:  # an unbatched sample: its leaves (scalars too) as rows of one
+            rows = np.zeros(1, np.int64)
+            for i in touched:
+                leaves[i] = np.array(leaves[i])
+            views = {i: leaves[i][None] for i in touched}
         new = goals[:, None] if windows else goals
         for index in self.goals:
-            leaves[index][relabelled] = new
-        achieved = leaves[self.achieved][relabelled]
-        desired = leaves[self.goals[0]][relabelled]
+            views[index][rows] = new
+        achieved = views[self.achieved][rows]
         shape = achieved.shape[: achieved.ndim - goals.ndim + 1]  # [n] or [n, T]
         flat = (-1, *goals.shape[1:])
-        rewards = np.asarray(self.her.compute_reward(achieved.reshape(flat), desired.reshape(flat), None))
+        desired = np.broadcast_to(new, achieved.shape).reshape(flat) if windows else goals
+        rewards = np.asarray(self.her.compute_reward(achieved.reshape(flat), desired, None))
         spec = self.reward_spec
-        expected = (int(np.prod(shape)), *spec.shape)
-        if rewards.size != int(np.prod(expected)):
+        count = math.prod(shape)
+        if rewards.size != count * math.prod(spec.shape):
             raise ArgumentError(
-                f"compute_reward: expected {expected[0]} rewards shaped {spec.shape} (one per relabelled item), "
+                f"compute_reward: expected {count} rewards shaped {spec.shape} (one per relabelled item), "
                 f"got an array shaped {rewards.shape}"
             )
-        leaves[self.reward][relabelled] = rewards.reshape(*shape, *spec.shape).astype(spec.dtype, copy=False)
+        views[self.reward][rows] = rewards.reshape(*shape, *spec.shape)

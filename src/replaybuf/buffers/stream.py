@@ -96,9 +96,7 @@ class StreamBuffer(ReplayBuffer):
         self._validate: Callable[[Any, int | None], list] = self._flat.flatten_batch
         self._rng: Any = np.random.default_rng(seed)
         if self._ring.steps:  # a reopened storage (memmap folder): derive the sampler's state
-            self._sampler.reopened(self._ring, self._storage.fields)
-            if self._relabel is not None:
-                self._relabel.rebuild()
+            self._reindex()
 
     # -- geometry ----------------------------------------------------------------------------
     @property
@@ -351,6 +349,14 @@ class StreamBuffer(ReplayBuffer):
             **self._sampler.state(ring),
             **({} if self._limiter is None else {"rate_limiter": self._limiter.state()}),
         }
+
+    def _reindex(self) -> None:
+        """Derive the sampler's and the relabelling's bookkeeping from the stored items (a
+        reopened storage, or items edited in place through the storage's views: replaybuf.sb3)."""
+        with self._lock:
+            self._sampler.reopened(self._ring, self._storage.fields)
+            if self._relabel is not None:
+                self._relabel.rebuild()
 
     def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
         """The items stored under ``ids`` (NumPy int64) and ``BufferInfo(ids, ())``."""
