@@ -26,11 +26,20 @@ $(TFA)/.installed: pyproject.toml $(TFA_REQUIREMENTS)
 	$(TFA)/bin/python -m pip install -q --no-deps -e .
 	touch $@
 
+# Stable-Baselines3 2.9.2's own test files, unpacked from its sdist (pip download) into a
+# gitignored folder; tests/sb3_suite/suite.py says which run and which classes are swapped.
+SB3_SDIST := tests/sb3_suite/sdist/.unpacked
+
+$(SB3_SDIST): tests/sb3_suite/suite.py tests/sb3_suite/fetch.py $(STAMP)
+	$(PY) tests/sb3_suite/fetch.py
+
 # make test also runs TF-Agents 0.19.0's own test files and example scripts
-# (tests/tf_agents_suite) with replaybuf's classes swapped in, in .venv-tf-agents.
-test: $(STAMP) $(TFA)/.installed
+# (tests/tf_agents_suite) with replaybuf's classes swapped in, in .venv-tf-agents, and
+# SB3's (tests/sb3_suite) with replaybuf.sb3's.
+test: $(STAMP) $(TFA)/.installed $(SB3_SDIST)
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(TFA)/bin/python -m pytest -q -c tests/tf_agents_suite/pytest.ini tests/tf_agents_suite
+	$(PY) -m pytest -q -c tests/sb3_suite/pytest.ini tests/sb3_suite
 
 # make lint: ruff's checks and its formatter (configured in pyproject.toml) over the code,
 # tests, benchmarks and examples.

@@ -23,6 +23,7 @@ FORBIDDEN = {
     "tf": {"torch", "jax", "ray"},
     "torch": {"tf", "jax", "ray"},
     "jax": {"tf", "torch", "ray"},
+    "sb3": {"tf", "torch", "jax", "ray", "shared", "agents", "cli"},
 }
 
 

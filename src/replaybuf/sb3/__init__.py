@@ -1,0 +1,10 @@
+"""Stable-Baselines3's replay-buffer classes on replaybuf (the ``sb3`` extra; docs/sb3.md).
+
+A one-line switch: ``DQN(..., replay_buffer_class=replaybuf.sb3.ReplayBuffer)``, or
+``from replaybuf.sb3 import ReplayBuffer`` in a CleanRL script. Imports SB3 and torch.
+"""
+
+from replaybuf.sb3.buffers import DictReplayBuffer, ReplayBuffer
+from replaybuf.sb3.nstep import NStepReplayBuffer
+
+__all__ = ["DictReplayBuffer", "NStepReplayBuffer", "ReplayBuffer"]
