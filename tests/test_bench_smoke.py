@@ -90,3 +90,20 @@ def test_crashing_worker_is_reported_not_raised(run_module, tmp_path):
         records, failure = run_module.run_worker(sys.executable, "no_such_adapter", "tiny", [], 60, log)
     assert records == []
     assert "exited with 1" in failure and "no_such_adapter" in failure
+
+
+def test_her_bench_quick_run_measures_every_contender():
+    pytest.importorskip("stable_baselines3")
+    sys.path.insert(0, str(BENCH))
+    try:
+        import her
+
+        results = her.main(["--quick"])
+    finally:
+        sys.path.remove(str(BENCH))
+    for name in (
+        "replaybuf get_next(256) with her=",
+        "replaybuf.sb3.HerReplayBuffer.sample",
+        "SB3 HerReplayBuffer.sample",
+    ):
+        assert len(results[name]) == 2 and all(math.isfinite(r) and r > 0 for r in results[name])
