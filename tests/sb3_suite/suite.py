@@ -12,6 +12,7 @@ SWAPS = {
     "stable_baselines3.common.buffers.DictReplayBuffer": "replaybuf.sb3.buffers.DictReplayBuffer",
     "stable_baselines3.common.buffers.NStepReplayBuffer": "replaybuf.sb3.nstep.NStepReplayBuffer",
 }
+SWAPS["stable_baselines3.her.her_replay_buffer.HerReplayBuffer"] = "replaybuf.sb3.her.HerReplayBuffer"
 
 # SB3's test file -> the test functions run from it (every parametrization), None: all of them
 SELECTED = {
@@ -19,3 +20,4 @@ SELECTED = {
     "test_n_step_replay.py": None,
     "test_save_load.py": ["test_save_load_replay_buffer", "test_warn_buffer"],
 }
+SELECTED["test_her.py"] = None

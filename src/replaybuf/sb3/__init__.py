@@ -5,6 +5,8 @@ A one-line switch: ``DQN(..., replay_buffer_class=replaybuf.sb3.ReplayBuffer)``,
 """
 
 from replaybuf.sb3.buffers import DictReplayBuffer, ReplayBuffer
+from replaybuf.sb3.her import HerReplayBuffer
 from replaybuf.sb3.nstep import NStepReplayBuffer
 
 __all__ = ["DictReplayBuffer", "NStepReplayBuffer", "ReplayBuffer"]
+__all__ += ["HerReplayBuffer"]
