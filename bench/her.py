@@ -5,6 +5,7 @@ of 15 float32 bits), one environment, ``--stored`` transitions in a buffer of ``
 "future" goals for 80% of the batch (SB3's n_sampled_goal=4):
 (a) replaybuf's UniformReplayBuffer(respect_episodes=True, her=HindsightRelabel(...)).get_next(256)
     (NumPy arrays out; rewards from ``sparse_reward``, BitFlippingEnv's rule written vectorised);
+(a') the same buffer's items without ``her=``: the floor of (a), a plain episode-aware sample;
 (b) replaybuf.sb3.HerReplayBuffer.sample(256) (SB3's API: torch tensors out, rewards through
     the VecEnv's env_method, as SB3's);
 (c) SB3 2.9.2's HerReplayBuffer.sample(256);
@@ -155,7 +156,12 @@ def native_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
                 "done": data["done"][t],
             }
         )
-    return {"replaybuf get_next(256) with her=": lambda: buffer.get_next(B)}
+    plain = replaybuf.UniformReplayBuffer(spec, 1, capacity, seed=0, respect_episodes=True, episode_end_field="done")
+    plain.load_state_dict(buffer.state_dict())  # the same items: what a sample costs without relabelling
+    return {
+        "replaybuf get_next(256) with her=": lambda: buffer.get_next(B),
+        "replaybuf get_next(256) without her (floor)": lambda: plain.get_next(B),
+    }
 
 
 CPPRB = """
