@@ -29,10 +29,12 @@ class EpisodeEnds:
         self.index = index
         self.end = np.full(ring.capacity, -1, np.int64)
         self.finished = 0  # stored items whose episode has ended
+        self.version = 0  # counts the changes of which items have a finished episode
 
     def cleared(self) -> None:
         self.end.fill(-1)
         self.finished = 0
+        self.version += 1
 
     def added(self) -> None:
         """Account for the step the episode index has just recorded (``ring.steps - 1``)."""
@@ -40,7 +42,10 @@ class EpisodeEnds:
         batch, first = ring.batch_size, ring.first_valid_step()
         new = slice(ring.slot(step), ring.slot(step) + batch)
         position = self.index.position[new]
-        self.finished -= int((self.end[new] >= 0).sum())  # the items these slots held are gone
+        gone = int((self.end[new] >= 0).sum())  # finished items these slots held
+        if gone:
+            self.finished -= gone
+            self.version += 1
         self.end[new] = -1
         if step > first:  # an episode begun by a start marker closes the one before it
             previous = ring.slot(step - 1)
@@ -57,6 +62,7 @@ class EpisodeEnds:
         steps = np.arange(start, step + 1)
         self.end[(steps % ring.max_length) * ring.batch_size + stream] = step
         self.finished += steps.size
+        self.version += 1
 
     def rebuild(self) -> None:
         """Derive the ends from the episode index (a loaded checkpoint, a reopened storage)."""

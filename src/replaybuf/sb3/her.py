@@ -93,7 +93,6 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
         self.her_ratio = 1 - (1.0 / (self.n_sampled_goal + 1))
         self.env = env
         self.copy_info_dict = copy_info_dict
-        self._seed = int(np.random.randint(2**31))  # SB3 seeds NumPy's global generator first
         super().__init__(
             buffer_size,
             observation_space,
@@ -122,12 +121,13 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
             self._spec,
             self.n_envs,
             self.buffer_size,
-            seed=self._seed,
             respect_episodes=True,
             episode_end_field="done",
             her=her,
         )
         flat = FlatSpec(self._spec)
+        self._achieved = flat.paths.index(_ACHIEVED)
+        self._valid, self._valid_version = np.zeros(0, np.int64), -1
         views = [
             field.reshape(self.buffer_size, self.n_envs, *leaf.shape)
             for field, leaf in zip(self._native._storage.fields, flat.leaves, strict=True)
@@ -140,7 +140,8 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
     def __getstate__(self) -> dict:
         """As DictReplayBuffer's, without ``env`` (an env may not pickle; SB3's ``set_env`` restores it)."""
         state = super().__getstate__()
-        state.pop("env", None)
+        for key in ("env", "_valid", "_valid_version"):  # the env; a cache rebuilt on load
+            state.pop(key, None)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -165,7 +166,8 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
 
     def sample(self, batch_size: int, env: Any = None) -> Any:
         """``batch_size`` transitions of finished episodes (uniformly), the last
-        ``int(her_ratio * batch_size)`` relabelled, as SB3's.
+        ``int(her_ratio * batch_size)`` relabelled: SB3's rules and SB3's draws from NumPy's
+        global generator (same calls in the same order), so a seeded run trains as with SB3's.
 
         Raises:
             ArgumentError: ``batch_size`` is not a positive int; no ``env`` to compute rewards
@@ -173,9 +175,8 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
             RuntimeError: no episode has ended yet (SB3's error and message).
         """
         check_positive("batch_size", batch_size, allow_none=False)
-        native = self._native
-        ends = native._relabel.ends
-        if ends.finished == 0:
+        valid = self._finished_slots()
+        if not valid.size:
             raise RuntimeError(
                 "Unable to sample before the end of the first episode. We recommend choosing a value "
                 "for learning_starts that is greater than the maximum number of timesteps in the environment."
@@ -186,16 +187,16 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
                 "env: expected a VecEnv to compute the relabelled rewards with; call set_env(env) "
                 "after unpickling the buffer, got None"
             )
-        ids = self._finished_ids(native, ends, batch_size)
-        items, _ = native._read_ids(ids)
+        sampled = np.random.choice(valid, size=batch_size, replace=True)
+        slots = np.concatenate([sampled[virtual:], sampled[:virtual]])  # real first, as SB3's
+        items, _ = self._native._read_ids(slots)
         obs, next_obs, rewards = items["observation"], items["next_observation"], items["reward"]
         if virtual:
-            relabelled = ids[batch_size - virtual :]
-            _, goals = native._relabel.goals_for(native._rng, relabelled, native._storage.fields)
+            goals = self._goals(sampled[:virtual])
             obs["desired_goal"][batch_size - virtual :] = goals
             next_obs["desired_goal"][batch_size - virtual :] = goals
             rewards[batch_size - virtual :] = self._env_rewards(
-                next_obs["achieved_goal"][batch_size - virtual :], goals, relabelled
+                next_obs["achieved_goal"][batch_size - virtual :], goals, sampled[:virtual]
             )
         return self._samples(
             obs,
@@ -254,19 +255,31 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
         return length.reshape(self.buffer_size, self.n_envs)
 
     # -- internals ----------------------------------------------------------------------------
-    def _finished_ids(self, native: UniformReplayBuffer, ends: Any, count: int) -> np.ndarray:
-        """``count`` ids drawn uniformly among stored items whose episode has ended (rounds of
-        candidates sized by the known share of such items)."""
-        ring, rng = native._ring, native._rng
-        low, high = ring.first_valid_step() * ring.batch_size, ring.steps * ring.batch_size
-        rate = ends.finished / (high - low)
-        found, need = [], count
-        while need:
-            candidates = rng.integers(low, high, size=int(need / rate * 1.2) + 8)
-            kept = candidates[ends.end[candidates % ring.capacity] >= 0][:need]
-            found.append(kept)
-            need -= kept.shape[0]
-        return np.concatenate(found)
+    def _finished_slots(self) -> np.ndarray:
+        """Slots (``pos * n_envs + env``, SB3's order) of the transitions of finished episodes;
+        found again only after an episode ended or a finished transition was overwritten."""
+        ends = self._native._relabel.ends
+        if self._valid_version != ends.version:
+            self._valid = np.flatnonzero(ends.end >= 0)
+            self._valid_version = ends.version
+        return self._valid
+
+    def _goals(self, slots: np.ndarray) -> np.ndarray:
+        """New goals for the transitions at ``slots``, drawn as SB3's ``_sample_goals`` draws them."""
+        ring, ends = self._native._ring, self._native._relabel.ends
+        length = ring.max_length
+        position = slots // self.n_envs
+        step = position + (ring.steps - 1 - position) // length * length  # the transition stored there
+        start = np.maximum(step - ends.index.position[slots], ring.first_valid_step())
+        episode_length = ends.end[slots] - start + 1
+        if self.goal_selection_strategy == GoalSelectionStrategy.FINAL:
+            chosen = episode_length - 1
+        elif self.goal_selection_strategy == GoalSelectionStrategy.FUTURE:
+            chosen = np.random.randint(step - start, episode_length)
+        else:
+            chosen = np.random.randint(0, episode_length)
+        goal_slots = (start + chosen) % length * self.n_envs + slots % self.n_envs
+        return self._native._storage.fields[self._achieved][goal_slots]
 
     def _env_rewards(self, achieved: np.ndarray, goals: np.ndarray, ids: np.ndarray) -> np.ndarray:
         if self.infos is not None:
