@@ -246,6 +246,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
         cpprb = CpprbRounds(args.capacity, path)
         try:
             steps = {**native_contender(args.capacity, data), **sb3_contenders(args.capacity, data)}
+            for step in steps.values():  # compiles the numba kernel before the first round
+                step()
             results: dict[str, list[float]] = {}
             for _ in range(args.rounds):
                 for name, step in steps.items():
