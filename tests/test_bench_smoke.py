@@ -202,3 +202,20 @@ def test_sb3_bench_quick_rows(tmp_path):
     for row in ("add", "sample", "cartpole"):
         assert all(math.isfinite(results[row][k]) and results[row][k] > 0 for k in ("replaybuf", "sb3", "ratio"))
     assert results["command"].startswith("python bench/sb3.py --quick")
+
+
+def test_her_bench_quick_run_measures_every_contender():
+    pytest.importorskip("stable_baselines3")
+    sys.path.insert(0, str(BENCH))
+    try:
+        import her
+
+        results = her.main(["--quick"])
+    finally:
+        sys.path.remove(str(BENCH))
+    for name in (
+        "replaybuf get_next(256) with her=",
+        "replaybuf.sb3.HerReplayBuffer.sample",
+        "SB3 HerReplayBuffer.sample",
+    ):
+        assert len(results[name]) == 2 and all(math.isfinite(r) and r > 0 for r in results[name])

@@ -18,6 +18,7 @@ FORBIDDEN = {
     "persistence": {"buffers", "samplers", "storages", "shared", "ray", "jax", "tf", "torch"},
     "samplers": {"buffers", "storages", "shared", "ray", "jax", "tf", "torch"},
     "storages": {"buffers", "samplers", "shared", "ray", "jax", "tf", "torch"},
+    "hindsight": {"buffers", "storages", "shared", "ray", "jax", "tf", "torch"},
     "buffers": {"shared", "ray", "jax", "tf", "torch", "mindspore_rl", "agents", "cli"},
     "tf": {"torch", "jax", "ray"},
     "torch": {"tf", "jax", "ray"},

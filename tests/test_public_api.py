@@ -38,6 +38,7 @@ CORE_NAMES = {
     "SharedReplayBuffer",
     "DatasetError",
     "WritersGoneError",
+    "HindsightRelabel",
 }
 
 

@@ -176,6 +176,7 @@ def test_dict_add_names_the_missing_key():
 def test_public_names():
     assert set(ours.__all__) == {
         "DictReplayBuffer",
+        "HerReplayBuffer",
         "NStepReplayBuffer",
         "PrioritizedDQN",
         "PrioritizedReplayBuffer",

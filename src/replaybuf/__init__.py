@@ -27,6 +27,7 @@ from replaybuf.errors import (
     SpecMismatchError,
     WritersGoneError,
 )
+from replaybuf.hindsight import HindsightRelabel
 from replaybuf.rate_limiters import MinSize, SampleToInsertRatio
 from replaybuf.shared import SharedReplayBuffer
 from replaybuf.specs import ArraySpec, BoundedArraySpec, TensorSpec, as_data_spec
@@ -43,6 +44,7 @@ __all__ = [
     "EmptyBufferError",
     "EpisodeDriver",
     "FrameStackReplayBuffer",
+    "HindsightRelabel",
     "MinSize",
     "PrioritizedFrameStackReplayBuffer",
     "PrioritizedReplayBuffer",

@@ -33,7 +33,7 @@ class BufferInfo(NamedTuple):
 
 
 class SampleInfo(BufferInfo):
-    """``BufferInfo(ids, probabilities)`` plus the attributes ``weights`` and ``mask``.
+    """``BufferInfo(ids, probabilities)`` plus the attributes ``weights``, ``mask`` and ``relabelled``.
 
     It is still the 2-tuple ``(ids, probabilities)`` (unpacking, indexing and equality behave
     exactly as for ``BufferInfo``, and ``isinstance(info, BufferInfo)`` holds); the extras are
@@ -43,17 +43,21 @@ class SampleInfo(BufferInfo):
       ``(P(i) / P_min) ** -beta``, i.e. normalised by the largest weight any stored item can have.
     - ``mask``: with ``pad_episode_ends=True``, bool ``[B, T]`` (or ``[T]``): True where the
       step is real, False where it pads past the episode's end.
+    - ``relabelled``: with ``her=``, bool ``[B]`` (or ``[]``): True where the element's goal and
+      reward were relabelled (``replaybuf.HindsightRelabel``).
 
     ``_replace`` and ``_make`` return a plain 2-tuple without the extras.
     """
 
     weights: Any
     mask: Any
+    relabelled: Any
 
-    def __new__(cls, ids: Any, probabilities: Any, weights: Any = None, mask: Any = None):
+    def __new__(cls, ids: Any, probabilities: Any, weights: Any = None, mask: Any = None, relabelled: Any = None):
         info = super().__new__(cls, ids, probabilities)
         info.weights = weights
         info.mask = mask
+        info.relabelled = relabelled
         return info
 
 

@@ -11,6 +11,7 @@ SWAPS = {
     "stable_baselines3.common.buffers.ReplayBuffer": "replaybuf.sb3.buffers.ReplayBuffer",
     "stable_baselines3.common.buffers.DictReplayBuffer": "replaybuf.sb3.buffers.DictReplayBuffer",
     "stable_baselines3.common.buffers.NStepReplayBuffer": "replaybuf.sb3.nstep.NStepReplayBuffer",
+    "stable_baselines3.her.her_replay_buffer.HerReplayBuffer": "replaybuf.sb3.her.HerReplayBuffer",
 }
 
 # SB3's test file -> the test functions run from it (every parametrization), None: all of them
@@ -18,4 +19,5 @@ SELECTED = {
     "test_buffers.py": ["test_replay_buffer_normalization", "test_device_buffer", "test_buffer_dtypes"],
     "test_n_step_replay.py": None,
     "test_save_load.py": ["test_save_load_replay_buffer", "test_warn_buffer"],
+    "test_her.py": None,
 }

@@ -8,6 +8,7 @@ from typing import Any
 
 from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.buffers.uniform import episode_index
+from replaybuf.hindsight import HindsightRelabel, relabel_part
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.prioritized import PrioritizedSampler, check_beta
@@ -53,7 +54,7 @@ class PrioritizedReplayBuffer(StreamBuffer):
     Args:
         data_spec, batch_size, max_length, seed, dataset_drop_remainder,
             dataset_window_shift, storage, path, respect_episodes, pad_episode_ends,
-            episode_end_field: as for UniformReplayBuffer.
+            episode_end_field, her: as for UniformReplayBuffer.
         alpha: how much prioritisation is used (0: uniform).
         beta: importance-sampling exponent, a float or a zero-argument callable read at
             every sample (an annealing schedule); also settable through ``.beta``.
@@ -87,6 +88,7 @@ class PrioritizedReplayBuffer(StreamBuffer):
         storage: str = "memory",
         path: str | os.PathLike | None = None,
         compiled: bool | None = None,
+        her: HindsightRelabel | None = None,
     ):
         super().__init__(
             data_spec,
@@ -101,6 +103,7 @@ class PrioritizedReplayBuffer(StreamBuffer):
             dataset_window_shift=dataset_window_shift,
             rate_limiter=rate_limiter,
             rate_limiter_timeout=rate_limiter_timeout,
+            relabel=relabel_part(her, respect_episodes),
         )
 
     @property

@@ -28,6 +28,7 @@ from replaybuf.dataset import (
     plan_deterministic_pass,
 )
 from replaybuf.errors import ArgumentError, CheckpointError
+from replaybuf.hindsight import Relabeller
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import read_state, write_state
 from replaybuf.persistence.state import check_header, check_rng_state, first_stored_step, require, spec_state
@@ -57,6 +58,8 @@ class StreamBuffer(ReplayBuffer):
         dataset_drop_remainder, dataset_window_shift: the deterministic pass's options.
         single_stream: ``add_batch`` appends a batch of any size to one stream (PyUniform);
             the sampler must then keep no per-add state (the uniform one).
+        relabel: ``part(flat_spec, ring, sampler)`` building the hindsight relabelling of
+            samples (``replaybuf.hindsight``), or None.
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class StreamBuffer(ReplayBuffer):
         single_stream: bool = False,
         rate_limiter: RateLimiter | None = None,
         rate_limiter_timeout: float | None = None,
+        relabel: Callable[[FlatSpec, StreamRing, Any], Relabeller] | None = None,
     ):
         check_positive("batch_size", batch_size, allow_none=False)
         self._limiter = check_rate_limiter(rate_limiter)
@@ -88,10 +92,11 @@ class StreamBuffer(ReplayBuffer):
         self._ring = StreamRing(int(batch_size), int(max_length), type(self).__name__)
         self._storage = storage(self._flat, self._ring)
         self._sampler = sampler(self._flat, self._ring)
+        self._relabel = None if relabel is None else relabel(self._flat, self._ring, self._sampler)
         self._validate: Callable[[Any, int | None], list] = self._flat.flatten_batch
         self._rng: Any = np.random.default_rng(seed)
         if self._ring.steps:  # a reopened storage (memmap folder): derive the sampler's state
-            self._sampler.reopened(self._ring, self._storage.fields)
+            self._reindex()
 
     # -- geometry ----------------------------------------------------------------------------
     @property
@@ -150,6 +155,8 @@ class StreamBuffer(ReplayBuffer):
                 ring.steps += 1
                 self._storage.commit(ring.steps)
                 self._sampler.added(ring, arrays)
+                if self._relabel is not None:
+                    self._relabel.added()
                 evicted = ring.batch_size if ring.steps > ring.max_length else 0
         if self._limiter is not None and evicted:
             self._limiter.delete(evicted)
@@ -164,6 +171,7 @@ class StreamBuffer(ReplayBuffer):
                 (inside one episode, when the sampler respects episodes).
             ArgumentError: sample_batch_size or num_steps is not a positive int, or a sample
                 of more than 2**31 - 1 items in all (sample_batch_size x num_steps).
+                With ``her=``: ``compute_reward`` returned other than one reward per relabelled item.
             RateLimiterTimeout, BufferClosedError: with a rate limiter, see ``add_batch``.
         """
         if sample_batch_size is not None and (
@@ -184,6 +192,11 @@ class StreamBuffer(ReplayBuffer):
                     self._limiter.undo_sample(sample_batch_size or 1)
                 raise
             leaves = self._storage.read(ids % self._ring.capacity)
+            if self._relabel is not None:
+                relabelled, goals = self._relabel.pick(self._rng, ids, num_steps is not None, self._storage.fields)
+        if self._relabel is not None:
+            self._relabel.apply(leaves, relabelled, goals, num_steps is not None)
+            extras = {**extras, "relabelled": relabelled}
         if time_stacked or num_steps is None:
             items = self._flat.unflatten(leaves)
         else:
@@ -240,6 +253,8 @@ class StreamBuffer(ReplayBuffer):
             self._storage.commit(0)
             self._storage.clear()
             self._sampler.cleared()
+            if self._relabel is not None:
+                self._relabel.cleared()
             if self._limiter is not None:
                 self._limiter.reset()
 
@@ -297,6 +312,8 @@ class StreamBuffer(ReplayBuffer):
             self._storage.commit(steps)
             self._rng.bit_generator.state = rng_state
             self._sampler.load_state(ring, sampler_state)
+            if self._relabel is not None:
+                self._relabel.rebuild()
             if self._limiter is not None:
                 self._limiter.load_state(limiter_state)
 
@@ -340,6 +357,14 @@ class StreamBuffer(ReplayBuffer):
             **self._sampler.state(ring),
             **({} if self._limiter is None else {"rate_limiter": self._limiter.state()}),
         }
+
+    def _reindex(self) -> None:
+        """Derive the sampler's and the relabelling's bookkeeping from the stored items (a
+        reopened storage, or items edited in place through the storage's views: replaybuf.sb3)."""
+        with self._lock:
+            self._sampler.reopened(self._ring, self._storage.fields)
+            if self._relabel is not None:
+                self._relabel.rebuild()
 
     def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
         """The items stored under ``ids`` (NumPy int64) and ``BufferInfo(ids, ())``."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from replaybuf.buffer import check_positive
 from replaybuf.buffers.stream import StreamBuffer, reject_unused
+from replaybuf.hindsight import HindsightRelabel, relabel_part
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.samplers import EpisodeIndex, EpisodeSampler, UniformSampler, episode_markers
@@ -77,10 +78,13 @@ class UniformReplayBuffer(StreamBuffer):
             (e.g. ``"done"``); default: the ``step_type`` / ``next_step_type`` fields.
         rate_limiter, rate_limiter_timeout: a ``MinSize`` / ``SampleToInsertRatio`` that adds
             and samples wait for, and how long (``StreamBuffer``; docs/many_writers.md).
+        her: a ``replaybuf.HindsightRelabel``: samples relabel goals with achieved ones
+            (hindsight experience replay; needs ``respect_episodes``; docs/her.md).
 
     Raises:
         ArgumentError: a non-positive size; ``pad_episode_ends`` or ``episode_end_field``
-            without ``respect_episodes``; ``path`` without ``storage="memmap"``.
+            without ``respect_episodes``; ``path`` without ``storage="memmap"``; ``her``
+            without ``respect_episodes``, or naming fields the data_spec lacks.
 
     Checkpoints: ``state_dict()`` / ``load_state_dict(state)``, ``save(path)`` / ``load(path)``.
     """
@@ -101,6 +105,7 @@ class UniformReplayBuffer(StreamBuffer):
         respect_episodes: bool = False,
         pad_episode_ends: bool = False,
         episode_end_field: str | None = None,
+        her: HindsightRelabel | None = None,
     ):
         super().__init__(
             data_spec,
@@ -113,6 +118,7 @@ class UniformReplayBuffer(StreamBuffer):
             dataset_window_shift=dataset_window_shift,
             rate_limiter=rate_limiter,
             rate_limiter_timeout=rate_limiter_timeout,
+            relabel=relabel_part(her, respect_episodes),
         )
 
 

@@ -128,6 +128,11 @@ class EpisodeIndex:
         self.position[self._end_slots(steps)] = new
         self._last, self._ended = new, np.asarray(ends, bool)
 
+    @property
+    def ended(self) -> np.ndarray:
+        """Whether each stream's episode ended with its newest item, ``[batch_size]`` bool."""
+        return self._ended
+
     def count(self, size: int) -> int:
         """How many stored windows of ``size`` items lie inside one episode."""
         if size not in self._counts:
@@ -286,6 +291,11 @@ class EpisodeSampler:
     def __init__(self, index: EpisodeIndex, pad: bool):
         self.index = index
         self.pad = pad
+
+    @property
+    def episodes(self) -> EpisodeIndex:
+        """The episode index (named as ``PrioritizedSampler``'s)."""
+        return self.index
 
     def draw(
         self, rng: np.random.Generator, ring: StreamRing, sample_batch_size: int | None, num_steps: int | None

@@ -6,11 +6,13 @@ A one-line switch: ``DQN(..., replay_buffer_class=replaybuf.sb3.ReplayBuffer)``,
 
 from replaybuf.sb3.buffers import DictReplayBuffer, ReplayBuffer
 from replaybuf.sb3.dqn import PrioritizedDQN
+from replaybuf.sb3.her import HerReplayBuffer
 from replaybuf.sb3.nstep import NStepReplayBuffer
 from replaybuf.sb3.prioritized import PrioritizedReplayBuffer, PrioritizedReplayBufferSamples
 
 __all__ = [
     "DictReplayBuffer",
+    "HerReplayBuffer",
     "NStepReplayBuffer",
     "PrioritizedDQN",
     "PrioritizedReplayBuffer",

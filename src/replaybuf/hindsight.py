@@ -1,0 +1,200 @@
+"""``HindsightRelabel``: hindsight experience replay (HER) as a step of sampling.
+
+A sampled element's desired goal is replaced, with probability ``ratio``, by a goal that was
+achieved in the same episode (``"future"``: at or after the element's last step; ``"final"``:
+the episode's last stored step; ``"episode"``: any stored step of it), and its reward is
+recomputed by the user's vectorised ``compute_reward``. Goals come from the episode
+bookkeeping of ``respect_episodes=True`` (``replaybuf.samplers.hindsight``): never from
+another episode, an overwritten step or a step not yet written. Nothing stored changes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from replaybuf.errors import ArgumentError
+from replaybuf.nest import FlatSpec
+from replaybuf.ring import StreamRing
+from replaybuf.samplers.hindsight import STRATEGIES, EpisodeEnds
+
+__all__ = ["HindsightRelabel", "Relabeller", "relabel_part"]
+
+
+def _field(flat: FlatSpec, argument: str, path: str) -> int:
+    """The flat index of the leaf at ``path``; ArgumentError naming ``argument`` if none."""
+    if path not in flat.paths:
+        raise ArgumentError(
+            f"{argument}: expected the path of a field of the data_spec (one of {flat.paths}), got {path!r}"
+        )
+    return flat.paths.index(path)
+
+
+class HindsightRelabel:
+    """Relabel sampled goals with achieved ones (HER); pass it as ``her=`` to a NumPy buffer
+    built with ``respect_episodes=True``.
+
+    Args:
+        goal_field: the path (``"observation/desired_goal"``) of the desired goal, or a tuple of
+            paths that all receive the same new goal (e.g. the observation's and the next one's).
+        achieved_field: the path of the goal achieved by the item's step (e.g.
+            ``"next_observation/achieved_goal"``); goals are drawn from it, and it is what
+            ``compute_reward`` compares with the new goal. Same shape as each goal field.
+        compute_reward: ``fn(achieved_goal, desired_goal, info) -> rewards``, called once per
+            sample with ``[n, *goal_shape]`` arrays and ``info=None`` (``GoalEnv.compute_reward``
+            fits); it returns ``n`` rewards (each shaped like ``reward_field``).
+        strategy: ``"future"`` (default), ``"final"`` or ``"episode"``.
+        ratio: the probability that a sampled element (window) is relabelled, in [0, 1].
+        reward_field: the path of the reward to recompute.
+        compiled: None (default) draws the goals with a numba kernel when numba is installed
+            (the ``fast`` extra), False with NumPy (the same draws), True insists on numba.
+
+    Raises:
+        ArgumentError: a strategy, ratio, compute_reward or compiled outside the above; a field that
+            names no leaf of the buffer's data_spec, or a goal of another shape or dtype than
+            the achieved goal (when the buffer is built).
+    """
+
+    def __init__(
+        self,
+        *,
+        goal_field: str | Sequence[str],
+        achieved_field: str,
+        compute_reward: Callable[[np.ndarray, np.ndarray, Any], Any],
+        strategy: str = "future",
+        ratio: float = 0.8,
+        reward_field: str = "reward",
+        compiled: bool | None = None,
+    ):
+        if strategy not in STRATEGIES:
+            raise ArgumentError(f"strategy: expected one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}")
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+            raise ArgumentError(f"ratio: expected a number in [0, 1], got {ratio!r}")
+        if not callable(compute_reward):
+            raise ArgumentError(f"compute_reward: expected a callable, got {compute_reward!r}")
+        if compiled not in (None, True, False):
+            raise ArgumentError(f"compiled: expected None, True or False, got {compiled!r}")
+        goals = (goal_field,) if isinstance(goal_field, str) else tuple(goal_field)
+        if not goals or not all(isinstance(g, str) for g in goals):
+            raise ArgumentError(f"goal_field: expected a field path or a tuple of them, got {goal_field!r}")
+        self.goal_fields = goals
+        self.achieved_field = achieved_field
+        self.compute_reward = compute_reward
+        self.strategy = strategy
+        self.ratio = float(ratio)
+        self.reward_field = reward_field
+        self.compiled = compiled
+
+    def __repr__(self) -> str:
+        return (
+            f"HindsightRelabel(goal_field={self.goal_fields!r}, achieved_field={self.achieved_field!r}, "
+            f"strategy={self.strategy!r}, ratio={self.ratio})"
+        )
+
+    def bind(self, flat: FlatSpec, ring: StreamRing, sampler: Any) -> Relabeller:
+        """The relabelling of one buffer (its spec, ring and the sampler's episode index)."""
+        return Relabeller(self, flat, ring, sampler.episodes)
+
+
+def relabel_part(her: HindsightRelabel | None, respect_episodes: bool) -> Callable[..., Relabeller] | None:
+    """The buffer's relabelling part (None without ``her``).
+
+    Raises:
+        ArgumentError: ``her`` is not a HindsightRelabel, or comes without ``respect_episodes``.
+    """
+    if her is None:
+        return None
+    if not isinstance(her, HindsightRelabel):
+        raise ArgumentError(f"her: expected a replaybuf.HindsightRelabel or None, got {her!r}")
+    if not respect_episodes:
+        raise ArgumentError(
+            "her: expected respect_episodes=True (goals are drawn from the sampled item's episode), "
+            "got respect_episodes=False"
+        )
+    return her.bind
+
+
+class Relabeller:
+    """A ``HindsightRelabel`` bound to one buffer: its fields' flat indices and episode ends."""
+
+    def __init__(self, her: HindsightRelabel, flat: FlatSpec, ring: StreamRing, episodes: Any):
+        self.her = her
+        self.achieved = _field(flat, "achieved_field", her.achieved_field)
+        self.goals = [_field(flat, "goal_field", path) for path in her.goal_fields]
+        self.reward = _field(flat, "reward_field", her.reward_field)
+        achieved = flat.leaves[self.achieved]
+        for index in self.goals:
+            goal = flat.leaves[index]
+            if (goal.shape, goal.dtype) != (achieved.shape, achieved.dtype):
+                raise ArgumentError(
+                    f"goal_field: expected {flat.paths[index]} shaped like {her.achieved_field}, "
+                    f"{achieved.shape} {achieved.dtype}, got {goal.shape} {goal.dtype}"
+                )
+        self.reward_spec = flat.leaves[self.reward]
+        self.ends = EpisodeEnds(ring, episodes)
+
+    def added(self) -> None:
+        self.ends.added()
+
+    def cleared(self) -> None:
+        self.ends.cleared()
+
+    def rebuild(self) -> None:
+        self.ends.rebuild()
+
+    def pick(
+        self, rng: np.random.Generator, ids: np.ndarray, windows: bool, fields: Sequence[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(relabelled, goals)``: which elements of a sample of ``ids`` are relabelled (shaped
+        like the sample without its time axis) and their new goals, read from the stored
+        achieved goals ``fields[achieved]`` (by slot). Under the buffer's lock."""
+        last = ids[..., -1] if windows else ids
+        coins, goals = self.goals_for(rng, last.reshape(-1), fields, self.her.ratio)
+        return coins.reshape(last.shape), goals
+
+    def goals_for(
+        self, rng: np.random.Generator, last_ids: np.ndarray, fields: Sequence[np.ndarray], ratio: float = 1.0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(coins, goals)`` for elements whose (last) steps have ids ``last_ids`` (1-D): which
+        are relabelled (each with probability ``ratio``) and their new goals, in order."""
+        raw = rng.bit_generator.random_raw(2 * last_ids.shape[0])
+        coins, slots = self.ends.pick(last_ids, raw, ratio, self.her.strategy, self.her.compiled)
+        return coins, fields[self.achieved][slots]
+
+    def apply(self, leaves: list[np.ndarray], relabelled: np.ndarray, goals: np.ndarray, windows: bool) -> None:
+        """Write ``goals`` into the goal fields of the relabelled elements of the sampled
+        ``leaves`` (every step of a window) and their rewards from ``compute_reward``.
+
+        Raises:
+            ArgumentError: ``compute_reward`` returned other than one reward per relabelled item.
+        """
+        if not goals.shape[0]:
+            return
+        touched = (*self.goals, self.achieved, self.reward)
+        if relabelled.ndim:  # rows of a batch
+            rows: Any = np.flatnonzero(relabelled)
+            views = {i: leaves[i] for i in touched}
+        else:  # an unbatched sample: its leaves (scalars too) as rows of one
+            rows = np.zeros(1, np.int64)
+            for i in touched:
+                leaves[i] = np.array(leaves[i])
+            views = {i: leaves[i][None] for i in touched}
+        new = goals[:, None] if windows else goals
+        for index in self.goals:
+            views[index][rows] = new
+        achieved = views[self.achieved][rows]
+        shape = achieved.shape[: achieved.ndim - goals.ndim + 1]  # [n] or [n, T]
+        flat = (-1, *goals.shape[1:])
+        desired = np.broadcast_to(new, achieved.shape).reshape(flat) if windows else goals
+        rewards = np.asarray(self.her.compute_reward(achieved.reshape(flat), desired, None))
+        spec = self.reward_spec
+        count = math.prod(shape)
+        if rewards.size != count * math.prod(spec.shape):
+            raise ArgumentError(
+                f"compute_reward: expected {count} rewards shaped {spec.shape} (one per relabelled item), "
+                f"got an array shaped {rewards.shape}"
+            )
+        views[self.reward][rows] = rewards.reshape(*shape, *spec.shape)
