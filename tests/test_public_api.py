@@ -65,9 +65,7 @@ def test_all_names_the_public_api():
 
 
 def test_import_pulls_in_no_framework():
-    code = (
-        "import sys, replaybuf; "
-        "print(sorted(m for m in ('tensorflow', 'torch', 'gymnasium', 'jax', 'minari', 'h5py', 'stable_baselines3') if m in sys.modules))"
-    )
+    frameworks = ("tensorflow", "torch", "gymnasium", "jax", "ray", "minari", "h5py", "stable_baselines3")
+    code = f"import sys, replaybuf; print(sorted(m for m in {frameworks!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
