@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -25,7 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import calibrate, median, rss_bytes, time_rep  # noqa: E402
+from common import rss_bytes  # noqa: E402
+from harness import Timing, interleave  # noqa: E402
 
 FULL = {
     "stored": 100_000,
@@ -71,18 +73,13 @@ def _step_args(n: int):
 
 
 def _alternating(runs: dict, settings: dict) -> dict:
-    """Seconds per operation of each ``run(n)``: median of reps, the libraries alternating."""
-    counts = {lib: calibrate(run, _Sizes(settings["rep_seconds"])) for lib, run in runs.items()}
-    times = {lib: [] for lib in runs}
-    for _ in range(settings["reps"]):
-        for lib, run in runs.items():
-            times[lib].append(time_rep(run, counts[lib]))
-    return {lib: median(values) for lib, values in times.items()}
-
-
-class _Sizes:  # what common.calibrate reads
-    def __init__(self, rep_seconds: float):
-        self.rep_seconds = rep_seconds
+    """Seconds per operation of each ``run(n)``: median of reps, the libraries alternating
+    (the bench harness's ``interleave``)."""
+    times, _ = interleave(runs, Timing(settings["reps"], settings["rep_seconds"], 0.0))
+    for got in times.values():
+        if isinstance(got, Exception):
+            raise got
+    return {lib: statistics.median(got) for lib, got in times.items()}
 
 
 def bench_add(settings: dict) -> dict:
@@ -154,7 +151,7 @@ def bench_dqn_loop(game: str, settings: dict) -> dict:
             start = time.perf_counter()
             model.learn(steps)
             times[lib].append(steps / (time.perf_counter() - start))
-    return {lib: median(values) for lib, values in times.items()}
+    return {lib: statistics.median(values) for lib, values in times.items()}
 
 
 def rss_per_transition(kind: str, transitions: int) -> float:
