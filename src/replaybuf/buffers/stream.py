@@ -197,6 +197,20 @@ class StreamBuffer(ReplayBuffer):
         if self._relabel is not None:
             self._relabel.apply(leaves, relabelled, goals, num_steps is not None)
             extras = {**extras, "relabelled": relabelled}
+        return self._finish_sample(leaves, ids, probabilities, extras, sample_batch_size, num_steps, time_stacked)
+
+    def _finish_sample(
+        self,
+        leaves: list,
+        ids: Any,
+        probabilities: Any,
+        extras: dict,
+        sample_batch_size: int | None,
+        num_steps: int | None,
+        time_stacked: bool,
+    ) -> tuple[Any, BufferInfo]:
+        """A read's leaves as ``get_next`` returns them: the spec's nest (or one per time step
+        with ``time_stacked=False``) and its info (``SampleInfo`` when extras apply)."""
         if time_stacked or num_steps is None:
             items = self._flat.unflatten(leaves)
         else:

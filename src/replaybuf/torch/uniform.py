@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from replaybuf.buffer import BufferInfo, check_positive, unstack_time
+from replaybuf.buffer import BufferInfo, check_positive
 from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.dataset import check_sample_arguments
 from replaybuf.errors import ArgumentError
@@ -132,10 +132,7 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         if drawn is None:
             return super().get_next(sample_batch_size, num_steps, time_stacked)
         leaves, ids, probabilities = drawn
-        nest, batched = self._flat.unflatten, sample_batch_size is not None
-        stacked = time_stacked or num_steps is None
-        items = nest(leaves) if stacked else unstack_time(nest, leaves, num_steps, batched=batched)
-        return items, BufferInfo(ids, probabilities)
+        return self._finish_sample(leaves, ids, probabilities, {}, sample_batch_size, num_steps, time_stacked)
 
     def as_dataset(
         self,
