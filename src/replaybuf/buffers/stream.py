@@ -115,6 +115,22 @@ class StreamBuffer(ReplayBuffer):
     def max_length(self) -> int:
         return self._ring.max_length
 
+    @property
+    def single_stream(self) -> bool:
+        """True when ``add_batch`` appends a batch of any size to one stream (PyUniform)."""
+        return self._single_stream
+
+    @property
+    def ring(self) -> StreamRing:
+        """The ring (steps added, the first valid step, ids): read it under ``lock``, never write it."""
+        return self._ring
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The buffer's reentrant lock: hold it to make several calls one step (a Ray shard's
+        priority update and the mass it reports)."""
+        return self._lock
+
     # -- the common API ------------------------------------------------------------------------
     def add_batch(self, items: Any) -> None:
         """Add one step to every stream: each leaf shaped ``[batch_size] + spec.shape``.
@@ -281,6 +297,11 @@ class StreamBuffer(ReplayBuffer):
     def num_frames(self) -> int:
         return self._ring.num_valid_steps() * self._ring.batch_size
 
+    def read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
+        """The items stored under ``ids`` (logical ids, NumPy int64; stored ones only) and
+        ``BufferInfo(ids, ())``: what a deterministic pass, a Ray shard or replaybuf.sb3 reads."""
+        return self._read_ids(ids)
+
     def mass(self, num_steps: int | None = None) -> tuple[float, float]:
         """``(mass, smallest)`` of the windows of ``num_steps`` a draw may return now: what the
         sampler normalises by (``P(element) = its mass / mass``; uniform: one per start) and
@@ -381,7 +402,7 @@ class StreamBuffer(ReplayBuffer):
                 self._relabel.rebuild()
 
     def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
-        """The items stored under ``ids`` (NumPy int64) and ``BufferInfo(ids, ())``."""
+        """``read_ids`` as this backend reads (the torch buffers read on their device)."""
         with self._lock:
             leaves = self._storage.read(ids % self._ring.capacity)
         return self._flat.unflatten(leaves), BufferInfo(ids, ())

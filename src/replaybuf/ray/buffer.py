@@ -440,9 +440,13 @@ class ShardedReplayBuffer(ReplayBuffer):
         try:
             return self._assemble(pending, time_stacked)
         except BaseException:
-            if self._limiter is not None:
-                self._limiter.undo_sample.remote(pending["n"])
+            self._undo(pending)
             raise
+
+    def _undo(self, pending: dict) -> None:
+        """Give back the limiter's grant of a fan-out that hands nothing out."""
+        if self._limiter is not None:
+            self._limiter.undo_sample.remote(pending["n"])
 
     def _assemble(self, pending: dict, time_stacked: bool) -> tuple[Any, BufferInfo]:
         n, num_steps, masses = pending["n"], pending["T"], pending["masses"]
@@ -551,7 +555,8 @@ class ShardedReplayBuffer(ReplayBuffer):
         check_positive("num_parallel_calls", num_parallel_calls)
         if single_deterministic_pass:
             return DeterministicPass(lambda: self._plan(sample_batch_size, num_steps), self._read_ids)
-        return ShardedRandomDataset(self, sample_batch_size, num_steps, num_parallel_calls or self.dataset_draw_ahead)
+        depth = num_parallel_calls or self.dataset_draw_ahead
+        return ShardedRandomDataset(self._submit, self._collect, self._undo, sample_batch_size, num_steps, depth)
 
     def _common_ring(self) -> StreamRing:
         """A ring standing for every shard: they must hold the same steps."""

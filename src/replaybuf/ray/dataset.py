@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["ShardedRandomDataset"]
@@ -18,20 +18,27 @@ class ShardedRandomDataset:
     ``depth - 1`` elements older than a synchronous ``get_next`` would be.
     """
 
-    def __init__(self, buffer: Any, sample_batch_size: int | None, num_steps: int | None, depth: int):
-        self._buffer = buffer
+    def __init__(
+        self,
+        submit: Callable[[int | None, int | None], dict],
+        collect: Callable[[dict], Any],
+        undo: Callable[[dict], None],
+        sample_batch_size: int | None,
+        num_steps: int | None,
+        depth: int,
+    ):
+        self._submit, self._collect, self._undo = submit, collect, undo
         self._args = (sample_batch_size, num_steps)
         self._depth = depth
 
     def __iter__(self) -> Iterator[Any]:
-        buffer, depth = self._buffer, self._depth
+        depth = self._depth
         pending: collections.deque = collections.deque()
         try:
             while True:
                 while len(pending) < depth:
-                    pending.append(buffer._submit(*self._args))
-                yield buffer._collect(pending.popleft())
+                    pending.append(self._submit(*self._args))
+                yield self._collect(pending.popleft())
         finally:
             for started in pending:  # granted by the limiter but never handed out
-                if buffer._limiter is not None:
-                    buffer._limiter.undo_sample.remote(started["n"])
+                self._undo(started)

@@ -66,7 +66,7 @@ class Shard:
             )
         self.index = index
         self.buffer = buffer_class(data_spec, batch_size=batch_size, max_length=max_length, seed=seed, **options)
-        if getattr(self.buffer, "_single_stream", False):
+        if self.buffer.single_stream:
             raise ArgumentError(f"buffer_class: expected a buffer of batch_size streams, got {buffer_class.__name__}")
         self.flat = FlatSpec(data_spec)
         self.lock = threading.RLock()  # the shard's bookkeeping; the buffer has its own lock
@@ -129,7 +129,7 @@ class Shard:
                 call(self.limiter.await_insert, n, self.limiter_timeout)
             with self.saving:  # not during a save; a due save follows before any other add
                 with self.cond:  # the item and its writer's number change together
-                    evicted = n if self.buffer._ring.steps >= self.buffer.max_length else 0
+                    evicted = n if self.buffer.ring.steps >= self.buffer.max_length else 0
                     self.buffer.add_batch(items)  # copies into the storage
                     inserted = True
                     self.counts["inserts"] += n
@@ -157,7 +157,7 @@ class Shard:
     def update_priorities(self, local_ids: np.ndarray, priorities: np.ndarray, lengths: list) -> list[float]:
         """Set priorities; returns the shard's new mass for each window length in ``lengths``."""
         buffer = self.buffer
-        with buffer._lock:
+        with buffer.lock:
             buffer.update_priorities(local_ids, priorities)
             return [buffer.mass(steps)[0] for steps in lengths]
 
@@ -189,19 +189,19 @@ class Shard:
             result["mask"] = getattr(info, "mask", None)
             with self.lock:
                 self.counts["samples"] += count
-        with buffer._lock:
+        with buffer.lock:
             result["mass"], result["smallest"] = buffer.mass(num_steps)
         return result
 
     def read(self, local_ids: np.ndarray) -> list:
         """The flat leaves of the items stored under ``local_ids`` (1-d)."""
-        items, _ = self.buffer._read_ids(np.asarray(local_ids, np.int64))
+        items, _ = self.buffer.read_ids(np.asarray(local_ids, np.int64))
         return self.flat.flatten(items)
 
     def gather(self) -> tuple[int, int, list]:
         """``(first valid step, steps, flat leaves [batch_size, n, ...])``."""
-        with self.buffer._lock:
-            ring = self.buffer._ring
+        with self.buffer.lock:
+            ring = self.buffer.ring
             return ring.first_valid_step(), ring.steps, self.flat.flatten(self.buffer.gather_all())
 
     def info(self) -> dict:
@@ -209,7 +209,7 @@ class Shard:
         whether this actor reloaded a checkpoint when it started, its pid and node id."""
         with self.lock:
             counts = dict(self.counts)
-        ring = self.buffer._ring
+        ring = self.buffer.ring
         return {
             "num_frames": self.buffer.num_frames(),
             "steps": ring.steps,
