@@ -127,3 +127,43 @@ def test_masses_beyond_float32_are_refused_by_the_jax_buffer_by_name():
     _filled("numpy").load_state_dict(state)  # a float64 tree holds it
     with pytest.raises(replaybuf.CheckpointError, match="expected masses a float32 tree can hold"):
         _filled("jax").load_state_dict(state)
+
+
+EPISODE_READERS = {
+    **{name: make for name, make in EPISODE_BACKENDS.items() if name != "jax-core"},
+    **{f"{name}-prioritized": make for name, make in PRIORITIZED.items()},
+}
+READERS = dict(EPISODE_READERS)
+try:
+    import replaybuf.torch
+
+    READERS["torch"] = lambda spec: replaybuf.torch.TorchUniformReplayBuffer(spec, batch_size=2, max_length=8)
+except ImportError:  # the torch extra is not installed
+    pass
+SHORTER = "add more steps or ask for shorter windows"
+
+
+@pytest.mark.parametrize("backend", sorted(READERS))
+def test_a_refused_read_is_worded_alike(backend):
+    buffer = READERS[backend](FLAT)
+    with pytest.raises(replaybuf.EmptyBufferError) as empty:
+        buffer.get_next(2)
+    assert (
+        str(empty.value) == f"The {type(buffer).__name__} is empty. Make sure to add items before sampling the buffer."
+    )
+    for t in range(2):
+        buffer.add_batch({"obs": np.full((2, 2), t, np.float32), "reward": np.ones(2, np.float32)})
+    with pytest.raises(replaybuf.EmptyBufferError) as too_long:
+        buffer.get_next(2, num_steps=5)
+    assert str(too_long.value) == f"num_steps=5: each stream holds only 2 steps (max_length=8); {SHORTER}"
+    _closed(buffer)
+
+
+@pytest.mark.parametrize("backend", sorted(EPISODE_READERS))
+def test_no_window_inside_an_episode_is_worded_alike(backend):
+    buffer = EPISODE_READERS[backend](NESTED, respect_episodes=True, episode_end_field="info/done")
+    for t in range(4):  # episodes of one step each
+        buffer.add_batch({"obs": np.full((2, 2), t, np.float32), "info": {"done": np.ones(2, bool)}})
+    with pytest.raises(replaybuf.EmptyBufferError, match=r"^num_steps=3: no stored episode holds 3 steps"):
+        buffer.get_next(2, num_steps=3)
+    _closed(buffer)

@@ -61,7 +61,7 @@ def test_episode_windows_never_cross_an_end_and_errors_when_none_fits():
     items, info = rb.get_next(64, 3)
     np.testing.assert_array_equal(np.asarray(items["x"]), np.tile([2, 3, 4], (64, 1)))
     np.testing.assert_allclose(np.asarray(info.probabilities), 1.0)
-    with pytest.raises(replaybuf.EmptyBufferError, match="inside one episode"):
+    with pytest.raises(replaybuf.EmptyBufferError, match="no stored episode holds"):
         rb.get_next(4, 4)
 
 

@@ -12,6 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "replaybuf"
 # room -> the replaybuf rooms it must never import
 FORBIDDEN = {
     "errors": {"*"},
+    "refusals": {"specs", "nest", "mismatch", "ring", "buffer", "dataset", "buffers", "samplers", "storages", "shared"},
     "specs": {"buffers", "samplers", "storages", "persistence", "shared", "ray", "jax", "tf", "torch"},
     "nest": {"buffers", "samplers", "storages", "persistence", "shared", "ray", "jax", "tf", "torch"},
     "ring": {"buffers", "samplers", "storages", "persistence", "shared", "ray", "jax", "tf", "torch"},

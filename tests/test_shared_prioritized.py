@@ -63,7 +63,7 @@ def test_stale_ids_are_ignored_and_bad_updates_change_nothing(buffers):
     before = buffer.get_next(1)[1]
     with pytest.raises(PriorityError, match="expected finite values > 0, got \\[0.0\\] at positions \\[1\\]"):
         buffer.update_priorities(np.array([4, 5]), np.array([2.0, 0.0]))
-    with pytest.raises(PriorityError, match="expected ids of added items, got \\[6\\]"):
+    with pytest.raises(PriorityError, match="ids: expected ids of added items, got \\[6\\]"):
         buffer.update_priorities(np.array([4, 6]), np.array([2.0, 2.0]))
     with pytest.raises(ArgumentError, match="priorities: expected numbers"):
         buffer.update_priorities(np.array([4, 5]), ["high", "low"])

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from replaybuf.buffer import check_positive
-from replaybuf.errors import ArgumentError, EmptyBufferError
+from replaybuf.errors import ArgumentError
+from replaybuf.refusals import empty
 from replaybuf.ring import StreamRing
 
 __all__ = [
@@ -171,7 +172,7 @@ def plan_deterministic_pass(
     """
     check_pass_arguments(ring.batch_size, ring.max_length, sample_batch_size, num_steps, drop_remainder)
     if ring.steps == 0:
-        raise EmptyBufferError("The buffer is empty. Make sure to add items before reading the buffer.")
+        raise empty(ring.name)
     size = num_steps or 1
     shift = window_shift or size
     first, end = ring.first_valid_step(), ring.steps

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybuf.errors import EmptyBufferError
+from replaybuf.refusals import empty, window_too_long
 
 __all__ = ["StreamRing", "append_rows"]
 
@@ -53,11 +53,8 @@ class StreamRing:
         low, high = self.first_valid_step(), self.steps - num_steps + 1
         if high <= low:
             if self.steps == 0:
-                raise EmptyBufferError(f"The {self.name} is empty. Make sure to add items before sampling the buffer.")
-            raise EmptyBufferError(
-                f"num_steps={num_steps}: each stream holds only {self.num_valid_steps()} steps "
-                f"(max_length={self.max_length}); add more steps or ask for shorter windows"
-            )
+                raise empty(self.name)
+            raise window_too_long(num_steps, self.num_valid_steps(), self.max_length)
         return low, high
 
     def window_ids(self, first_ids: np.ndarray, num_steps: int | None) -> np.ndarray:

@@ -20,13 +20,14 @@ import numpy as np
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive, unstack_time
 from replaybuf.dataset import DeterministicPass, RandomDataset, check_sample_arguments, plan_deterministic_pass
-from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, SpecMismatchError
+from replaybuf.errors import ArgumentError, CheckpointError, SpecMismatchError
 from replaybuf.jax.core import Buffer, BufferState, EpisodeState, make_buffer
 from replaybuf.jax.rows import pack
 from replaybuf.jax.sumtree import tree_init, tree_update
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import read_state, write_state
 from replaybuf.persistence.state import check_header, check_items, check_rng_state, first_stored_step, spec_state
+from replaybuf.refusals import no_episode_window
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import check_episode_state
 from replaybuf.samplers.prioritized import check_priority_state, check_priority_values, priority_update
@@ -215,10 +216,7 @@ class JaxUniformReplayBuffer(ReplayBuffer):
             items, info = _sample(self._core, self._state, key, sample_batch_size or 1, num_steps)
         episodes = self._core.episodes
         if episodes is not None and not episodes.pad and not bool(info.valid[0]):
-            raise EmptyBufferError(
-                f"num_steps={num_steps or 1}: no stored window of that length lies inside one episode; "
-                "add more steps or ask for shorter windows"
-            )
+            raise no_episode_window(num_steps or 1, padding=True)
         ids, probabilities, weights, mask = info.ids, info.probabilities, info.weights, info.mask
         if sample_batch_size is None:
             items = jax.tree_util.tree_map(lambda leaf: leaf[0], items)

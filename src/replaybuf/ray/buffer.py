@@ -38,13 +38,14 @@ from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positiv
 from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.buffers.uniform import UniformReplayBuffer
 from replaybuf.dataset import DeterministicPass, check_sample_arguments, plan_deterministic_pass
-from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError, ReplayBufferError
+from replaybuf.errors import ArgumentError, CheckpointError, ReplayBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.rate_limiters import check_rate_limiter, check_timeout
 from replaybuf.ray.dataset import ShardedRandomDataset
 from replaybuf.ray.remote import SHARD_DOWN, Limiter, ShardUnavailableError, call, get, limiter_config
 from replaybuf.ray.shard import Shard
 from replaybuf.ray.writer import ShardWriter
+from replaybuf.refusals import bad_priorities, empty, unknown_ids, window_too_long
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.prioritized import priority_update
 
@@ -309,12 +310,9 @@ class ShardedReplayBuffer(ReplayBuffer):
         ids, priorities = priority_update(ids, priorities)
         bad = ~(np.isfinite(priorities) & (priorities > 0))
         if bad.any():
-            raise PriorityError(
-                f"priorities: expected finite values > 0, got {priorities[bad][:5].tolist()} "
-                f"at positions {np.flatnonzero(bad)[:5].tolist()}"
-            )
+            raise bad_priorities(priorities, bad)
         if (ids < 0).any():
-            raise PriorityError(f"ids: expected ids of added items (>= 0), got {ids[ids < 0][:5].tolist()}")
+            raise unknown_ids(ids, ids < 0)
         shard, local = self._route(ids)
         lengths = list(self._masses)
         refs = {}
@@ -523,14 +521,8 @@ class ShardedReplayBuffer(ReplayBuffer):
         if len(self._down) == self._shards:
             raise ShardUnavailableError(f"every shard missed the call deadline of {self._call_timeout} s")
         if self.num_frames() == 0:
-            raise EmptyBufferError(
-                "The ShardedReplayBuffer is empty. Make sure to add items before sampling the buffer."
-            )
-        detail = f" ({errors[0]})" if errors else ""
-        raise EmptyBufferError(
-            f"num_steps={num_steps}: no live shard holds a window of {num_steps} steps{detail}; add more "
-            "steps or ask for shorter windows"
-        )
+            raise empty(type(self).__name__)
+        raise window_too_long(num_steps or 1, where="live shard", detail=f" ({errors[0]})" if errors else "")
 
     # -- datasets, reads ------------------------------------------------------------------------
     def as_dataset(

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError
+from replaybuf.errors import ArgumentError, CheckpointError
 from replaybuf.nest import FlatSpec
+from replaybuf.refusals import no_episode_window
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.uniform import filled_probabilities, window_start_count
 
@@ -309,10 +310,7 @@ class EpisodeSampler:
         else:
             count = self.index.count(steps)
             if count == 0:
-                raise EmptyBufferError(
-                    f"num_steps={num_steps}: no stored episode holds {num_steps} steps; add longer "
-                    "episodes, ask for shorter windows, or pass pad_episode_ends=True"
-                )
+                raise no_episode_window(num_steps, padding=True)
             first = self._inside_starts(rng, low, high, 1 if size is None else size, steps, count / starts)
             first = first[0] if size is None else first
             probability = 1.0 / count

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError
+from replaybuf.errors import ArgumentError, CheckpointError
+from replaybuf.refusals import bad_priorities, no_episode_window, unknown_ids
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import EpisodeIndex, pad_windows
 from replaybuf.samplers.sumtree import MAX_MASS, MIN_MASS, MinTree, SumTree, kernel_array, priority_mass
@@ -52,13 +53,10 @@ def check_priority_values(ids: np.ndarray, priorities: np.ndarray, head: int) ->
     added (``0 <= id < head``): the two refusals of an update, worded once for every buffer."""
     bad = ~(np.isfinite(priorities) & (priorities > 0))
     if bad.any():
-        raise PriorityError(
-            f"priorities: expected finite values > 0, got {priorities[bad][:5].tolist()} "
-            f"at positions {np.flatnonzero(bad)[:5].tolist()}"
-        )
+        raise bad_priorities(priorities, bad)
     never = (ids < 0) | (ids >= head)
     if never.any():
-        raise PriorityError(f"ids: expected ids of added items (0 <= id < {head}), got {ids[never][:5].tolist()}")
+        raise unknown_ids(ids, never, head)
 
 
 def priority_update(ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -215,10 +213,7 @@ class PrioritizedSampler:
             bad = self.kernels.draw(*args, rng.random(redo.shape[0]), False, *limits, *again)
             ids[redo], probabilities[redo], weights[redo] = again
         if bad:
-            raise EmptyBufferError(
-                f"num_steps={num_steps}: no stored episode holds {num_steps} steps (or their priority mass is 0); "
-                "add longer episodes, ask for shorter windows, or pass pad_episode_ends=True"
-            )
+            raise no_episode_window(num_steps, padding=True, detail=" (or their priority mass is 0)")
         if size is None:
             ids, probabilities, weights = ids.reshape(()), probabilities.reshape(()), weights.reshape(())
         ids = ring.window_ids(ids, num_steps)

@@ -22,6 +22,7 @@ from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import read_state, write_state
 from replaybuf.persistence.state import check_rng_state, check_spec_state, spec_state
 from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
+from replaybuf.refusals import empty, no_episode_window, overwritten_while_read, window_too_long
 from replaybuf.samplers.episodes import episode_markers
 from replaybuf.samplers.prioritized import check_priority_state, priority_update
 from replaybuf.shared.episodes import SegmentEpisodes
@@ -356,9 +357,7 @@ class SharedReplayBuffer(ReplayBuffer):
         torn = step < self._cursors[:, WRITING][writer] - max_length  # read after the copy
         if torn.any():
             if tries == _MAX_REDRAWS:
-                raise EmptyBufferError(
-                    f"draws overwritten while read {_MAX_REDRAWS} times in a row; writers wrap too fast"
-                )
+                raise overwritten_while_read("draws", _MAX_REDRAWS)
             self.torn_redraws += int(torn.sum())
             again = np.flatnonzero(torn)
             ids[again], probabilities[again], rows[again], weights[again] = self._draw_prioritized(
@@ -442,7 +441,7 @@ class SharedReplayBuffer(ReplayBuffer):
         if not torn.any():
             return ids, probabilities, rows
         if tries == _MAX_REDRAWS:
-            raise EmptyBufferError(f"draws overwritten while read {_MAX_REDRAWS} times in a row; writers wrap too fast")
+            raise overwritten_while_read("draws", _MAX_REDRAWS)
         self.torn_redraws += int(torn.sum())
         again = np.flatnonzero(torn)
         ids[again], probabilities[again], rows[again] = self._draw(again.size, num_steps, tries + 1)
@@ -461,10 +460,7 @@ class SharedReplayBuffer(ReplayBuffer):
             if total == 0:
                 if not self._cursors[:, STEPS].any():
                     self._raise_empty(size, np.zeros(1, np.int64))
-                raise EmptyBufferError(
-                    f"num_steps={size}: no stored window of that length lies inside one episode; "
-                    "add more steps or ask for shorter windows"
-                )
+                raise no_episode_window(size, padding=False)
             if ids is None:
                 ids, _, rows = self._draw(count, num_steps)
             else:
@@ -481,13 +477,8 @@ class SharedReplayBuffer(ReplayBuffer):
 
     def _raise_empty(self, num_steps: int, held: np.ndarray) -> None:
         if not self._cursors[:, STEPS].any():
-            raise EmptyBufferError(
-                f"The {type(self).__name__} is empty. Make sure to add items before sampling the buffer."
-            )
-        raise EmptyBufferError(
-            f"num_steps={num_steps}: each stream holds at most {int(held.max())} steps "
-            f"(max_length={self._max_length}); add more steps or ask for shorter windows"
-        )
+            raise empty(type(self).__name__)
+        raise window_too_long(num_steps, int(held.max()), self._max_length)
 
     def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
         writer, step, stream = self._split(ids)
@@ -536,7 +527,7 @@ class SharedReplayBuffer(ReplayBuffer):
                 step, stream = np.divmod(ids, self._batch_size)
                 plan.append(step * self._streams + w * self._batch_size + stream)
         if empty == self._writers:
-            raise EmptyBufferError(f"The {type(self).__name__} is empty. Make sure to add items before reading it.")
+            raise empty(type(self).__name__)
         return plan
 
     def gather_all(self) -> Any:
@@ -558,7 +549,7 @@ class SharedReplayBuffer(ReplayBuffer):
                 if not self._torn(np.arange(self._writers), high - n).any():
                     return items
                 self.torn_redraws += 1
-        raise EmptyBufferError(f"gather_all: overwritten while read {_MAX_REDRAWS} times; writers wrap too fast")
+        raise overwritten_while_read("gather_all: items", _MAX_REDRAWS)
 
     def num_frames(self) -> int:
         low, high = self._bounds()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replaybuf.errors import EmptyBufferError
+from replaybuf.refusals import overwritten_while_read
 from replaybuf.samplers.episodes import Markers, episode_positions
 from replaybuf.shared.layout import FLOOR, STEPS, WRITING
 
@@ -54,9 +54,7 @@ class SegmentEpisodes:
                 if self._take_in(w, low, high, cursors, records):
                     break
             else:
-                raise EmptyBufferError(
-                    f"writer {w}: steps overwritten while read {_RETAKES} times in a row; writers wrap too fast"
-                )
+                raise overwritten_while_read(f"writer {w}: steps", _RETAKES)
 
     def _take_in(self, w: int, low: int, high: int, cursors: np.ndarray, records: np.ndarray) -> bool:
         """Writer ``w``'s whole steps are now ``[low, high)``: read the new ones' markers, update

@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from replaybuf.errors import EmptyBufferError, PriorityError
+from replaybuf.errors import EmptyBufferError
+from replaybuf.refusals import bad_priorities, unknown_ids, window_too_long
 from replaybuf.samplers.prioritized import check_beta, check_exponents
 from replaybuf.samplers.sumtree import MIN_WEIGHT, MinTree, SumTree, priority_mass
 
@@ -107,7 +108,8 @@ class SegmentPriorities:
         else:
             tree, total, excluded = windows, windows.root(), 0.0
         if total - excluded <= 0:
-            raise EmptyBufferError(f"no stream holds {num_steps} whole steps yet; add more steps")
+            held = max(high - low for low, high in zip(lows, highs, strict=True))
+            raise window_too_long(num_steps, held, self.max_length)
         low_of, high_of = np.asarray(lows), np.asarray(highs)
         slots, values = np.empty(count, np.int64), np.empty(count, np.float64)
         targets = (np.arange(count) + rng.random(count)) * (total / count)
@@ -183,14 +185,11 @@ class SegmentPriorities:
         """
         bad = ~(np.isfinite(priorities) & (priorities > 0))
         if bad.any():
-            raise PriorityError(
-                f"priorities: expected finite values > 0, got {priorities[bad][:5].tolist()} "
-                f"at positions {np.flatnonzero(bad)[:5].tolist()}"
-            )
+            raise bad_priorities(priorities, bad)
         low_of, high_of = np.asarray(lows), np.asarray(highs)
         never = (ids < 0) | (step >= high_of[writer])
         if never.any():
-            raise PriorityError(f"ids: expected ids of added items, got {ids[never][:5].tolist()}")
+            raise unknown_ids(ids, never)
         self.take_in(lows, highs)
         live = step >= low_of[writer]
         slots = (writer * self.segment + (step % self.max_length) * self.batch_size + stream)[live]

@@ -16,7 +16,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from replaybuf.errors import EmptyBufferError
+from replaybuf.refusals import no_episode_window
 from replaybuf.samplers.sumtree import SumTree
 from replaybuf.shared.episodes import SegmentEpisodes
 from replaybuf.shared.priorities import SegmentPriorities
@@ -56,10 +56,7 @@ class SegmentWindows:
         tree = self._tree(size)
         total = tree.root()
         if total <= 0:
-            raise EmptyBufferError(
-                f"num_steps={size}: no stored window of that length lies inside one episode; "
-                "add more steps or ask for shorter windows"
-            )
+            raise no_episode_window(size, padding=False)
         return self.priorities.draw(rng, count, size, lows, highs, windows=tree)
 
     def updated(self, writer: np.ndarray, step: np.ndarray, stream: np.ndarray, masses: np.ndarray) -> None:

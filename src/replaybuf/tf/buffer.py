@@ -30,6 +30,7 @@ from replaybuf.buffer import BufferInfo, ReplayBuffer, check_positive, unstack_t
 from replaybuf.dataset import check_pass_arguments, check_sample_arguments
 from replaybuf.errors import EmptyBufferError
 from replaybuf.nest import FlatSpec
+from replaybuf.refusals import empty, window_too_long
 from replaybuf.ring import StreamRing
 from replaybuf.tf import datasets
 from replaybuf.tf.convert import convert_batch
@@ -38,7 +39,7 @@ from replaybuf.tf.slots import SlotStore, read_variable
 
 __all__ = ["TFEmptyBufferError", "TFUniformReplayBuffer"]
 
-EMPTY_MESSAGE = "TFUniformReplayBuffer is empty. Make sure to add items before sampling the buffer."
+EMPTY_MESSAGE = str(empty("TFUniformReplayBuffer"))
 
 
 class TFEmptyBufferError(EmptyBufferError, tf.errors.InvalidArgumentError):
@@ -265,10 +266,7 @@ class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
         shape = () if sample_batch_size is None else (sample_batch_size,)
         drawn = shape if group is None else (group,) + shape
         batch = self._batch_size
-        too_long = (
-            f"num_steps={size}: the streams hold fewer steps than a window needs; add more steps "
-            "or ask for shorter windows"
-        )
+        too_long = str(window_too_long(size))
         store = self._store
         clears, steps = read_variable(store.clears), read_variable(store.steps)
         low = tf.maximum(steps - self._max_length, 0)
