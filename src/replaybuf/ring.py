@@ -15,7 +15,9 @@ import numpy as np
 
 from replaybuf.refusals import empty, window_too_long
 
-__all__ = ["StreamRing", "append_rows"]
+__all__ = ["FLOOR", "STEPS", "WRITING", "StreamRing", "WriterCursors", "append_rows"]
+
+STEPS, WRITING, FLOOR = range(3)  # the columns of a writer cursor (replaybuf.shared keeps more after them)
 
 
 class StreamRing:
@@ -85,3 +87,83 @@ def append_rows(ring: StreamRing, storage: Any, rows: Sequence[Any]) -> None:
         storage.write((ring.steps + skip) % ring.capacity, rows, steps=count)
         ring.steps += count
         storage.commit(ring.steps)
+
+
+class WriterCursors:
+    """The commit rule of segments written outside the reader's lock: by another process
+    (``replaybuf.shared``) or by a write a crash may cut short (``storages.memmap``).
+
+    ``counters`` is int64 ``[segments, k]`` or ``[k]`` (one segment) that this object reads and
+    writes but does not own (shared memory, a mapped file); the columns are ``steps``
+    (committed), ``writing`` (the end of the block being written; ``steps`` when idle) and,
+    when ``k > 2``, ``floor`` (the first step still whole after a write died; else 0).
+    A writer ``reserve``s its steps, writes their rows, then ``commit``s. Step ``t`` of a
+    segment is whole iff ``max(floor, writing - max_length) <= t < steps``: a write of step
+    ``u`` overwrites the slot of step ``u - max_length``. Readers take ``steps`` before
+    they read and ``writing`` after (``torn``), so a read that raced a writer is detected.
+    """
+
+    def __init__(self, counters: np.ndarray, max_length: int):
+        self.counters = counters
+        self.max_length = max_length
+        self._floor = counters.shape[-1] > FLOOR
+
+    # -- the writer of one segment ----------------------------------------------------------
+    def reserve(self, count: int) -> int:
+        """Announce a write of ``count`` steps; returns the first of them (the steps committed)."""
+        steps = int(self.counters[STEPS])
+        self.counters[WRITING] = steps + count
+        return steps
+
+    def commit(self, steps: int) -> None:
+        """Every step below ``steps`` is written: readers may take them (after the data)."""
+        self.counters[STEPS] = steps
+        self.counters[WRITING] = steps
+
+    def recovered_floor(self) -> int:
+        """The floor after the write in progress died: its steps were never committed and the
+        old steps it may have half overwritten are no longer whole."""
+        steps, writing = int(self.counters[STEPS]), int(self.counters[WRITING])
+        floor = int(self.counters[FLOOR]) if self._floor else 0
+        if writing <= steps:
+            return floor
+        return min(steps, max(floor, writing - self.max_length, 0))
+
+    def recover(self) -> None:
+        """Drop the write in progress (its writer died): move the floor, end the write."""
+        self.counters[FLOOR] = self.recovered_floor()
+        self.counters[WRITING] = self.counters[STEPS]
+
+    def reset(self, steps: int = 0, floor: int = 0) -> None:
+        """Set every given segment to hold whole steps ``[floor, steps)`` (a clear: 0, 0; a load)."""
+        self.counters[..., STEPS] = steps
+        self.counters[..., WRITING] = steps
+        if self._floor:
+            self.counters[..., FLOOR] = floor
+
+    # -- readers of every segment -----------------------------------------------------------
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per segment ``[low, high)``: the steps whole now (committed and not being overwritten)."""
+        counters = self.counters
+        high = counters[..., STEPS].copy()
+        writing = np.maximum(counters[..., WRITING], high)  # read after steps
+        low = np.maximum(writing - self.max_length, 0)
+        if self._floor:
+            low = np.maximum(low, counters[..., FLOOR])
+        return low, np.maximum(high, low)
+
+    def bound_lists(self) -> tuple[list[int], list[int]]:
+        """``bounds`` as Python ints from one read of the counters (cheaper than NumPy calls on a
+        few segments, on a sampling path)."""
+        rows = self.counters.reshape(-1, self.counters.shape[-1]).tolist()
+        lows = [max(0, c[WRITING] - self.max_length, c[FLOOR] if self._floor else 0) for c in rows]
+        return lows, [max(c[STEPS], low) for c, low in zip(rows, lows, strict=True)]
+
+    def overwritten_below(self) -> list[int]:
+        """Per segment, the step below which a write now in progress may have overwritten
+        slots: read after copying rows, every row of a step below it is torn."""
+        return [writing - self.max_length for writing in self.counters[..., WRITING].reshape(-1).tolist()]
+
+    def torn(self, segment: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """Which of these (segment, oldest step read) a writer may have overwritten during the read."""
+        return step < self.counters[..., WRITING][segment] - self.max_length

@@ -48,6 +48,7 @@ from replaybuf.ray.writer import ShardWriter
 from replaybuf.refusals import bad_priorities, empty, unknown_ids, window_too_long
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.prioritized import priority_update
+from replaybuf.samplers.split import MassSplit
 
 __all__ = ["ShardedReplayBuffer"]
 
@@ -378,11 +379,7 @@ class ShardedReplayBuffer(ReplayBuffer):
         return pending
 
     def _split(self, n: int, masses: np.ndarray, live: np.ndarray) -> np.ndarray:
-        weights = np.where(live, masses, 0.0)
-        total = weights.sum()
-        if not total > 0:
-            return np.zeros(self._shards, np.int64)
-        return self._rng.multinomial(n, weights / total)
+        return MassSplit(np.where(live, masses, 0.0)).counts(self._rng, n)
 
     def _refresh(self, num_steps: int | None) -> np.ndarray:
         """Ask every live shard for its mass now (a fan-out of 0 draws)."""
@@ -481,28 +478,23 @@ class ShardedReplayBuffer(ReplayBuffer):
             raise ShardUnavailableError(f"a batch of {n} could not be filled in {self._shards + 1} rounds of redraws")
         for k, result in answers.items():
             self._masses.setdefault(num_steps, np.zeros(self._shards))[k] = result["mass"]
-        total = masses[live].sum()
+        split = MassSplit(np.where(live, masses, 0.0))
         order = self._rng.permutation(n)
-        leaves_parts, ids_parts, prob_parts, weight_parts, mask_parts, smallest = [], [], [], [], [], []
+        leaves_parts, ids_parts, prob_parts, mask_parts = [], [], [], []
         for k in sorted(parts):
             for result in parts[k]:
-                share = masses[k] / total
                 leaves_parts.append(result["leaves"])
                 ids_parts.append(self._global(k, result["ids"]))
-                prob_parts.append(share * result["probabilities"])
-                weight_parts.append(result["weights"])
+                prob_parts.append(split.probabilities(k, result["probabilities"]))
                 mask_parts.append(result["mask"])
-        for k in np.flatnonzero(live):
-            if k in answers and answers[k]["mass"] > 0:
-                smallest.append(masses[k] / total * answers[k]["smallest"] / answers[k]["mass"])
         leaves = [np.concatenate([p[i] for p in leaves_parts])[order] for i in range(len(self._flat.leaves))]
         ids = np.concatenate(ids_parts)[order]
         probabilities = np.concatenate(prob_parts)[order].astype(np.float32)
         extras: dict = {}
         if self._prioritized:
             beta = next(iter(answers.values()))["beta"]
-            with np.errstate(divide="ignore"):
-                extras["weights"] = ((probabilities.astype(np.float64) / min(smallest)) ** -beta).astype(np.float32)
+            reported = {k: (answers[k]["mass"], answers[k]["smallest"]) for k in np.flatnonzero(live) if k in answers}
+            extras["weights"] = split.weights(probabilities, split.smallest(reported), beta)
         if mask_parts and mask_parts[0] is not None:
             extras["mask"] = np.concatenate(mask_parts)[order]
         if pending["B"] is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import multiprocessing
 import os
 import threading
@@ -23,10 +22,12 @@ from replaybuf.persistence.folder import read_state, write_state
 from replaybuf.persistence.state import check_rng_state, check_spec_state, spec_state
 from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
 from replaybuf.refusals import empty, no_episode_window, overwritten_while_read, window_too_long
+from replaybuf.ring import STEPS, WriterCursors
 from replaybuf.samplers.episodes import episode_markers
 from replaybuf.samplers.prioritized import check_priority_state, priority_update
+from replaybuf.samplers.split import MassSplit
 from replaybuf.shared.episodes import SegmentEpisodes
-from replaybuf.shared.layout import FLOOR, HELD, OWNER, STEPS, WRITING, Layout, pid_alive
+from replaybuf.shared.layout import HELD, OWNER, Layout, pid_alive
 from replaybuf.shared.priorities import SegmentPriorities
 from replaybuf.shared.windows import SegmentWindows
 from replaybuf.shared.writer import SharedWriter
@@ -146,6 +147,7 @@ class SharedReplayBuffer(ReplayBuffer):
         )
         self._finalizer = weakref.finalize(self, _release, self._shm, self._limiter)
         self._header, self._cursors, self._records = self._layout.views(self._shm.buf)
+        self._commits = WriterCursors(self._cursors, max_length)
         self._names = list(self._layout.dtype.names or ())
         Layout.initialise(self._header)
         self._episodes, self._episode_end_field = None, episode_end_field
@@ -243,16 +245,7 @@ class SharedReplayBuffer(ReplayBuffer):
     # -- the learner's intake ---------------------------------------------------------------
     def _bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """Per writer, ``[low, high)``: the steps whole now (committed and not being overwritten)."""
-        cursors = self._cursors
-        high = cursors[:, STEPS].copy()
-        writing = np.maximum(cursors[:, WRITING], high)  # read after steps
-        low = np.maximum(np.maximum(writing - self._max_length, cursors[:, FLOOR]), 0)
-        return low, np.maximum(high, low)
-
-    def _torn(self, writer: np.ndarray, step: np.ndarray) -> np.ndarray:
-        """Which of these (writer, oldest step read) a writer may have overwritten during the read."""
-        writing = self._cursors[:, WRITING]
-        return step < writing[writer] - self._max_length
+        return self._commits.bounds()
 
     def _slots(self, writer: np.ndarray, step: np.ndarray, stream: np.ndarray) -> np.ndarray:
         return (writer * self._max_length + step % self._max_length) * self._batch_size + stream
@@ -323,17 +316,12 @@ class SharedReplayBuffer(ReplayBuffer):
             gone.append(f"writer {index} (pid {owner}) died" if owner else f"writer {index} was closed by pid {held}")
         return "every writer is gone: " + ", ".join(gone)
 
-    def _lows_highs(self) -> tuple[list[int], list[int]]:
-        cursors = self._cursors.tolist()
-        lows = [max(0, c[WRITING] - self._max_length, c[FLOOR]) for c in cursors]
-        return lows, [max(c[STEPS], lo) for c, lo in zip(cursors, lows, strict=True)]
-
     def _priority_bounds(self) -> tuple[list[int], list[int]]:
         """Each writer's whole steps ``(lows, highs)``; with episodes, the bounds the episode
         index and the priorities have both taken in (what the window trees follow)."""
         if self._windows is None:
-            return self._lows_highs()
-        return self._windows.take_in(self._cursors, self._records)
+            return self._commits.bound_lists()
+        return self._windows.take_in(self._commits, self._records)
 
     def _draw_prioritized(
         self, count: int, num_steps: int | None, tries: int = 0
@@ -354,7 +342,7 @@ class SharedReplayBuffer(ReplayBuffer):
         rows = read_rows(
             self._records, (segment_of * max_length + steps % max_length) * batch_size + stream_of, self._read_threads
         )
-        torn = step < self._cursors[:, WRITING][writer] - max_length  # read after the copy
+        torn = self._commits.torn(writer, step)  # read after the copy
         if torn.any():
             if tries == _MAX_REDRAWS:
                 raise overwritten_while_read("draws", _MAX_REDRAWS)
@@ -391,14 +379,12 @@ class SharedReplayBuffer(ReplayBuffer):
         """``count`` draws: ids ``[count]`` (or ``[count, T]`` windows), probabilities ``[count]``
         and the records read. Draws a writer overwrote while they were read are drawn again."""
         length, batch_size, max_length = num_steps or 1, self._batch_size, self._max_length
-        # Python ints from one read of the cursors (cheaper than NumPy ops on W-element arrays);
         # any order of these reads is safe because the torn check below rereads WRITING
-        cursors = self._cursors.tolist()
-        lows = [max(0, c[WRITING] - max_length, c[FLOOR]) for c in cursors]
-        starts = [max(0, c[STEPS] - (length - 1) - lo) * batch_size for c, lo in zip(cursors, lows, strict=True)]
+        lows, highs = self._commits.bound_lists()
+        starts = [max(0, high - (length - 1) - low) * batch_size for low, high in zip(lows, highs, strict=True)]
         total = sum(starts)
         if total == 0:
-            self._raise_empty(length, np.array([max(0, c[STEPS] - lo) for c, lo in zip(cursors, lows, strict=True)]))
+            self._raise_empty(length, np.array(highs) - np.array(lows))
         local = (self._rng.bit_generator.random_raw(count) % np.uint64(total)).view(_INT64)
         # local = step * batch_size + stream inside writer w's segment: no division on this path
         # (slot = w * L * B + local % (L * B); step < bound <=> local < bound * B)
@@ -408,13 +394,8 @@ class SharedReplayBuffer(ReplayBuffer):
             local += lows[0] * batch_size
             column_ids = local
         else:
-            # draw d belongs to the writer whose share [first_w, first_w + starts_w) holds it; a
-            # few small per-writer tables and one lookup each (each NumPy call costs about as
-            # much as the arithmetic at 256 draws, so the path keeps to as few as it needs)
-            firsts = list(itertools.accumulate(starts, initial=0))
-            writer = np.array(firsts[1:-1], _INT64).searchsorted(local, side="right")
-            shifts = np.array([lo * batch_size - f for lo, f in zip(lows, firsts[:-1], strict=True)], _INT64)
-            local += shifts.take(writer)
+            # draw d belongs to the writer whose share of [0, total) holds it (split by starts)
+            writer, local = MassSplit(starts).locate(local, [low * batch_size for low in lows])
             # id = step * S + w * B + stream = local + step * (S - B) + w * B
             column_ids = local + (local // batch_size) * (self._streams - batch_size) + writer * batch_size
         if num_steps is None:
@@ -431,7 +412,7 @@ class SharedReplayBuffer(ReplayBuffer):
         probabilities.fill(1.0 / total)
         # read after the copy: only a writer that moved past its low while we read can have
         # overwritten a draw
-        bounds = [(w - max_length) * batch_size for w in self._cursors[:, WRITING].tolist()]
+        bounds = [below * batch_size for below in self._commits.overwritten_below()]
         if all(bound <= lo * batch_size for bound, lo in zip(bounds, lows, strict=True)):
             return ids, probabilities, rows
         if writer is None:
@@ -455,7 +436,7 @@ class SharedReplayBuffer(ReplayBuffer):
         ids = rows = None
         pending = np.arange(count)
         for _ in range(_MAX_EPISODE_REDRAWS):
-            episodes.take_in(self._cursors, self._records)
+            episodes.take_in(self._commits, self._records)
             total = episodes.count(size)
             if total == 0:
                 if not self._cursors[:, STEPS].any():
@@ -513,20 +494,20 @@ class SharedReplayBuffer(ReplayBuffer):
     def _plan(self, sample_batch_size: int | None, num_steps: int | None) -> list[np.ndarray]:
         low, high = self._bounds()
         plan: list[np.ndarray] = []
-        empty = 0
+        barren = 0  # segments holding nothing
         for w in range(self._writers):
-            ring = _SegmentRing(self._batch_size, self._max_length, int(low[w]), int(high[w]))
+            ring = _SegmentRing(self._batch_size, self._max_length, int(low[w]), int(high[w]), type(self).__name__)
             try:
                 local = plan_deterministic_pass(
                     ring, sample_batch_size, num_steps, self._window_shift, self._drop_remainder
                 )
             except EmptyBufferError:
-                empty += 1
+                barren += 1
                 continue
             for ids in local:
                 step, stream = np.divmod(ids, self._batch_size)
                 plan.append(step * self._streams + w * self._batch_size + stream)
-        if empty == self._writers:
+        if barren == self._writers:
             raise empty(type(self).__name__)
         return plan
 
@@ -546,7 +527,7 @@ class SharedReplayBuffer(ReplayBuffer):
                     + (np.arange(self._writers)[:, None] * self._batch_size + np.arange(self._batch_size))[..., None]
                 ).reshape(self._streams, n)
                 items, _ = self._read_ids(ids)
-                if not self._torn(np.arange(self._writers), high - n).any():
+                if not self._commits.torn(np.arange(self._writers), high - n).any():
                     return items
                 self.torn_redraws += 1
         raise overwritten_while_read("gather_all: items", _MAX_REDRAWS)
@@ -559,7 +540,7 @@ class SharedReplayBuffer(ReplayBuffer):
         """Forget every item (and the rate limiter's counts); writers must not be adding."""
         self._check_open()
         with self._lock:
-            self._cursors[:, [STEPS, WRITING, FLOOR]] = 0
+            self._commits.reset()
             if self._limiter is not None:
                 self._limiter.reset()
             if self._priorities is not None:
@@ -581,7 +562,7 @@ class SharedReplayBuffer(ReplayBuffer):
                 start, stop = int(low[w]), int(high[w])
                 steps = np.arange(start, stop)
                 rows = self._records.take(self._slots(w, steps[:, None], np.arange(self._batch_size)))
-                first = max(start, int(self._cursors[w, WRITING]) - self._max_length, 0)  # read after the copy
+                first = max(start, self._commits.overwritten_below()[w], 0)  # read after the copy
                 rows = rows[first - start :]
                 segments[str(w)] = {
                     "steps": stop,
@@ -659,14 +640,13 @@ class SharedReplayBuffer(ReplayBuffer):
             masses = check_priority_state(state["priorities"], total)
         with self._lock:
             for w, (steps, count, leaves) in enumerate(checked):
-                cursor = self._cursors[w]
-                cursor[[STEPS, WRITING, FLOOR]] = 0
+                cursor = WriterCursors(self._cursors[w], self._max_length)
+                cursor.reset()
                 step_ids = np.arange(steps - count, steps)
                 slots = self._slots(w, step_ids[:, None], np.arange(self._batch_size))
                 for name, leaf in zip(self._names, leaves, strict=True):
                     self._records[name][slots] = leaf
-                cursor[FLOOR] = steps - count
-                cursor[WRITING] = cursor[STEPS] = steps
+                cursor.reset(steps, steps - count)
             self._rng.bit_generator.state = state["rng"]
             if self._limiter is not None:
                 self._limiter.load_state(limiter_state)
@@ -707,7 +687,7 @@ class SharedReplayBuffer(ReplayBuffer):
                 self._own_writer = None
             if self._finalizer.alive:
                 Layout.mark_closed(self._header)
-                self._header = self._cursors = self._records = None
+                self._header = self._cursors = self._commits = self._records = None
                 self._finalizer()
 
     def _check_open(self) -> None:
@@ -736,8 +716,9 @@ class SharedReplayBuffer(ReplayBuffer):
 class _SegmentRing:
     """What ``plan_deterministic_pass`` reads of a ring: one writer's whole steps ``[low, steps)``."""
 
-    def __init__(self, batch_size: int, max_length: int, low: int, steps: int):
+    def __init__(self, batch_size: int, max_length: int, low: int, steps: int, name: str):
         self.batch_size, self.max_length, self.low, self.steps = batch_size, max_length, low, steps
+        self.name = name  # the buffer's, for error messages
 
     def first_valid_step(self) -> int:
         return self.low

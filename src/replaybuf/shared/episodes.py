@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from replaybuf.refusals import overwritten_while_read
+from replaybuf.ring import WriterCursors
 from replaybuf.samplers.episodes import Markers, episode_positions
-from replaybuf.shared.layout import FLOOR, STEPS, WRITING
 
 __all__ = ["SegmentEpisodes"]
 
@@ -44,19 +44,18 @@ class SegmentEpisodes:
         self.counts: dict[int, np.ndarray] = {}  # T -> per writer, the windows of T inside one episode
 
     # -- intake -----------------------------------------------------------------------------
-    def take_in(self, cursors: np.ndarray, records: np.ndarray) -> None:
+    def take_in(self, cursors: WriterCursors, records: np.ndarray) -> None:
         """Take in the steps each writer committed since the last intake (``cursors`` and
         ``records``: the shared block's views)."""
         for w in range(self.writers):
             for _ in range(_RETAKES):
-                high = int(cursors[w, STEPS])
-                low = max(0, int(cursors[w, WRITING]) - self.max_length, int(cursors[w, FLOOR]))
-                if self._take_in(w, low, high, cursors, records):
+                lows, highs = cursors.bound_lists()
+                if self._take_in(w, lows[w], highs[w], cursors, records):
                     break
             else:
                 raise overwritten_while_read(f"writer {w}: steps", _RETAKES)
 
-    def _take_in(self, w: int, low: int, high: int, cursors: np.ndarray, records: np.ndarray) -> bool:
+    def _take_in(self, w: int, low: int, high: int, cursors: WriterCursors, records: np.ndarray) -> bool:
         """Writer ``w``'s whole steps are now ``[low, high)``: read the new ones' markers, update
         positions and counts. False when the read raced the writer's wrap (nothing changed)."""
         old_low, old_high = self.known[w]
@@ -65,7 +64,7 @@ class SegmentEpisodes:
         restart = high < old_high or low > old_high  # cleared or loaded under us, or steps missed
         first = low if restart else old_high
         markers = self._read_markers(w, first, high, records)
-        if first < int(cursors[w, WRITING]) - self.max_length:  # overwritten while read: again
+        if first < cursors.overwritten_below()[w]:  # overwritten while read: again
             return False
         starts, ends = markers
         if restart:

@@ -13,11 +13,11 @@ writer died mid-write), ``owner`` (the pid holding the writer handle, 0 when fre
 ``held`` (the last pid that held it, kept after it is given up; 0 if none ever did).
 The learner reads the last two to tell live writers from gone ones.
 
-Commit protocol of a block of ``k`` steps: ``writing = steps + k``; copy the records;
-``steps += k``. Readers take ``steps`` before they read and ``writing`` after: a step ``t``
-is whole only if ``t >= writing - max_length`` (a write of step ``u`` overwrites the slot of
-step ``u - max_length``), so a read that raced a writer is detected and drawn again. The
-stores and loads are ordered on x86-64 (total store order); see docs/many_writers.md.
+The first three are ``replaybuf.ring.WriterCursors``' counters, and its commit rule is the
+protocol: a block of ``k`` steps sets ``writing = steps + k``, copies the records, then
+``steps += k``; readers take ``steps`` before they read and ``writing`` after, so a read
+that raced a writer is detected and drawn again. The stores and loads are ordered on x86-64
+(total store order); see docs/many_writers.md.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ from typing import Any
 import numpy as np
 
 from replaybuf.nest import FlatSpec
+from replaybuf.ring import STEPS
 from replaybuf.storages.records import record_dtype
 
-__all__ = ["FLOOR", "HELD", "OWNER", "STEPS", "WRITING", "Layout", "pid_alive"]
+__all__ = ["HELD", "OWNER", "Layout", "pid_alive"]
 
-STEPS, WRITING, FLOOR, OWNER, HELD = range(5)
+OWNER, HELD = range(STEPS + 3, STEPS + 5)  # after the commit counters of replaybuf.ring.WriterCursors
 _LINE = 64  # bytes: one cursor per cache line
 _MAGIC = 0x72656275_66736862  # "rebufshb"
 _HEADER_MAGIC, _HEADER_CLOSED = 0, 1

@@ -17,6 +17,7 @@ from collections import OrderedDict
 import numpy as np
 
 from replaybuf.refusals import no_episode_window
+from replaybuf.ring import WriterCursors
 from replaybuf.samplers.sumtree import SumTree
 from replaybuf.shared.episodes import SegmentEpisodes
 from replaybuf.shared.priorities import SegmentPriorities
@@ -36,7 +37,7 @@ class SegmentWindows:
     def cleared(self) -> None:
         self.trees.clear()
 
-    def take_in(self, cursors: np.ndarray, records: np.ndarray) -> tuple[list[int], list[int]]:
+    def take_in(self, cursors: WriterCursors, records: np.ndarray) -> tuple[list[int], list[int]]:
         """Bring the episode index and then the priorities to the writers' committed steps;
         returns the bounds both now hold (the trees follow them when drawn from)."""
         self.episodes.take_in(cursors, records)

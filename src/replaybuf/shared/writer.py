@@ -17,8 +17,9 @@ import numpy as np
 
 from replaybuf.errors import ArgumentError, BufferClosedError, RateLimiterTimeout
 from replaybuf.nest import FlatSpec
+from replaybuf.ring import STEPS, WriterCursors
 from replaybuf.samplers.episodes import episode_markers
-from replaybuf.shared.layout import FLOOR, HELD, OWNER, STEPS, WRITING, Layout, pid_alive
+from replaybuf.shared.layout import HELD, OWNER, Layout, pid_alive
 from replaybuf.storages.records import RecordStorage
 
 __all__ = ["SharedWriter"]
@@ -85,6 +86,7 @@ class SharedWriter:
             raise BufferClosedError(f"writer {self.index}: the shared buffer {self._name} was closed") from None
         self._header, cursors, records = self._layout.views(self._shm.buf)
         self._cursor = cursors[self.index]
+        self._commits = WriterCursors(self._cursor, self._geometry[2])
         segment = self._layout.segment_records
         self._segment = records[self.index * segment : (self.index + 1) * segment]
         owner = int(self._cursor[OWNER])
@@ -107,10 +109,7 @@ class SharedWriter:
     def _recover(self) -> None:
         """A block whose writer died mid-copy: its steps are dropped, and so are the old steps
         it may have half overwritten (the floor moves past them)."""
-        cursor, max_length = self._cursor, self._geometry[2]
-        if cursor[WRITING] > cursor[STEPS]:
-            cursor[FLOOR] = max(int(cursor[FLOOR]), int(cursor[WRITING]) - max_length)
-            cursor[WRITING] = cursor[STEPS]
+        self._commits.recover()
 
     # -- adding -----------------------------------------------------------------------------
     @property
@@ -180,12 +179,11 @@ class SharedWriter:
         if Layout.closed(self._header):
             raise BufferClosedError(f"writer {self.index}: the shared buffer was closed; {count} steps dropped")
         writers, batch_size, max_length = self._geometry
-        cursor = self._cursor
-        steps = int(cursor[STEPS])
+        steps = int(self._cursor[STEPS])
         if self._limiter is not None:
             evicted = max(0, steps + count - max_length) - max(0, steps - max_length)
             self._limiter.await_insert(count * batch_size, self._timeout, deletes=evicted * batch_size)
-        cursor[WRITING] = steps + count
+        self._commits.reserve(count)
         start = (steps % max_length) * batch_size
         if arrays is not None:
             self._storage.write(start, arrays)
@@ -196,7 +194,7 @@ class SharedWriter:
             self._segment[: block.shape[0] - first] = block[first:]
         if self._after_write is not None:
             self._after_write(self)
-        cursor[STEPS] = steps + count
+        self._commits.commit(steps + count)
 
     def close(self) -> None:
         """Flush what is staged, give the writer up (another process may take it) and unmap."""
@@ -211,7 +209,7 @@ class SharedWriter:
             self._release_mapping()
 
     def _release_mapping(self) -> None:
-        self._header = self._cursor = self._segment = None  # views must go before the mapping
+        self._header = self._cursor = self._commits = self._segment = None  # views must go before the mapping
         self._attached = False
         self._shm.close()
 

@@ -8,7 +8,8 @@
       cursor.npy     int64[2]: [committed steps, steps being written]
 
 Pages are mapped from the file when touched, so RSS follows what is read and written, not the
-capacity (the file starts sparse). Every write follows one commit protocol, all of it here:
+capacity (the file starts sparse). Every write follows one commit protocol (the shared
+buffer's too: ``replaybuf.ring.WriterCursors``, whose ``floor`` is kept in the ring here):
 ``write`` first reserves in the cursor the steps it is about to write (pending), then writes
 the records (both halves of a wrapping write under one reservation), and ``commit`` then
 stores the new step count. All three are plain stores into shared mappings, so a writer
@@ -34,7 +35,7 @@ from replaybuf.errors import CheckpointError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import read_npy_header
 from replaybuf.persistence.state import SPEC_KEYS, max_steps, plain_equal, spec_state
-from replaybuf.ring import StreamRing
+from replaybuf.ring import StreamRing, WriterCursors
 from replaybuf.specs import ArraySpec
 from replaybuf.storages.records import RecordStorage, record_dtype
 
@@ -50,9 +51,9 @@ class MemmapStorage(RecordStorage):
 
     crash_safe = True
 
-    def __init__(self, leaves: Sequence[ArraySpec], capacity: int, records: np.ndarray, cursor: np.ndarray):
+    def __init__(self, leaves: Sequence[ArraySpec], capacity: int, records: np.ndarray, commits: WriterCursors):
         super().__init__(leaves, capacity, records)
-        self._cursor = cursor
+        self._commits = commits  # over the mapped cursor file
 
     @classmethod
     def open(cls, path: str | os.PathLike, flat: FlatSpec, ring: StreamRing) -> MemmapStorage:
@@ -110,19 +111,18 @@ class MemmapStorage(RecordStorage):
                 f"{folder}: {CURSOR} holds [committed, pending] = [{committed}, {pending}], expected "
                 f"0 <= committed <= pending <= {largest}; corrupt"
             )
-        floor = min(committed, max(0, pending - ring.max_length)) if pending > committed else 0
-        ring.reset(committed, floor)
-        return cls(flat.leaves, capacity, records, cursor)
+        commits = WriterCursors(cursor, ring.max_length)
+        ring.reset(committed, commits.recovered_floor())
+        return cls(flat.leaves, capacity, records, commits)
 
     def write(self, start: int, arrays: Sequence[np.ndarray], steps: int = 1) -> None:
         """Reserve ``steps`` steps in the cursor (pending), then write the rows."""
-        self._cursor[1] = self._cursor[0] + steps
+        self._commits.reserve(steps)
         super().write(start, arrays, steps)
 
     def commit(self, steps: int) -> None:
         """Everything up to ``steps`` is written: commit it (after the data)."""
-        self._cursor[0] = steps
-        self._cursor[1] = steps
+        self._commits.commit(steps)
 
     def load_state(self, start: int, leaves: list) -> None:
         """As RecordStorage's; the folder reads as empty until the loaded state is committed."""
