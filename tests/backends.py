@@ -153,13 +153,13 @@ def _shared(data_spec, batch_size, max_length, seed):
 
 def _jax_uniform(data_spec, batch_size, max_length, seed):
     jax_backend = pytest.importorskip("replaybuf.jax")
-    return jax_backend.JaxUniformReplayBuffer(data_spec, batch_size=batch_size, max_length=max_length, seed=seed)
+    return jax_backend.JaxReplayBuffer(data_spec, batch_size=batch_size, max_length=max_length, seed=seed)
 
 
 def _jax_prioritized(data_spec, batch_size, max_length, seed):
     # as numpy-prioritized: no priority updates here, so sampling must be exactly uniform
     jax_backend = pytest.importorskip("replaybuf.jax")
-    return jax_backend.JaxUniformReplayBuffer(
+    return jax_backend.JaxReplayBuffer(
         data_spec, batch_size=batch_size, max_length=max_length, seed=seed, prioritized=True
     )
 

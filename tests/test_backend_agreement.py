@@ -35,7 +35,7 @@ def _shared_prioritized(spec, **options):
 
 
 def _jax(spec, **options):
-    return jax_buffers.JaxUniformReplayBuffer(spec, batch_size=2, max_length=8, **options)
+    return jax_buffers.JaxReplayBuffer(spec, batch_size=2, max_length=8, **options)
 
 
 def _jax_prioritized(spec, **options):

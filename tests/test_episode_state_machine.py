@@ -37,9 +37,9 @@ def _numpy_padded(batch_size, max_length, seed):
 
 def _jax(prioritized, pad=False):
     def make(batch_size, max_length, seed):
-        from replaybuf.jax import JaxUniformReplayBuffer
+        from replaybuf.jax import JaxReplayBuffer
 
-        return JaxUniformReplayBuffer(
+        return JaxReplayBuffer(
             SPEC,
             batch_size=batch_size,
             max_length=max_length,

@@ -463,7 +463,7 @@ def _other_backends():
 
     yield "shared", shared
     jax_buffers = pytest.importorskip("replaybuf.jax")
-    yield "jax", lambda: jax_buffers.JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=5, seed=5)
+    yield "jax", lambda: jax_buffers.JaxReplayBuffer(SPEC, batch_size=2, max_length=5, seed=5)
 
 
 def test_the_shared_and_jax_buffers_refuse_huge_sample_sizes():

@@ -1,4 +1,4 @@
-"""JaxUniformReplayBuffer beyond the conformance suite: its prioritized and episode options,
+"""JaxReplayBuffer beyond the conformance suite: its prioritized and episode options,
 the state hand-off, 32-bit storage of 64-bit leaves, and checkpoints shared with NumPy."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import jax.numpy as jnp  # noqa: E402
 import replaybuf  # noqa: E402
 from conformance_data import SPEC, as_numpy, assert_items_match_ids, step_batch  # noqa: E402
 from replaybuf import ArraySpec  # noqa: E402
-from replaybuf.jax import JaxUniformReplayBuffer  # noqa: E402
+from replaybuf.jax import JaxReplayBuffer  # noqa: E402
 
 DONE_SPEC = {"x": ArraySpec((), np.int32), "done": ArraySpec((), np.bool_)}
 
@@ -23,7 +23,7 @@ def fill(buffer, steps, start=0):
 
 
 def test_prioritized_update_and_its_errors_change_nothing():
-    rb = JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=4, prioritized=True, alpha=1.0, epsilon=0.0, seed=0)
+    rb = JaxReplayBuffer(SPEC, batch_size=2, max_length=4, prioritized=True, alpha=1.0, epsilon=0.0, seed=0)
     fill(rb, 6)
     _, info = rb.get_next(8)
     assert isinstance(info, replaybuf.SampleInfo) and np.asarray(info.weights).shape == (8,)
@@ -43,11 +43,11 @@ def test_prioritized_update_and_its_errors_change_nothing():
     total = 3.0 + 1.0 + 6  # ids 4, 5 and six more of priority 1
     assert abs(np.mean(ids == 4) - 3.0 / total) < 0.03
     with pytest.raises(replaybuf.ArgumentError, match="prioritized"):
-        JaxUniformReplayBuffer(SPEC, batch_size=1, max_length=4).update_priorities([0], [1.0])
+        JaxReplayBuffer(SPEC, batch_size=1, max_length=4).update_priorities([0], [1.0])
 
 
 def test_episode_windows_never_cross_an_end_and_errors_when_none_fits():
-    rb = JaxUniformReplayBuffer(
+    rb = JaxReplayBuffer(
         DONE_SPEC,
         batch_size=1,
         max_length=8,
@@ -66,7 +66,7 @@ def test_episode_windows_never_cross_an_end_and_errors_when_none_fits():
 
 
 def test_state_hand_off_to_a_user_loop():
-    rb = JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=4, seed=0)
+    rb = JaxReplayBuffer(SPEC, batch_size=2, max_length=4, seed=0)
     fill(rb, 2)
     core = rb.core
     add = jax.jit(core.add, donate_argnums=0)
@@ -77,12 +77,12 @@ def test_state_hand_off_to_a_user_loop():
     assert rb.num_frames() == 8
     assert_items_match_ids(as_numpy(rb.gather_all(), np.asarray), np.arange(1, 5)[None, :] * 2 + np.arange(2)[:, None])
     with pytest.raises(replaybuf.ArgumentError, match="state"):
-        rb.state = JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=5).state
+        rb.state = JaxReplayBuffer(SPEC, batch_size=2, max_length=5).state
 
 
 @pytest.mark.skipif(jax.config.jax_enable_x64, reason="64-bit leaves are stored as such under x64")
 def test_64_bit_integers_that_do_not_fit_32_bit_storage_are_rejected():
-    rb = JaxUniformReplayBuffer(SPEC, batch_size=1, max_length=4)
+    rb = JaxReplayBuffer(SPEC, batch_size=1, max_length=4)
     bad = step_batch(0, 1)
     bad["id"] = np.array([2**40], np.int64)
     with pytest.raises(replaybuf.SpecMismatchError, match="id.*do not fit the int32 storage"):
@@ -98,7 +98,7 @@ def test_checkpoints_load_across_numpy_and_jax(tmp_path, prioritized):
     if prioritized:
         numpy_rb.update_priorities(np.array([12, 13]), np.array([4.0, 0.5]))
     numpy_rb.save(tmp_path / "from-numpy")
-    jax_rb = JaxUniformReplayBuffer(SPEC, batch_size=3, max_length=5, prioritized=prioritized, seed=2)
+    jax_rb = JaxReplayBuffer(SPEC, batch_size=3, max_length=5, prioritized=prioritized, seed=2)
     jax_rb.load(tmp_path / "from-numpy")
     assert jax_rb.num_frames() == 15
     expected_ids = np.arange(3, 8)[None, :] * 3 + np.arange(3)[:, None]
@@ -144,7 +144,7 @@ def test_episode_checkpoints_load_across_numpy_and_jax(tmp_path):
     numpy_rb = replaybuf.UniformReplayBuffer(DONE_SPEC, seed=1, **options)
     add_done_steps([numpy_rb], dones[:9], 0)
     numpy_rb.save(tmp_path / "from-numpy")
-    jax_rb = JaxUniformReplayBuffer(DONE_SPEC, seed=2, episode_num_steps=3, **options)
+    jax_rb = JaxReplayBuffer(DONE_SPEC, seed=2, episode_num_steps=3, **options)
     jax_rb.load(tmp_path / "from-numpy")
     for key, want in numpy_rb.state_dict()["episodes"].items():
         np.testing.assert_array_equal(jax_rb.state_dict()["episodes"][key], want, err_msg=key)
@@ -171,7 +171,7 @@ def test_prioritized_episode_checkpoints_load_across_numpy_and_jax(tmp_path):
     add_done_steps([numpy_rb], dones, 0)
     numpy_rb.update_priorities(np.arange(10, 22), rng.uniform(0.5, 4.0, 12))
     numpy_rb.save(tmp_path / "from-numpy")
-    jax_rb = JaxUniformReplayBuffer(DONE_SPEC, seed=2, prioritized=True, episode_num_steps=3, **options)
+    jax_rb = JaxReplayBuffer(DONE_SPEC, seed=2, prioritized=True, episode_num_steps=3, **options)
     jax_rb.load(tmp_path / "from-numpy")
     saved = numpy_rb.state_dict()
     mass = dict(zip(range(10, 22), saved["priorities"]["mass"], strict=True))  # id order
@@ -196,7 +196,7 @@ def test_padded_windows_match_the_numpy_buffer(tmp_path):
     dones = (rng.random((10, 2)) < 0.35).tolist()
     options = dict(batch_size=2, max_length=6, respect_episodes=True, episode_end_field="done", pad_episode_ends=True)
     numpy_rb = replaybuf.UniformReplayBuffer(DONE_SPEC, seed=1, **options)
-    jax_rb = JaxUniformReplayBuffer(DONE_SPEC, seed=2, **options)
+    jax_rb = JaxReplayBuffer(DONE_SPEC, seed=2, **options)
     add_done_steps([numpy_rb, jax_rb], dones, 0)
     windows = {}
     for buffer in (numpy_rb, jax_rb):
@@ -216,14 +216,14 @@ def test_episode_checkpoint_without_or_with_broken_positions_is_refused(tmp_path
     plain = replaybuf.UniformReplayBuffer(DONE_SPEC, batch_size=2, max_length=6, seed=0)
     add_done_steps([plain], [[0, 1], [1, 0], [0, 0]], 0)
     plain.save(tmp_path / "plain")
-    target = JaxUniformReplayBuffer(
+    target = JaxReplayBuffer(
         DONE_SPEC, batch_size=2, max_length=6, respect_episodes=True, episode_end_field="done", seed=0
     )
     add_done_steps([target], [[0, 0]], 0)
     before = target.state_dict()
     with pytest.raises(replaybuf.CheckpointError, match=r"state\['episodes'\]: expected the keys"):
         target.load(tmp_path / "plain")
-    source = JaxUniformReplayBuffer(
+    source = JaxReplayBuffer(
         DONE_SPEC, batch_size=2, max_length=6, respect_episodes=True, episode_end_field="done", seed=0
     )
     add_done_steps([source], [[0, 1], [1, 0], [0, 0]], 0)
@@ -238,23 +238,35 @@ def test_episode_checkpoint_without_or_with_broken_positions_is_refused(tmp_path
 
 
 def test_checkpoint_of_another_geometry_is_refused_and_changes_nothing(tmp_path):
-    source = JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=4, seed=0)
+    source = JaxReplayBuffer(SPEC, batch_size=2, max_length=4, seed=0)
     fill(source, 3)
     source.save(tmp_path / "ckpt")
-    target = JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=5, seed=0)
+    target = JaxReplayBuffer(SPEC, batch_size=2, max_length=5, seed=0)
     fill(target, 1)
     with pytest.raises(replaybuf.CheckpointError, match="max_length.*saved 4, this buffer has 5"):
         target.load(tmp_path / "ckpt")
     assert target.num_frames() == 2
     with pytest.raises(replaybuf.CheckpointError, match="PrioritizedReplayBuffer"):
-        JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=4, prioritized=True).load(tmp_path / "ckpt")
+        JaxReplayBuffer(SPEC, batch_size=2, max_length=4, prioritized=True).load(tmp_path / "ckpt")
 
 
 def test_same_seed_same_samples_and_restored_rng(tmp_path):
-    a = JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=4, seed=7)
+    a = JaxReplayBuffer(SPEC, batch_size=2, max_length=4, seed=7)
     fill(a, 5)
     a.save(tmp_path / "a")
-    b = JaxUniformReplayBuffer(SPEC, batch_size=2, max_length=4, seed=99)
+    b = JaxReplayBuffer(SPEC, batch_size=2, max_length=4, seed=99)
     b.load(tmp_path / "a")
     np.testing.assert_array_equal(np.asarray(a.get_next(16, 2)[1].ids), np.asarray(b.get_next(16, 2)[1].ids))
     assert isinstance(jnp.asarray(a.get_next(2)[0]["id"]), jax.Array)
+
+
+def test_the_old_names_warn_and_are_the_new_ones():
+    import replaybuf.jax
+
+    with pytest.warns(DeprecationWarning, match="use replaybuf.jax.JaxReplayBuffer"):
+        old = replaybuf.jax.JaxUniformReplayBuffer(DONE_SPEC, batch_size=2, max_length=4, prioritized=True)
+    assert isinstance(old, JaxReplayBuffer) and hasattr(old, "update_priorities")
+    with pytest.warns(DeprecationWarning, match="use replaybuf.jax.DrawInfo"):
+        assert replaybuf.jax.SampleInfo is replaybuf.jax.DrawInfo
+    with pytest.raises(AttributeError):
+        replaybuf.jax.NoSuchName  # noqa: B018

@@ -162,7 +162,7 @@ def _torch(spec, batch_size, max_length):
 
 def _jax(spec, batch_size, max_length):
     jax_backend = pytest.importorskip("replaybuf.jax")
-    return jax_backend.JaxUniformReplayBuffer(spec, batch_size, max_length)
+    return jax_backend.JaxReplayBuffer(spec, batch_size, max_length)
 
 
 BACKENDS = {

@@ -1,4 +1,4 @@
-"""``JaxUniformReplayBuffer``: the common API over the functional core, state in JAX arrays.
+"""``JaxReplayBuffer``: the common API over the functional core, state in JAX arrays.
 
 Every call validates on the host first (nothing is dispatched for a bad add, and the
 empty-buffer and ``num_steps`` errors come from host counters, without a device sync), then
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from functools import partial
 from typing import Any
 
@@ -32,7 +33,7 @@ from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import check_episode_state
 from replaybuf.samplers.prioritized import check_priority_state, check_priority_values, priority_update
 
-__all__ = ["JaxUniformReplayBuffer"]
+__all__ = ["JaxReplayBuffer", "JaxUniformReplayBuffer"]
 
 
 @partial(jax.jit, static_argnums=0, donate_argnums=1)
@@ -60,7 +61,7 @@ def _update(core: Buffer, state: BufferState, ids: jax.Array, priorities: jax.Ar
     return core.update_priorities(state, ids, priorities)
 
 
-class JaxUniformReplayBuffer(ReplayBuffer):
+class JaxReplayBuffer(ReplayBuffer):
     """``batch_size`` streams of ``max_length`` items in JAX arrays (TF-Agents' API).
 
     Args:
@@ -446,3 +447,17 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         with self._lock:
             items = _read(self._core, self._state, device_ids)
         return items, BufferInfo(device_ids, ())
+
+
+class JaxUniformReplayBuffer(JaxReplayBuffer):
+    """Deprecated: ``JaxReplayBuffer`` under its old name (it was never uniform only: it samples
+    by priority with ``prioritized=True``); removed in 0.2.0."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        warnings.warn(
+            "JaxUniformReplayBuffer is deprecated and will be removed in the next release: use "
+            "replaybuf.jax.JaxReplayBuffer (the same class and arguments)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        super().__init__(*args, **kwargs)

@@ -57,7 +57,7 @@ __all__ = [
     "EpisodeState",
     "PriorityOptions",
     "PriorityState",
-    "SampleInfo",
+    "DrawInfo",
     "make_buffer",
 ]
 
@@ -86,8 +86,10 @@ class BufferState(NamedTuple):
     priorities: PriorityState | None
 
 
-class SampleInfo(NamedTuple):
-    """What a sample returns beside the items.
+class DrawInfo(NamedTuple):
+    """What the pure core's ``sample`` returns beside the items (a pytree: every field an
+    array, ``valid`` included, so it passes through ``jit``; the class on top turns it into
+    ``replaybuf.SampleInfo``, the one info type of every buffer's ``get_next``).
 
     ids: ``[B, T]`` (``[B]`` without num_steps). probabilities: ``[B]``, the probability with
     which each element was drawn. weights: prioritized importance weights
@@ -111,7 +113,7 @@ class EpisodeOptions:
     ``"next_step_type"``: LAST ends). ``num_steps``: the window length whose count of valid
     starts is kept on every add (other lengths count with one pass over the buffer per sample).
     ``candidates``: starts drawn per row and round. ``pad``: windows are drawn as without
-    episodes and padded past the first step's episode end (``SampleInfo.mask``)."""
+    episodes and padded past the first step's episode end (``DrawInfo.mask``)."""
 
     marker: int
     kind: str
@@ -288,9 +290,9 @@ class Buffer:
     # -- reads ---------------------------------------------------------------------------------
     def sample(
         self, state: BufferState, key: jax.Array, sample_batch_size: int, num_steps: int | None = None
-    ) -> tuple[Any, SampleInfo]:
+    ) -> tuple[Any, DrawInfo]:
         """``sample_batch_size`` windows of ``num_steps`` steps (single items when None):
-        items ``[B, T, *shape]`` (``[B, *shape]``) and a ``SampleInfo``. The state is only
+        items ``[B, T, *shape]`` (``[B, *shape]``) and a ``DrawInfo``. The state is only
         read (a read never needs to return it, so nothing invites XLA to copy it)."""
         size, steps_wanted = _check_sizes(sample_batch_size, num_steps, self.max_length)
         if self.priorities is not None:
@@ -314,7 +316,7 @@ class Buffer:
             ids = first[:, None] + jnp.arange(steps_wanted, dtype=first.dtype) * self.batch_size
             if self.episodes is not None and self.episodes.pad:
                 ids, mask = self._pad(state, ids)
-        return self.read(state, ids), SampleInfo(ids, probabilities, weights, valid, mask)
+        return self.read(state, ids), DrawInfo(ids, probabilities, weights, valid, mask)
 
     def _pad(self, state: BufferState, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Windows ``[B, T]`` padded past their first step's episode: ``(ids, mask)``, a step
@@ -327,7 +329,7 @@ class Buffer:
 
     def add_and_sample(
         self, state: BufferState, batch: Any, key: jax.Array, sample_batch_size: int, num_steps: int | None = None
-    ) -> tuple[BufferState, Any, SampleInfo]:
+    ) -> tuple[BufferState, Any, DrawInfo]:
         """``add`` then ``sample`` from the new state: the write comes before the read, the
         order in which a donated state is updated in place (a read first made XLA copy it)."""
         state = self.add(state, batch)
@@ -593,7 +595,7 @@ def make_buffer(
     ``respect_episodes``: windows never cross an episode's end (ends from
     ``episode_end_field``, else a ``step_type`` or ``next_step_type`` field); the count of
     valid starts is kept for windows of ``episode_num_steps``; ``pad_episode_ends``: windows
-    are drawn as without episodes and padded past the end instead (``SampleInfo.mask``).
+    are drawn as without episodes and padded past the end instead (``DrawInfo.mask``).
     ``prioritized``: sampling by priority with ``alpha``/``beta``/``epsilon`` on a
     ``branching``-ary sum tree; with both,
     windows of ``episode_num_steps`` are drawn from a second sum tree of the valid starts
