@@ -160,7 +160,7 @@ def _jax_prioritized(data_spec, batch_size, max_length, seed):
     # as numpy-prioritized: no priority updates here, so sampling must be exactly uniform
     jax_backend = pytest.importorskip("replaybuf.jax")
     return jax_backend.JaxReplayBuffer(
-        data_spec, batch_size=batch_size, max_length=max_length, seed=seed, prioritized=True
+        data_spec, batch_size=batch_size, max_length=max_length, seed=seed, sampler="prioritized"
     )
 
 

@@ -25,13 +25,11 @@ def _numpy_prioritized(spec, **options):
 
 
 def _shared(spec, **options):
-    if options.pop("prioritized", False):
-        options["sampler"] = "prioritized"
     return replaybuf.shared.SharedReplayBuffer(spec, writers=1, batch_size=2, max_length=8, **options)
 
 
 def _shared_prioritized(spec, **options):
-    return _shared(spec, prioritized=True, **options)
+    return _shared(spec, sampler="prioritized", **options)
 
 
 def _jax(spec, **options):
@@ -39,7 +37,7 @@ def _jax(spec, **options):
 
 
 def _jax_prioritized(spec, **options):
-    return _jax(spec, prioritized=True, **options)
+    return _jax(spec, sampler="prioritized", **options)
 
 
 def _jax_core(spec, **options):
@@ -167,3 +165,34 @@ def test_no_window_inside_an_episode_is_worded_alike(backend):
     with pytest.raises(replaybuf.EmptyBufferError, match=r"^num_steps=3: no stored episode holds 3 steps"):
         buffer.get_next(2, num_steps=3)
     _closed(buffer)
+
+
+SAMPLER_CHOOSERS = {"shared": _shared, "jax": _jax, "jax-core": _jax_core}
+
+
+def _by_priority(buffer) -> bool:
+    if isinstance(buffer, jax_buffers.Buffer):
+        return buffer.priorities is not None
+    buffer.add_batch({"obs": np.zeros((2, 2), np.float32), "reward": np.ones(2, np.float32)})
+    _, info = buffer.get_next(2)
+    _closed(buffer)
+    return getattr(info, "weights", None) is not None
+
+
+@pytest.mark.parametrize("backend", sorted(SAMPLER_CHOOSERS))
+def test_the_sampler_is_chosen_by_one_keyword_and_checked_alike(backend):
+    make = SAMPLER_CHOOSERS[backend]
+    assert not _by_priority(make(FLAT, sampler="uniform"))
+    assert _by_priority(make(FLAT, sampler="prioritized", alpha=0.5))
+    for wrong in ("Prioritized", "per", None, True):
+        with pytest.raises(replaybuf.ArgumentError, match=r"^sampler: expected 'uniform' or 'prioritized', got "):
+            make(FLAT, sampler=wrong)
+
+
+@pytest.mark.parametrize("backend", ["jax", "jax-core"])
+def test_the_old_prioritized_flag_still_chooses_with_a_deprecation_warning(backend):
+    with pytest.warns(DeprecationWarning, match="pass sampler='prioritized'"):
+        buffer = SAMPLER_CHOOSERS[backend](FLAT, prioritized=True)
+    assert _by_priority(buffer)
+    with pytest.raises(replaybuf.ArgumentError, match="prioritized: expected True or False, got 1"):
+        SAMPLER_CHOOSERS[backend](FLAT, prioritized=1)

@@ -45,7 +45,7 @@ def _jax(prioritized, pad=False):
             max_length=max_length,
             seed=seed,
             episode_num_steps=min(2, max_length),
-            prioritized=prioritized,
+            sampler="prioritized" if prioritized else "uniform",
             pad_episode_ends=pad,
             **EPISODES,
         )

@@ -23,7 +23,7 @@ def fill(buffer, steps, start=0):
 
 
 def test_prioritized_update_and_its_errors_change_nothing():
-    rb = JaxReplayBuffer(SPEC, batch_size=2, max_length=4, prioritized=True, alpha=1.0, epsilon=0.0, seed=0)
+    rb = JaxReplayBuffer(SPEC, batch_size=2, max_length=4, sampler="prioritized", alpha=1.0, epsilon=0.0, seed=0)
     fill(rb, 6)
     _, info = rb.get_next(8)
     assert isinstance(info, replaybuf.SampleInfo) and np.asarray(info.weights).shape == (8,)
@@ -98,7 +98,9 @@ def test_checkpoints_load_across_numpy_and_jax(tmp_path, prioritized):
     if prioritized:
         numpy_rb.update_priorities(np.array([12, 13]), np.array([4.0, 0.5]))
     numpy_rb.save(tmp_path / "from-numpy")
-    jax_rb = JaxReplayBuffer(SPEC, batch_size=3, max_length=5, prioritized=prioritized, seed=2)
+    jax_rb = JaxReplayBuffer(
+        SPEC, batch_size=3, max_length=5, sampler="prioritized" if prioritized else "uniform", seed=2
+    )
     jax_rb.load(tmp_path / "from-numpy")
     assert jax_rb.num_frames() == 15
     expected_ids = np.arange(3, 8)[None, :] * 3 + np.arange(3)[:, None]
@@ -171,7 +173,7 @@ def test_prioritized_episode_checkpoints_load_across_numpy_and_jax(tmp_path):
     add_done_steps([numpy_rb], dones, 0)
     numpy_rb.update_priorities(np.arange(10, 22), rng.uniform(0.5, 4.0, 12))
     numpy_rb.save(tmp_path / "from-numpy")
-    jax_rb = JaxReplayBuffer(DONE_SPEC, seed=2, prioritized=True, episode_num_steps=3, **options)
+    jax_rb = JaxReplayBuffer(DONE_SPEC, seed=2, sampler="prioritized", episode_num_steps=3, **options)
     jax_rb.load(tmp_path / "from-numpy")
     saved = numpy_rb.state_dict()
     mass = dict(zip(range(10, 22), saved["priorities"]["mass"], strict=True))  # id order
@@ -247,7 +249,7 @@ def test_checkpoint_of_another_geometry_is_refused_and_changes_nothing(tmp_path)
         target.load(tmp_path / "ckpt")
     assert target.num_frames() == 2
     with pytest.raises(replaybuf.CheckpointError, match="PrioritizedReplayBuffer"):
-        JaxReplayBuffer(SPEC, batch_size=2, max_length=4, prioritized=True).load(tmp_path / "ckpt")
+        JaxReplayBuffer(SPEC, batch_size=2, max_length=4, sampler="prioritized").load(tmp_path / "ckpt")
 
 
 def test_same_seed_same_samples_and_restored_rng(tmp_path):
@@ -264,7 +266,7 @@ def test_the_old_names_warn_and_are_the_new_ones():
     import replaybuf.jax
 
     with pytest.warns(DeprecationWarning, match="use replaybuf.jax.JaxReplayBuffer"):
-        old = replaybuf.jax.JaxUniformReplayBuffer(DONE_SPEC, batch_size=2, max_length=4, prioritized=True)
+        old = replaybuf.jax.JaxUniformReplayBuffer(DONE_SPEC, batch_size=2, max_length=4, sampler="prioritized")
     assert isinstance(old, JaxReplayBuffer) and hasattr(old, "update_priorities")
     with pytest.warns(DeprecationWarning, match="use replaybuf.jax.DrawInfo"):
         assert replaybuf.jax.SampleInfo is replaybuf.jax.DrawInfo

@@ -59,7 +59,7 @@ def test_episode_buffer_with_no_window_inside_an_episode_raises():
 
 
 def test_bad_priorities_raise_priority_error_with_the_entries_dropped_and_counted():
-    buffer = make_buffer(SPEC, 2, 4, prioritized=True, checked=True)
+    buffer = make_buffer(SPEC, 2, 4, sampler="prioritized", checked=True)
     state = add_steps(buffer, buffer.init(), 3)  # ids 0..5 added
     update = checked(buffer.update_priorities, donate_argnums=0)
     before = np.asarray(state.priorities.trees.sums[-1]).copy()

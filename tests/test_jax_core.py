@@ -172,7 +172,7 @@ EPISODES = {"respect_episodes": True, "episode_end_field": "done", "episode_num_
 
 @pytest.mark.parametrize(
     "options",
-    [EPISODES, {"prioritized": True}, {**EPISODES, "prioritized": True}],
+    [EPISODES, {"sampler": "prioritized"}, {**EPISODES, "sampler": "prioritized"}],
     ids=["episodes", "prioritized", "both"],
 )
 def test_a_scanned_add_sample_update_step_copies_no_positions_or_tree_level(options):
@@ -181,7 +181,7 @@ def test_a_scanned_add_sample_update_step_copies_no_positions_or_tree_level(opti
     tree updates in a row, or an update right after another's reads made XLA copy them whole
     each step (at 1M, 256 per step: an episode add 101 us instead of 3, a prioritized one
     with episodes 269 instead of 31, add + sample + update 206 instead of 97)."""
-    prioritized = options.get("prioritized", False)
+    prioritized = options.get("sampler") == "prioritized"
     buffer = make_buffer(SMALL, 8, 1000, **options)
     batch = {"obs": jnp.zeros((8, 4)), "action": jnp.zeros((8,), jnp.int32), "done": jnp.zeros((8,), bool)}
 
@@ -261,7 +261,7 @@ def test_padded_windows_are_uniform_over_all_starts_and_pad_past_the_end(priorit
         respect_episodes=True,
         episode_end_field="done",
         pad_episode_ends=True,
-        prioritized=prioritized,
+        sampler="prioritized" if prioritized else "uniform",
     )
     done, batch = _episode_batches(batch_size, steps, seed=9)
     state = filled(buffer, steps, batch)
@@ -300,7 +300,7 @@ def test_episode_markers_from_step_type():
 
 # -- prioritized ----------------------------------------------------------------------------
 def test_sum_tree_is_recomputed_and_cannot_drift():
-    buffer = make_buffer(SMALL, 4, 50, prioritized=True, alpha=1.0, epsilon=0.0)
+    buffer = make_buffer(SMALL, 4, 50, sampler="prioritized", alpha=1.0, epsilon=0.0)
     state = filled(
         buffer,
         60,
@@ -331,7 +331,7 @@ def descent(request):
 
 
 def test_prioritized_draws_follow_priorities_with_probabilities_and_weights(descent):
-    buffer = make_buffer(SMALL, 2, 8, prioritized=True, alpha=1.0, beta=0.5, epsilon=0.0)
+    buffer = make_buffer(SMALL, 2, 8, sampler="prioritized", alpha=1.0, beta=0.5, epsilon=0.0)
     state = filled(
         buffer,
         8,
@@ -366,7 +366,7 @@ def test_prioritized_draws_follow_priorities_with_probabilities_and_weights(desc
 def test_prioritized_windows_share_the_mass_of_the_starts_they_fit_after(steps, num_steps, descent):
     """Starts in the last num_steps - 1 steps are left out of the mass, wherever the ring wrapped."""
     batch, length = 2, 8
-    buffer = make_buffer(SMALL, batch, length, prioritized=True, alpha=1.0, epsilon=0.0)
+    buffer = make_buffer(SMALL, batch, length, sampler="prioritized", alpha=1.0, epsilon=0.0)
     state = filled(
         buffer,
         steps,
@@ -387,7 +387,7 @@ def test_prioritized_windows_share_the_mass_of_the_starts_they_fit_after(steps, 
 
 
 def test_bad_priority_updates_are_dropped_and_counted_inside_jit():
-    buffer = make_buffer(SMALL, 2, 4, prioritized=True)
+    buffer = make_buffer(SMALL, 2, 4, sampler="prioritized")
     state = filled(
         buffer,
         6,
@@ -417,7 +417,7 @@ def _episodes_with_priorities(steps, seed):
         respect_episodes=True,
         episode_end_field="done",
         episode_num_steps=3,
-        prioritized=True,
+        sampler="prioritized",
         alpha=1.0,
         beta=0.5,
         epsilon=0.0,
@@ -507,7 +507,7 @@ def test_option_errors():
     with pytest.raises(replaybuf.ArgumentError, match="step_type"):
         make_buffer(SPEC, 1, 4, respect_episodes=True)
     with pytest.raises(replaybuf.ArgumentError, match="beta"):
-        make_buffer(SPEC, 1, 4, prioritized=True, beta=2.0)
+        make_buffer(SPEC, 1, 4, sampler="prioritized", beta=2.0)
     buffer = make_buffer(SPEC, 1, 4)
     with pytest.raises(replaybuf.ArgumentError, match="num_steps: expected at most max_length=4, got 5"):
         buffer.sample(buffer.init(), jax.random.key(0), 2, 5)

@@ -184,7 +184,7 @@ def test_update_priorities_errors_change_nothing():
     uniform = ShardedReplayBuffer(SPEC, shards=2, max_length=8)
     with pytest.raises(replaybuf.ArgumentError, match="update_priorities: expected shards of a prioritized"):
         uniform.update_priorities(np.array([0]), np.array([1.0]))
-    buffer = ShardedReplayBuffer(SPEC, shards=2, max_length=8, buffer_class=replaybuf.PrioritizedReplayBuffer)
+    buffer = ShardedReplayBuffer(SPEC, shards=2, max_length=8, sampler="prioritized")  # the one spelling
     for t in range(3):
         buffer.add_batch(step_batch(t, 2))
     with pytest.raises(replaybuf.PriorityError, match=r"priorities: expected finite values > 0, got \[-1.0\]"):
@@ -207,6 +207,8 @@ def test_update_priorities_errors_change_nothing():
         ({"buffer_class": dict}, "buffer_class: expected a replaybuf NumPy buffer class"),
         ({"buffer_options": {"alpha": 0.5}}, "alpha"),  # UniformReplayBuffer takes no alpha
         ({"max_restarts": -2}, "max_restarts: expected an int >= -1, got -2"),
+        ({"sampler": "per"}, "sampler: expected 'uniform' or 'prioritized', got 'per'"),
+        ({"sampler": "uniform", "buffer_class": replaybuf.PrioritizedReplayBuffer}, "sampler: the shards' buffer"),
     ],
 )
 def test_bad_arguments_are_named(kwargs, message):

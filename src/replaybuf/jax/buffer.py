@@ -30,6 +30,7 @@ from replaybuf.persistence.folder import read_state, write_state
 from replaybuf.persistence.state import check_header, check_items, check_rng_state, first_stored_step, spec_state
 from replaybuf.refusals import no_episode_window
 from replaybuf.ring import StreamRing
+from replaybuf.samplers.choice import check_sampler
 from replaybuf.samplers.episodes import check_episode_state
 from replaybuf.samplers.prioritized import check_priority_state, check_priority_values, priority_update
 
@@ -74,8 +75,9 @@ class JaxReplayBuffer(ReplayBuffer):
             (``make_buffer``): windows crossing an episode end are never drawn.
         pad_episode_ends: with respect_episodes, windows are drawn as without episodes and
             padded past the end instead; ``info`` is a ``SampleInfo`` with ``mask``.
-        prioritized, alpha, beta, epsilon: prioritized sampling (``update_priorities``;
-            ``info`` is then a ``SampleInfo`` with ``weights``).
+        sampler: ``"uniform"`` or ``"prioritized"`` (``update_priorities``; ``info`` is then a
+            ``SampleInfo`` with ``weights``); ``prioritized=True``: its deprecated old spelling.
+        alpha, beta, epsilon: the prioritized sampler's exponents.
 
     Returned items, ids and probabilities are JAX arrays. With x64 off (JAX's default), 64-bit
     leaves are stored in 32 bits: integers that do not fit are rejected, floats are rounded.
@@ -95,7 +97,8 @@ class JaxReplayBuffer(ReplayBuffer):
         episode_end_field: str | None = None,
         episode_num_steps: int = 1,
         pad_episode_ends: bool = False,
-        prioritized: bool = False,
+        sampler: str = "uniform",
+        prioritized: bool | None = None,
         alpha: float = 0.6,
         beta: float = 0.4,
         epsilon: float = 1e-6,
@@ -112,7 +115,7 @@ class JaxReplayBuffer(ReplayBuffer):
             episode_end_field=episode_end_field,
             episode_num_steps=episode_num_steps,
             pad_episode_ends=pad_episode_ends,
-            prioritized=prioritized,
+            sampler=check_sampler(sampler, prioritized),
             alpha=alpha,
             beta=beta,
             epsilon=epsilon,
@@ -278,13 +281,13 @@ class JaxReplayBuffer(ReplayBuffer):
         sync when they are JAX arrays), then applied in one jitted call.
 
         Raises:
-            ArgumentError: the buffer was built without ``prioritized=True``, or ``ids``
+            ArgumentError: the buffer was built without ``sampler="prioritized"``, or ``ids``
                 are not integers shaped like ``priorities`` (or with one more time axis).
             PriorityError: ids never added, or zero, negative, NaN or infinite priorities;
                 nothing changes.
         """
         if self._core.priorities is None:
-            raise ArgumentError("update_priorities: this buffer was built without prioritized=True")
+            raise ArgumentError("update_priorities: this buffer was built without sampler='prioritized'")
         ids_np, values = (array.ravel() for array in priority_update(ids, priorities))
         with self._lock:
             check_priority_values(ids_np, values, self._ring.steps * self._ring.batch_size)
@@ -451,7 +454,7 @@ class JaxReplayBuffer(ReplayBuffer):
 
 class JaxUniformReplayBuffer(JaxReplayBuffer):
     """Deprecated: ``JaxReplayBuffer`` under its old name (it was never uniform only: it samples
-    by priority with ``prioritized=True``); removed in 0.2.0."""
+    by priority with ``sampler="prioritized"``); removed in 0.2.0."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         warnings.warn(

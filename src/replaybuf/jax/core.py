@@ -47,6 +47,7 @@ from replaybuf.jax.bits import random_bits, random_uniform
 from replaybuf.jax.rows import RowLayout, pieces_of, row_layout, unpack
 from replaybuf.jax.sumtree import Trees, tree_descend, tree_init, tree_update
 from replaybuf.nest import FlatSpec
+from replaybuf.samplers.choice import check_sampler
 from replaybuf.samplers.episodes import episode_marker
 from replaybuf.samplers.prioritized import check_exponents, first_ids_of, is_number
 
@@ -512,7 +513,7 @@ class Buffer:
         or with ids that are not integers shaped like the priorities.
         """
         if self.priorities is None:
-            raise ArgumentError("update_priorities: this buffer was made without prioritized=True")
+            raise ArgumentError("update_priorities: this buffer was made without sampler='prioritized'")
         options, current = self.priorities, state.priorities
         priorities = jnp.asarray(priorities)
         ids = jnp.ravel(first_ids_of(jnp.asarray(ids), priorities)).astype(state.steps.dtype)
@@ -583,7 +584,8 @@ def make_buffer(
     episode_num_steps: int = 1,
     pad_episode_ends: bool = False,
     candidates: int = 4,
-    prioritized: bool = False,
+    sampler: str = "uniform",
+    prioritized: bool | None = None,
     alpha: float = 0.6,
     beta: float = 0.4,
     epsilon: float = 1e-6,
@@ -596,7 +598,8 @@ def make_buffer(
     ``episode_end_field``, else a ``step_type`` or ``next_step_type`` field); the count of
     valid starts is kept for windows of ``episode_num_steps``; ``pad_episode_ends``: windows
     are drawn as without episodes and padded past the end instead (``DrawInfo.mask``).
-    ``prioritized``: sampling by priority with ``alpha``/``beta``/``epsilon`` on a
+    ``sampler="prioritized"`` (``prioritized=True`` is its deprecated old spelling): sampling
+    by priority with ``alpha``/``beta``/``epsilon`` on a
     ``branching``-ary sum tree; with both,
     windows of ``episode_num_steps`` are drawn from a second sum tree of the valid starts
     (other lengths: one pass over the buffer per sample, then rejection).
@@ -633,7 +636,7 @@ def make_buffer(
         why = "only used with respect_episodes=True"
         reject_unused(episode_end_field=(episode_end_field, None, why), pad_episode_ends=(pad_episode_ends, False, why))
     priorities = None
-    if prioritized:
+    if check_sampler(sampler, prioritized) == "prioritized":
         alpha, epsilon = check_exponents(alpha, epsilon)
         if not (is_number(beta) and 0 <= beta <= 1):  # a constant: the jitted draw cannot call a schedule
             raise ArgumentError(f"beta: expected a float in [0, 1], got {beta!r}")

@@ -35,6 +35,7 @@ import numpy as np
 import ray
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive, unstack_time
+from replaybuf.buffers.prioritized import PrioritizedReplayBuffer
 from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.buffers.uniform import UniformReplayBuffer
 from replaybuf.dataset import DeterministicPass, check_sample_arguments, plan_deterministic_pass
@@ -47,6 +48,7 @@ from replaybuf.ray.shard import Shard
 from replaybuf.ray.writer import ShardWriter
 from replaybuf.refusals import bad_priorities, empty, unknown_ids, window_too_long
 from replaybuf.ring import StreamRing
+from replaybuf.samplers.choice import check_sampler
 from replaybuf.samplers.prioritized import priority_update
 from replaybuf.samplers.split import MassSplit
 
@@ -69,6 +71,8 @@ class ShardedReplayBuffer(ReplayBuffer):
             streams ``k, k + shards, ...``. ``add_batch`` on this object takes
             ``[batch_size]`` items; a writer of shard k takes that shard's streams.
         max_length: items kept per stream.
+        sampler: ``"uniform"`` or ``"prioritized"``, as every buffer spells it: the shards hold
+            ``UniformReplayBuffer`` or ``PrioritizedReplayBuffer`` (not with ``buffer_class``).
         buffer_class: the buffer each shard holds: ``UniformReplayBuffer`` (default),
             ``PrioritizedReplayBuffer``, or another ``StreamBuffer`` of batch_size streams
             (its sampler's ``mass`` weighs the shard when a batch is split).
@@ -104,6 +108,7 @@ class ShardedReplayBuffer(ReplayBuffer):
         batch_size: int | None = None,
         max_length: int = 1000,
         *,
+        sampler: str | None = None,
         buffer_class: type = UniformReplayBuffer,
         buffer_options: dict | None = None,
         seed: int | None = None,
@@ -133,6 +138,14 @@ class ShardedReplayBuffer(ReplayBuffer):
         self.dataset_draw_ahead = int(dataset_draw_ahead)
         if checkpoint_every is not None and checkpoint_dir is None:
             raise ArgumentError(f"checkpoint_every: needs checkpoint_dir, got checkpoint_every={checkpoint_every}")
+        if sampler is not None:
+            if buffer_class is not UniformReplayBuffer:
+                raise ArgumentError(
+                    f"sampler: the shards' buffer_class {getattr(buffer_class, '__name__', buffer_class)!r} "
+                    f"already chooses it; pass one of them, got sampler={sampler!r}"
+                )
+            chosen = check_sampler(sampler)
+            buffer_class = PrioritizedReplayBuffer if chosen == "prioritized" else UniformReplayBuffer
         if not (isinstance(buffer_class, type) and issubclass(buffer_class, StreamBuffer)):
             raise ArgumentError(
                 f"buffer_class: expected a replaybuf NumPy buffer class (UniformReplayBuffer, "

@@ -23,6 +23,7 @@ from replaybuf.persistence.state import check_rng_state, check_spec_state, spec_
 from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
 from replaybuf.refusals import empty, no_episode_window, overwritten_while_read, window_too_long
 from replaybuf.ring import STEPS, WriterCursors
+from replaybuf.samplers.choice import check_sampler
 from replaybuf.samplers.episodes import episode_markers
 from replaybuf.samplers.prioritized import check_priority_state, priority_update
 from replaybuf.samplers.split import MassSplit
@@ -112,8 +113,7 @@ class SharedReplayBuffer(ReplayBuffer):
             raise ArgumentError(f"flush_every: expected at most max_length ({max_length}), got {flush_every}")
         check_rate_limiter(rate_limiter)
         self._timeout = check_timeout(rate_limiter_timeout, "rate_limiter_timeout")
-        if sampler not in ("uniform", "prioritized"):
-            raise ArgumentError(f"sampler: expected 'uniform' or 'prioritized', got {sampler!r}")
+        sampler = check_sampler(sampler)
         if sampler == "uniform":
             why = "only used with sampler='prioritized'"
             reject_unused(alpha=(alpha, 0.6, why), beta=(beta, 0.4, why), epsilon=(epsilon, 1e-6, why))
