@@ -90,15 +90,16 @@ def test_final_and_episode_goals(strategy):
     )
 
 
+@pytest.mark.parametrize("num_steps", [None, 2])
 @pytest.mark.parametrize("strategy", ["future", "final", "episode"])
-def test_numba_and_numpy_draw_the_same_goals(strategy):
+def test_numba_and_numpy_draw_the_same_goals(strategy, num_steps):
     pytest.importorskip("numba")
     samples = []
     for compiled in (True, False):
         her = relabel(strategy=strategy, ratio=0.6, compiled=compiled)
         rb = replaybuf.UniformReplayBuffer(SPEC, batch_size=3, max_length=9, seed=10, her=her, **EPISODES)
         fill(rb, 25, 4, batch_size=3)  # wrapped around, episodes cut by it, the newest unfinished
-        samples.append([rb.get_next(64, num_steps=2) for _ in range(5)])
+        samples.append([rb.get_next(64, num_steps=num_steps) for _ in range(5)])
     for (a, ia), (b, ib) in zip(*samples, strict=True):
         np.testing.assert_array_equal(ia.relabelled, ib.relabelled)
         np.testing.assert_array_equal(a["observation"]["desired_goal"], b["observation"]["desired_goal"])

@@ -1,8 +1,9 @@
-"""The compiled twin of ``replaybuf.samplers.hindsight.EpisodeEnds.pick`` (numba: ``replaybuf[fast]``).
+"""The compiled twin of the goal draw of ``replaybuf.hindsight.Relabeller.draw`` (numba: ``replaybuf[fast]``).
 
 One pass over a sample's elements instead of some twenty NumPy calls: the relabel coin and
 the goal step of each element, from the same raw 64-bit draws and by the same rules as the
-NumPy version (see there). Compiled on first use and cached on disk (``cache=True``).
+NumPy version (``EpisodeEnds.pick``), then the goals read from the stored achieved goals.
+Compiled on first use and cached on disk (``cache=True``).
 """
 
 from __future__ import annotations
@@ -10,16 +11,21 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["pick", "warm_up"]
+from replaybuf.samplers.hindsight import UNIT
+
+__all__ = ["gather", "relabel", "scatter", "warm_up"]
 
 
 @njit(cache=True, nogil=True)
-def pick(
-    last_ids, raw, threshold, strategy, end, position, steps, first, batch, capacity
+def relabel(
+    last_ids, raw, threshold, strategy, end, position, steps, first, batch, capacity, source
 ):  # pragma: no cover - compiled
-    """``(coins, goal_slots, count)``: see ``EpisodeEnds.pick``; the first ``count`` goal slots are used."""
+    """``(coins, rows, goals)``: which elements are relabelled, the indices of those that are,
+    and their goals ``[count, G]`` read from ``source`` (the stored achieved goals,
+    ``[capacity, G]``); the arguments as for ``EpisodeEnds.pick`` and ``EpisodeEnds.arguments``."""
     n = last_ids.shape[0]
     coins = np.zeros(n, np.bool_)
+    rows = np.empty(n, np.int64)
     slots = np.empty(n, np.int64)
     count = 0
     for i in range(n):
@@ -28,7 +34,6 @@ def pick(
         coins[i] = True
         last = last_ids[i]
         slot = last % capacity
-        stream = last % batch
         step = last // batch
         stop = end[slot]
         if stop < 0:
@@ -37,13 +42,47 @@ def pick(
             goal = stop
         else:
             low = step if strategy == 0 else max(step - position[slot], first)
-            goal = low + np.int64(raw[n + i] % np.uint64(stop - low + 1))
-        slots[count] = (goal * batch + stream) % capacity
+            goal = low + np.int64(np.float64(raw[n + i] >> np.uint64(11)) * UNIT * np.float64(stop - low + 1))
+        goal_slot = slot + (goal - step) * batch  # the same stream, within one ring length of the slot
+        if goal_slot >= capacity:
+            goal_slot -= capacity
+        elif goal_slot < 0:
+            goal_slot += capacity
+        rows[count] = i
+        slots[count] = goal_slot
         count += 1
-    return coins, slots, count
+    width = source.shape[1]
+    goals = np.empty((count, width), source.dtype)
+    for j in range(count):  # each goal's first and last element first: a tight loop whose cache misses overlap
+        goals[j, 0] = source[slots[j], 0]
+        goals[j, width - 1] = source[slots[j], width - 1]
+    for j in range(count):  # then the rest, from cache
+        for g in range(1, width - 1):
+            goals[j, g] = source[slots[j], g]
+    return coins, rows[:count], goals
+
+
+@njit(cache=True, nogil=True)
+def scatter(out, rows, values):  # pragma: no cover - compiled
+    """``out[rows] = values`` for ``out`` ``[n, T, W]`` and ``values`` ``[len(rows), T or 1, W]``."""
+    window, width = out.shape[1], out.shape[2]
+    step = 1 if values.shape[1] == window else 0
+    for j in range(rows.shape[0]):
+        for t in range(window):
+            for g in range(width):
+                out[rows[j], t, g] = values[j, t * step, g]
+
+
+@njit(cache=True, nogil=True)
+def gather(source, rows):  # pragma: no cover - compiled
+    """``source[rows]`` for ``source`` ``[n, T, W]``, as a new contiguous array."""
+    out = np.empty((rows.shape[0], source.shape[1], source.shape[2]), source.dtype)
+    for j in range(rows.shape[0]):
+        out[j] = source[rows[j]]
+    return out
 
 
 def warm_up() -> None:
     """Compile (or load from the disk cache) the kernel on a tiny episode."""
     one = np.zeros(1, np.int64)
-    pick(one, np.zeros(2, np.uint64), np.uint64(1), 0, np.full(1, -1, np.int64), one, 1, 0, 1, 1)
+    relabel(one, np.zeros(2, np.uint64), np.uint64(1), 0, np.full(1, -1, np.int64), one, 1, 0, 1, 1, np.zeros((1, 1)))
