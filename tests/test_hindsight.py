@@ -225,3 +225,13 @@ def test_compute_reward_returning_the_wrong_count_is_an_error():
         replaybuf.ArgumentError, match=r"compute_reward: expected 5 rewards shaped \(\) .*got an array shaped \(3,\)"
     ):
         rb.get_next(5)
+
+
+def test_goals_reach_a_sampled_leaf_that_no_view_can_reshape():
+    from replaybuf.hindsight import _rows
+
+    leaves = [np.asfortranarray(np.zeros((4, 2, 3), np.float32))]  # [n, *goal_shape] with no [n, 1, 6] view
+    _rows(leaves, 0, (4, 1, 6))[[1, 3]] = np.arange(6, dtype=np.float32).reshape(1, 1, 6)
+    assert leaves[0].shape == (4, 2, 3)
+    np.testing.assert_array_equal(leaves[0][[1, 3]].reshape(2, 6), np.tile(np.arange(6), (2, 1)))
+    assert (leaves[0][[0, 2]] == 0).all()

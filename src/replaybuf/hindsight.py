@@ -19,7 +19,7 @@ import numpy as np
 from replaybuf.errors import ArgumentError
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
-from replaybuf.samplers.hindsight import STRATEGIES, EpisodeEnds, kernels
+from replaybuf.samplers.hindsight import STRATEGIES, EpisodeEnds, kernels, threshold
 
 __all__ = ["Drawn", "HindsightRelabel", "Relabeller", "relabel_part"]
 
@@ -136,6 +136,7 @@ class Relabeller:
         self.reward_spec = flat.leaves[self.reward]
         self.goal_shape = achieved.shape
         self.ends = EpisodeEnds(ring, episodes)
+        self.threshold, self.strategy = threshold(her.ratio), STRATEGIES.index(her.strategy)  # the kernels' codes
 
     def added(self) -> None:
         self.ends.added()
@@ -157,8 +158,8 @@ class Relabeller:
         field, compiled = fields[self.achieved], kernels(self.her.compiled)
         source = field if field.ndim == 2 else _view(field, (-1, width))
         if compiled is not None and source is not None:
-            args = self.ends.arguments(self.her.ratio, self.her.strategy)
-            coins, rows, goals = compiled.relabel(flat_last, raw, *args, source)
+            args = (self.threshold, self.strategy, *self.ends.arguments(), source)
+            coins, rows, goals = compiled.relabel(flat_last, raw, *args)
         else:
             coins, slots = self.ends.pick(flat_last, raw, self.her.ratio, self.her.strategy)
             rows = np.flatnonzero(coins)
@@ -181,10 +182,14 @@ class Relabeller:
             for i in (*self.goals, self.achieved, self.reward):
                 leaves[i] = np.array(leaves[i])
         compiled = kernels(self.her.compiled)
-        for i in self.goals:
-            _scatter(compiled, _rows(leaves, i, (n, window, width)), rows, goals[:, None])
+        outs = tuple(_rows(leaves, i, (n, window, width)) for i in self.goals)
         achieved = _rows(leaves, self.achieved, (n, window, width))
-        seen = achieved[rows] if compiled is None else compiled.gather(achieved, rows)
+        if compiled is None:
+            for out in outs:
+                out[rows] = goals[:, None]
+            seen = achieved[rows]
+        else:
+            seen = compiled.place(outs, achieved, rows, goals)
         goal, shape = self.goal_shape, self.reward_spec.shape
         desired = np.repeat(goals, window, axis=0) if window > 1 else goals
         rewards = np.asarray(self.her.compute_reward(seen.reshape(-1, *goal), desired.reshape(-1, *goal), None))
@@ -194,7 +199,11 @@ class Relabeller:
                 f"got an array shaped {rewards.shape}"
             )
         values = rewards.reshape(count, window, -1).astype(self.reward_spec.dtype, copy=False)
-        _scatter(compiled, _rows(leaves, self.reward, (n, window, values.shape[2])), rows, values)
+        out = _rows(leaves, self.reward, (n, window, values.shape[2]))
+        if compiled is None:
+            out[rows] = values
+        else:
+            compiled.scatter(out, rows, values)
         return drawn.relabelled
 
 
@@ -209,14 +218,6 @@ class Drawn(NamedTuple):
     window: int
 
 
-def _scatter(compiled: Any, out: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
-    """``out[rows] = values`` (``values`` broadcast over the time axis), compiled when it may be."""
-    if compiled is None:
-        out[rows] = values
-    else:
-        compiled.scatter(out, rows, values)
-
-
 def _view(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     """``array`` reshaped without a copy, or None where that needs one."""
     try:
@@ -228,8 +229,8 @@ def _view(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
 def _rows(leaves: list, index: int, shape: tuple[int, ...]) -> np.ndarray:
     """A view ``[n, T, width]`` of the sampled leaf ``leaves[index]`` that writes reach; where no
     view of it has that shape, the leaf is first replaced by a contiguous copy."""
-    view = _view(leaves[index], shape)
-    if view is None:
-        leaves[index] = np.ascontiguousarray(leaves[index])
-        view = leaves[index].reshape(shape)
+    leaf = leaves[index]
+    view = leaf.reshape(shape)
+    if not np.may_share_memory(view, leaf):  # reshape had to copy: the sample's leaf becomes that copy
+        leaves[index] = view.reshape(leaf.shape)
     return view

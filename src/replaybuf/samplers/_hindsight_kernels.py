@@ -13,7 +13,7 @@ from numba import njit
 
 from replaybuf.samplers.hindsight import UNIT
 
-__all__ = ["gather", "relabel", "scatter", "warm_up"]
+__all__ = ["place", "relabel", "scatter", "warm_up"]
 
 
 @njit(cache=True, nogil=True)
@@ -64,22 +64,29 @@ def relabel(
 
 @njit(cache=True, nogil=True)
 def scatter(out, rows, values):  # pragma: no cover - compiled
-    """``out[rows] = values`` for ``out`` ``[n, T, W]`` and ``values`` ``[len(rows), T or 1, W]``."""
-    window, width = out.shape[1], out.shape[2]
-    step = 1 if values.shape[1] == window else 0
+    """``out[rows] = values`` for ``out`` ``[n, T, W]`` and ``values`` ``[len(rows), T, W]``."""
     for j in range(rows.shape[0]):
-        for t in range(window):
-            for g in range(width):
-                out[rows[j], t, g] = values[j, t * step, g]
+        for t in range(out.shape[1]):
+            for g in range(out.shape[2]):
+                out[rows[j], t, g] = values[j, t, g]
 
 
 @njit(cache=True, nogil=True)
-def gather(source, rows):  # pragma: no cover - compiled
-    """``source[rows]`` for ``source`` ``[n, T, W]``, as a new contiguous array."""
-    out = np.empty((rows.shape[0], source.shape[1], source.shape[2]), source.dtype)
+def place(outs, achieved, rows, goals):  # pragma: no cover - compiled
+    """Write ``goals`` (``[len(rows), W]``) into rows ``rows`` of every ``[n, T, W]`` array of
+    ``outs`` (every step), then return those rows of ``achieved`` (``[n, T, W]``), as a new array."""
+    window, width = achieved.shape[1], achieved.shape[2]
+    seen = np.empty((rows.shape[0], window, width), achieved.dtype)
     for j in range(rows.shape[0]):
-        out[j] = source[rows[j]]
-    return out
+        row = rows[j]
+        for out in outs:
+            for t in range(window):
+                for g in range(width):
+                    out[row, t, g] = goals[j, g]
+        for t in range(window):
+            for g in range(width):
+                seen[j, t, g] = achieved[row, t, g]
+    return seen
 
 
 def warm_up() -> None:

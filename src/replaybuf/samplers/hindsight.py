@@ -83,14 +83,11 @@ class EpisodeEnds:
         self.end[slots] = np.where(following == np.iinfo(np.int64).max, -1, following)
         self.finished = int((self.end >= 0).sum())
 
-    def arguments(self, ratio: float, strategy: str) -> tuple:
-        """The compiled kernels' arguments after ``(last_ids, raw)``: the coin threshold, the
-        strategy's code, the ends, the positions and the ring's geometry."""
+    def arguments(self) -> tuple:
+        """The compiled kernels' arguments after the coin threshold and the strategy's code:
+        the ends, the positions and the ring's geometry."""
         ring = self.ring
-        return (
-            threshold(ratio), STRATEGIES.index(strategy), self.end, self.index.position,
-            ring.steps, ring.first_valid_step(), ring.batch_size, ring.capacity,
-        )  # fmt: skip
+        return self.end, self.index.position, ring.steps, ring.first_valid_step(), ring.batch_size, ring.capacity
 
     def pick(self, last_ids: np.ndarray, raw: np.ndarray, ratio: float, strategy: str) -> tuple[np.ndarray, np.ndarray]:
         """``(coins, goal_slots)`` for elements whose (last) steps have ids ``last_ids`` (1-D):
