@@ -147,15 +147,15 @@ class Relabeller:
     def rebuild(self) -> None:
         self.ends.rebuild()
 
-    def draw(self, rng: np.random.Generator, ids: np.ndarray, windows: bool, fields: Sequence[np.ndarray]) -> Drawn:
+    def draw(self, rng: np.random.Generator, ids: np.ndarray, windows: bool, storage: Any) -> Drawn:
         """Which elements of a sample of ``ids`` are relabelled (each with probability ``ratio``)
-        and their new goals, read from the stored achieved goals ``fields[achieved]`` (by slot).
+        and their new goals, read from the stored achieved goals (``storage.fields``, by slot).
         Under the buffer's lock (it reads the storage); ``apply`` writes them into the sample."""
         last = ids[..., -1] if windows else ids
         width = math.prod(self.goal_shape)
         raw = rng.bit_generator.random_raw(2 * last.size)
         flat_last = last.reshape(-1)
-        field, compiled = fields[self.achieved], kernels(self.her.compiled)
+        field, compiled = storage.fields[self.achieved], kernels(self.her.compiled)
         source = field if field.ndim == 2 else _view(field, (-1, width))
         if compiled is not None and source is not None:
             args = (self.threshold, self.strategy, *self.ends.arguments(), source)

@@ -193,7 +193,7 @@ class StreamBuffer(ReplayBuffer):
                 raise
             leaves = self._storage.read(ids % self._ring.capacity)
             if self._relabel is not None:
-                drawn = self._relabel.draw(self._rng, ids, num_steps is not None, self._storage.fields)
+                drawn = self._relabel.draw(self._rng, ids, num_steps is not None, self._storage)
         if self._relabel is not None:
             extras = {**extras, "relabelled": self._relabel.apply(leaves, drawn)}
         return self._finish_sample(leaves, ids, probabilities, extras, sample_batch_size, num_steps, time_stacked)
