@@ -10,14 +10,15 @@ of 15 float32 bits), one environment, ``--stored`` transitions in a buffer of ``
     the VecEnv's env_method, as SB3's);
 (c) SB3 2.9.2's HerReplayBuffer.sample(256);
 (d) cpprb's HindsightReplayBuffer(prioritized=False, additional_goals=4).sample(256), run in
-    bench/.venvs/cpprb (``python bench/venvs.py cpprb``) as a subprocess timed one round at a
-    time; cpprb relabels when an episode ends and stores the relabelled copies, so its sample
-    is a plain one (its buffer holds 5x the transitions).
+    bench/.venvs/cpprb (``python bench/venvs.py cpprb``) as a subprocess that samples n times
+    per request; cpprb relabels when an episode ends and stores the relabelled copies, so its
+    sample is a plain one (its buffer holds 5x the transitions).
 
-Rounds alternate between contenders; each figure is the median over the rounds of samples
-per second of process CPU time (torch on one thread), and each ratio the median of the
-per-round ratios.
-    .venv/bin/python bench/her.py [--quick] [--capacity N] [--stored N] [--rounds N]
+Timed by bench/harness.py's ``interleave``: every contender is a ``run(n)`` (cpprb's a request
+to its process), repetitions alternate between contenders, wall-clock seconds (torch on one
+thread); each figure is the median over the rounds, each ratio the median of the per-round
+ratios.
+    .venv/bin/python bench/her.py [--quick] [--capacity N] [--stored N] [--rounds N] [--seconds S]
 """
 
 from __future__ import annotations
@@ -26,22 +27,15 @@ import argparse
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import Timing, interleave, repeat  # noqa: E402
+
 BITS, B, N_SAMPLED_GOAL = 15, 256, 4
-
-
-def timed(step, seconds: float) -> float:
-    """Calls per second of ``step`` (process CPU time) over about ``seconds``."""
-    count, start = 0, time.process_time()
-    while time.process_time() - start < seconds:
-        for _ in range(10):
-            step()
-        count += 10
-    return count / (time.process_time() - start)
 
 
 def episodes(stored: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -165,7 +159,7 @@ def native_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
 
 
 CPPRB = """
-import json, sys, time
+import sys
 import numpy as np
 from cpprb import HindsightReplayBuffer
 capacity, path = int(sys.argv[1]), sys.argv[2]
@@ -182,18 +176,15 @@ for t in range(data["obs"].shape[0]):
         buffer.on_episode_end(data["goal"][t])
 buffer.sample(256)
 print("ready", flush=True)
-for line in sys.stdin:  # one timed round per request, so rounds interleave with the caller's
-    seconds = float(line)
-    n, start = 0, time.process_time()
-    while time.process_time() - start < seconds:
-        for _ in range(10): buffer.sample(256)
-        n += 10
-    print(json.dumps(n / (time.process_time() - start)), flush=True)
+for line in sys.stdin:  # n samples per request: the caller times the request
+    for _ in range(int(line)):
+        buffer.sample(256)
+    print("done", flush=True)
 """
 
 
-class CpprbRounds:
-    """cpprb in its own venv, filled with the same episodes, timed one round per request."""
+class CpprbProcess:
+    """cpprb in its own venv, filled with the same episodes; ``run(n)`` samples n times there."""
 
     def __init__(self, capacity: int, data_path: Path):
         python = Path(__file__).resolve().parent / ".venvs" / "cpprb" / "bin" / "python"
@@ -213,12 +204,11 @@ class CpprbRounds:
             self.close()
             self.process = None
 
-    def round(self, seconds: float) -> float | None:
-        if self.process is None:
-            return None
-        self.process.stdin.write(f"{seconds}\n")
+    def run(self, n: int) -> None:
+        self.process.stdin.write(f"{n}\n")
         self.process.stdin.flush()
-        return float(self.process.stdout.readline())
+        if self.process.stdout.readline().strip() != "done":
+            raise RuntimeError("cpprb's process stopped")
 
     def close(self) -> None:
         if self.process is not None:
@@ -233,7 +223,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     parser.add_argument("--capacity", type=int, default=1_000_000, help="buffer size in transitions (SB3's default)")
     parser.add_argument("--stored", type=int, default=200_000, help="transitions added before sampling")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--seconds", type=float, default=1.0, help="CPU seconds per contender per round")
+    parser.add_argument("--seconds", type=float, default=1.0, help="seconds per contender per round")
     args = parser.parse_args(argv)
     if args.quick:
         args.capacity, args.stored, args.rounds, args.seconds = 3000, 1500, 2, 0.05
@@ -243,20 +233,20 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "episodes.npz"
         np.savez(path, **data)
-        cpprb = CpprbRounds(args.capacity, path)
+        cpprb = CpprbProcess(args.capacity, path)
         try:
             steps = {**native_contender(args.capacity, data), **sb3_contenders(args.capacity, data)}
-            for step in steps.values():  # compiles the numba kernel before the first round
-                step()
-            results: dict[str, list[float]] = {}
-            for _ in range(args.rounds):
-                for name, step in steps.items():
-                    results.setdefault(name, []).append(timed(step, args.seconds))
-                rate = cpprb.round(args.seconds)
-                if rate is not None:
-                    results.setdefault("cpprb HindsightReplayBuffer.sample", []).append(rate)
+            runs = {name: repeat(step) for name, step in steps.items()}
+            if cpprb.process is not None:
+                runs["cpprb HindsightReplayBuffer.sample"] = cpprb.run
+            times, _ = interleave(runs, Timing(args.rounds, args.seconds, args.seconds / 2))
         finally:
             cpprb.close()
+    results: dict[str, list[float]] = {}
+    for name, got in times.items():
+        if isinstance(got, Exception):
+            raise got
+        results[name] = [1 / seconds for seconds in got]  # samples per second, round by round
     print(
         f"BitFlipping {BITS} bits, capacity {args.capacity}, stored {args.stored}, batch {B}, "
         f"median of {args.rounds} rounds"
