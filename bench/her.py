@@ -15,9 +15,9 @@ of 15 float32 bits), one environment, ``--stored`` transitions in a buffer of ``
     sample is a plain one (its buffer holds 5x the transitions).
 
 Timed by bench/harness.py's ``interleave``: every contender is a ``run(n)`` (cpprb's a request
-to its process), repetitions alternate between contenders, wall-clock seconds (torch on one
-thread); each figure is the median over the rounds, each ratio the median of the per-round
-ratios.
+to its process), repetitions alternate between contenders, timed in CPU seconds of this
+process plus cpprb's (torch on one thread), so that a loaded machine's waits count for none;
+each figure is the median over the rounds, each ratio the median of the per-round ratios.
     .venv/bin/python bench/her.py [--quick] [--capacity N] [--stored N] [--rounds N] [--seconds S]
 """
 
@@ -27,6 +27,7 @@ import argparse
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -159,7 +160,7 @@ def native_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
 
 
 CPPRB = """
-import sys
+import sys, time
 import numpy as np
 from cpprb import HindsightReplayBuffer
 capacity, path = int(sys.argv[1]), sys.argv[2]
@@ -176,19 +177,20 @@ for t in range(data["obs"].shape[0]):
         buffer.on_episode_end(data["goal"][t])
 buffer.sample(256)
 print("ready", flush=True)
-for line in sys.stdin:  # n samples per request: the caller times the request
+for line in sys.stdin:  # n samples per request; the reply is this process's CPU seconds so far
     for _ in range(int(line)):
         buffer.sample(256)
-    print("done", flush=True)
+    print(time.process_time(), flush=True)
 """
 
 
 class CpprbProcess:
-    """cpprb in its own venv, filled with the same episodes; ``run(n)`` samples n times there."""
+    """cpprb in its own venv, filled with the same episodes; ``run(n)`` samples n times there,
+    and ``cpu`` is that process's CPU seconds as of its last reply."""
 
     def __init__(self, capacity: int, data_path: Path):
         python = Path(__file__).resolve().parent / ".venvs" / "cpprb" / "bin" / "python"
-        self.process = None
+        self.process, self.cpu = None, 0.0
         if not python.exists():
             print("bench/.venvs/cpprb is missing (python bench/venvs.py cpprb): no cpprb figures", file=sys.stderr)
             return
@@ -207,8 +209,10 @@ class CpprbProcess:
     def run(self, n: int) -> None:
         self.process.stdin.write(f"{n}\n")
         self.process.stdin.flush()
-        if self.process.stdout.readline().strip() != "done":
+        reply = self.process.stdout.readline()
+        if not reply:
             raise RuntimeError("cpprb's process stopped")
+        self.cpu = float(reply)
 
     def close(self) -> None:
         if self.process is not None:
@@ -239,7 +243,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
             runs = {name: repeat(step) for name, step in steps.items()}
             if cpprb.process is not None:
                 runs["cpprb HindsightReplayBuffer.sample"] = cpprb.run
-            times, _ = interleave(runs, Timing(args.rounds, args.seconds, args.seconds / 2))
+            # CPU seconds of this process and cpprb's (a shared machine's waits count for nobody)
+            clock = lambda: time.process_time() + cpprb.cpu  # noqa: E731
+            times, _ = interleave(runs, Timing(args.rounds, args.seconds, args.seconds / 2), clock)
         finally:
             cpprb.close()
     results: dict[str, list[float]] = {}
