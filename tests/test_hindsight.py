@@ -235,3 +235,18 @@ def test_goals_reach_a_sampled_leaf_that_no_view_can_reshape():
     assert leaves[0].shape == (4, 2, 3)
     np.testing.assert_array_equal(leaves[0][[1, 3]].reshape(2, 6), np.tile(np.arange(6), (2, 1)))
     assert (leaves[0][[0, 2]] == 0).all()
+
+
+def test_the_compiled_goal_writes_take_goal_fields_of_different_layouts():
+    pytest.importorskip("numba")
+    from replaybuf.samplers._hindsight_kernels import place
+
+    records = np.zeros(4, dtype=[("goal", np.float32, (3,)), ("achieved", np.float32, (3,))])
+    records["achieved"] = np.arange(12, dtype=np.float32).reshape(4, 3)
+    strided, contiguous = records["goal"].reshape(4, 1, 3), np.zeros((4, 1, 3), np.float32)
+    seen = place(
+        (strided, contiguous), records["achieved"].reshape(4, 1, 3), np.array([1, 3]), np.ones((2, 3), np.float32)
+    )
+    for goals in (records["goal"], contiguous[:, 0]):
+        np.testing.assert_array_equal(goals[:, 0], [0, 1, 0, 1])
+    np.testing.assert_array_equal(seen[:, 0], records["achieved"][[1, 3]])

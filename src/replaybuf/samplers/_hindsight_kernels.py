@@ -9,7 +9,7 @@ Compiled on first use and cached on disk (``cache=True``).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import literal_unroll, njit
 
 from replaybuf.samplers.hindsight import UNIT
 
@@ -79,7 +79,7 @@ def place(outs, achieved, rows, goals):  # pragma: no cover - compiled
     seen = np.empty((rows.shape[0], window, width), achieved.dtype)
     for j in range(rows.shape[0]):
         row = rows[j]
-        for out in outs:
+        for out in literal_unroll(outs):  # the goal fields' views may differ in layout
             for t in range(window):
                 for g in range(width):
                     out[row, t, g] = goals[j, g]
