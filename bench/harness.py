@@ -158,11 +158,12 @@ def measure(
     runs: dict[str, Callable[[int], object]],
     timing: Timing,
     notes: dict[str, str] | None = None,
+    before: dict[str, Callable[[], object]] | None = None,
     **extra: object,
 ) -> list[dict]:
     """Time ``runs`` (label -> ``run(n)``) interleaved and emit each one's figure in ``workload.unit``:
-    ``per_call`` over the median seconds per call, with the load beside it."""
-    times, runnable = interleave(runs, timing)
+    ``per_call`` over the median seconds per call, with the load beside it (``before``: see ``interleave``)."""
+    times, runnable = interleave(runs, timing, before=before)
     load1 = load()[0]
     out = []
     for label, got in times.items():

@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 
 import harness  # noqa: E402
-from studies.frames_compressed import FRAME, game_frames  # noqa: E402
+from suites.frames_compressed import FRAME, game_frames  # noqa: E402
 
 FRAME_BYTES = FRAME[0] * FRAME[1]
 
