@@ -88,6 +88,16 @@ def seconds(run: Callable[[int], object], n: int, clock: Callable[[], float] = t
     return (clock() - start) / n
 
 
+def for_seconds(call: Callable[[], object], seconds_: float) -> tuple[int, float]:
+    """(calls made, seconds elapsed) calling ``call()`` over and over for about ``seconds_``: for a
+    rate that must span a fixed time, such as a learner's beside concurrent writer processes."""
+    calls, began = 0, time.perf_counter()
+    while time.perf_counter() - began < seconds_:
+        call()
+        calls += 1
+    return calls, time.perf_counter() - began
+
+
 def calibrate(run: Callable[[int], object], timing: Timing) -> int:
     """The n for which one repetition ``run(n)`` (n operations) lasts about ``timing.rep_seconds``."""
     run(1)
