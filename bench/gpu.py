@@ -162,8 +162,9 @@ def frames_section(device: torch.device, frames: int, timer_args: tuple) -> list
     if theirs is not None:
         from tensordict import TensorDict
 
-        for _ in range(frames // 1024):
-            theirs.extend(TensorDict({"frame": block.repeat(128, 1, 1, 1)}, [1024]))
+        chunk = min(1024, frames)  # whole chunks of the streams' block, at least one even at --tiny sizes
+        for _ in range(frames // chunk):
+            theirs.extend(TensorDict({"frame": block.repeat(chunk // streams, 1, 1, 1)}, [chunk]))
     table = ours._storage.rows  # the same bytes, one tensor: the bare loop's table
     generator = torch.Generator(device=device).manual_seed(0)
     lines = []
