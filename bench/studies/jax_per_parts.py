@@ -2,7 +2,8 @@
 beside a uniform sample (issue 33's target: at most 2x)? Answer: docs/gpu.md, "Figures".
 
 us per scanned iteration (bench/jax_gpu.py's cases: one jitted, donated ``lax.scan``), median
-of ``--reps``, at bench/gpu.py's JAX capacity:
+of ``--reps`` repetitions of one scan each, the cases interleaved by the harness
+(bench/harness.py), at bench/gpu.py's JAX capacity:
 
     PYTHONPATH=src python bench/studies/jax_per_parts.py [--capacity 262144] [--reps 7]
 
@@ -23,6 +24,7 @@ import jax.numpy as jnp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 
+import harness  # noqa: E402
 from jax_gpu import _Case, _fill  # noqa: E402
 from replaybuf.jax import make_buffer  # noqa: E402
 from suites.jax_core import SAMPLE, SPEC, STREAMS, checksum, pool  # noqa: E402
@@ -56,15 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         "update 256 priorities": (per_state, update),
         "prioritized sample 256 pairs + update": (per_state, sample_update),
     }
-    timed = {name: _Case(s, step, data, args.steps) for name, (s, step) in cases.items()}
-    times: dict[str, list[float]] = {name: [] for name in timed}
-    for _ in range(args.reps):
-        for name, case in timed.items():
-            times[name].append(case.time())
+    runs = {name: harness.repeat(_Case(s, step, data, args.steps).time) for name, (s, step) in cases.items()}
+    times, _ = harness.interleave(runs, harness.Timing(args.reps, 0.0, 0.0))  # one scan a repetition
     print(f"JAX {jax.__version__} on {jax.devices()[0].device_kind}, capacity {args.capacity}")
     print("| case | us per iteration |\n| --- | ---: |")
     for name, values in times.items():
-        print(f"| {name} | {statistics.median(values):.1f} |")
+        print(f"| {name} | {statistics.median(values) / args.steps * 1e6:.1f} |")
     return 0
 
 
