@@ -6,6 +6,8 @@ of 15 float32 bits), one environment, ``--stored`` transitions in a buffer of ``
 (a) replaybuf's UniformReplayBuffer(respect_episodes=True, her=HindsightRelabel(...)).get_next(256)
     (NumPy arrays out; rewards from ``sparse_reward``, BitFlippingEnv's rule written vectorised);
 (a') the same buffer's items without ``her=``: the floor of (a), a plain episode-aware sample;
+(a'') TorchUniformReplayBuffer(her=...) on the CPU with the same items and draws (goals drawn on
+    the host, written and rewarded with torch ops);
 (b) replaybuf.sb3.HerReplayBuffer.sample(256) (SB3's API: torch tensors out, rewards through
     the VecEnv's env_method, as SB3's);
 (c) SB3 2.9.2's HerReplayBuffer.sample(256);
@@ -111,7 +113,8 @@ def sb3_contenders(capacity: int, data: dict[str, np.ndarray]) -> dict:
     return made
 
 
-def native_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
+def native_parts(reward) -> tuple:
+    """The native buffers' data_spec and ``HindsightRelabel`` (80% "future" goals, ``reward``)."""
     import replaybuf
     from replaybuf import ArraySpec
 
@@ -126,13 +129,14 @@ def native_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
     her = replaybuf.HindsightRelabel(
         goal_field=("observation/desired_goal", "next_observation/desired_goal"),
         achieved_field="next_observation/achieved_goal",
-        compute_reward=sparse_reward,
+        compute_reward=reward,
         ratio=1 - 1 / (N_SAMPLED_GOAL + 1),
     )
-    buffer = replaybuf.UniformReplayBuffer(
-        spec, 1, capacity, seed=0, respect_episodes=True, episode_end_field="done", her=her
-    )
-    for start in range(0, data["obs"].shape[0], 1):
+    return spec, her
+
+
+def fill_native(buffer, data: dict[str, np.ndarray]) -> None:
+    for start in range(data["obs"].shape[0]):
         t = slice(start, start + 1)
         buffer.add_batch(
             {
@@ -151,12 +155,38 @@ def native_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
                 "done": data["done"][t],
             }
         )
+
+
+def native_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
+    import replaybuf
+
+    spec, her = native_parts(sparse_reward)
+    buffer = replaybuf.UniformReplayBuffer(
+        spec, 1, capacity, seed=0, respect_episodes=True, episode_end_field="done", her=her
+    )
+    fill_native(buffer, data)
     plain = replaybuf.UniformReplayBuffer(spec, 1, capacity, seed=0, respect_episodes=True, episode_end_field="done")
     plain.load_state_dict(buffer.state_dict())  # the same items: what a sample costs without relabelling
     return {
         "replaybuf get_next(256) with her=": lambda: buffer.get_next(B),
         "replaybuf get_next(256) without her (floor)": lambda: plain.get_next(B),
     }
+
+
+def torch_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
+    """TorchUniformReplayBuffer(her=) on the CPU (goals drawn on the host, applied with torch ops)."""
+    import torch
+
+    from replaybuf.torch import TorchUniformReplayBuffer
+
+    def reward(achieved, desired, info):  # sparse_reward with tensors
+        return -((achieved - desired).abs().sum(dim=1) > 0).float()
+
+    torch.set_num_threads(1)
+    spec, her = native_parts(reward)
+    buffer = TorchUniformReplayBuffer(spec, 1, capacity, seed=0, episode_end_field="done", her=her)
+    fill_native(buffer, data)
+    return {"replaybuf TorchUniformReplayBuffer(her=) get_next(256), CPU": lambda: buffer.get_next(B)}
 
 
 CPPRB = """
@@ -239,7 +269,11 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
         np.savez(path, **data)
         cpprb = CpprbProcess(args.capacity, path)
         try:
-            steps = {**native_contender(args.capacity, data), **sb3_contenders(args.capacity, data)}
+            steps = {
+                **native_contender(args.capacity, data),
+                **torch_contender(args.capacity, data),
+                **sb3_contenders(args.capacity, data),
+            }
             runs = {name: repeat(step) for name, step in steps.items()}
             if cpprb.process is not None:
                 runs["cpprb HindsightReplayBuffer.sample"] = cpprb.run

@@ -50,14 +50,15 @@ def fill(buffers, steps, episode_length, batch_size):
             buffer.add_batch(item)
 
 
+@pytest.mark.parametrize("compiled", [None, False])  # the torch buffer's draws with numba (when installed) and NumPy
 @pytest.mark.parametrize("num_steps", [None, 2])
 @pytest.mark.parametrize("strategy", ["future", "final", "episode"])
-def test_torch_samples_what_the_numpy_buffer_samples(strategy, num_steps):
+def test_torch_samples_what_the_numpy_buffer_samples(strategy, num_steps, compiled):
     numpy_buffer = replaybuf.UniformReplayBuffer(
         SPEC, 3, 9, seed=3, respect_episodes=True, episode_end_field="done", her=relabel(strategy=strategy, ratio=0.6)
     )
     torch_buffer = TorchUniformReplayBuffer(
-        SPEC, 3, 9, seed=3, episode_end_field="done", her=relabel(strategy=strategy, ratio=0.6)
+        SPEC, 3, 9, seed=3, episode_end_field="done", her=relabel(strategy=strategy, ratio=0.6, compiled=compiled)
     )
     fill([numpy_buffer, torch_buffer], 25, 4, 3)  # wrapped around, episodes cut by it, the newest unfinished
     for _ in range(4):

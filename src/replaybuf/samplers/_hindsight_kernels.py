@@ -1,4 +1,4 @@
-"""The compiled twin of the goal draw of ``replaybuf.hindsight.Relabeller.draw`` (numba: ``replaybuf[fast]``).
+"""The compiled goal draws and writes of ``replaybuf.hindsight`` (numba: ``replaybuf[fast]``).
 
 One pass over a sample's elements instead of some twenty NumPy calls: the relabel coin and
 the goal step of each element, from the same raw 64-bit draws and by the same rules as the
@@ -13,16 +13,15 @@ from numba import literal_unroll, njit
 
 from replaybuf.samplers.hindsight import UNIT
 
-__all__ = ["place", "relabel", "scatter", "warm_up"]
+__all__ = ["pick", "place", "relabel", "scatter", "warm_up"]
 
 
 @njit(cache=True, nogil=True)
-def relabel(
-    last_ids, raw, threshold, strategy, end, position, steps, first, batch, capacity, source
+def pick(
+    last_ids, raw, threshold, strategy, end, position, steps, first, batch, capacity
 ):  # pragma: no cover - compiled
-    """``(coins, rows, goals)``: which elements are relabelled, the indices of those that are,
-    and their goals ``[count, G]`` read from ``source`` (the stored achieved goals,
-    ``[capacity, G]``); the arguments as for ``EpisodeEnds.pick`` and ``EpisodeEnds.arguments``."""
+    """``(coins, rows, slots)``: which elements are relabelled, the indices of those that are and
+    their goals' slots; the arguments as for ``EpisodeEnds.pick`` and ``EpisodeEnds.arguments``."""
     n = last_ids.shape[0]
     coins = np.zeros(n, np.bool_)
     rows = np.empty(n, np.int64)
@@ -51,6 +50,17 @@ def relabel(
         rows[count] = i
         slots[count] = goal_slot
         count += 1
+    return coins, rows[:count], slots[:count]
+
+
+@njit(cache=True, nogil=True)
+def relabel(
+    last_ids, raw, threshold, strategy, end, position, steps, first, batch, capacity, source
+):  # pragma: no cover - compiled
+    """``(coins, rows, goals)``: ``pick``, then the goals ``[count, G]`` read from ``source`` (the
+    stored achieved goals, ``[capacity, G]``)."""
+    coins, rows, slots = pick(last_ids, raw, threshold, strategy, end, position, steps, first, batch, capacity)
+    count = rows.shape[0]
     width = source.shape[1]
     goals = np.empty((count, width), source.dtype)
     for j in range(count):  # each goal's first and last element first: a tight loop whose cache misses overlap
@@ -59,7 +69,7 @@ def relabel(
     for j in range(count):  # then the rest, from cache
         for g in range(1, width - 1):
             goals[j, g] = source[slots[j], g]
-    return coins, rows[:count], goals
+    return coins, rows, goals
 
 
 @njit(cache=True, nogil=True)

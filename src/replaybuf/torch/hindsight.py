@@ -24,6 +24,7 @@ from replaybuf.hindsight import Drawn, HindsightRelabel, Relabeller, relabel_par
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import EpisodeIndex, EpisodeSampler, episode_markers
+from replaybuf.samplers.hindsight import kernels
 
 __all__ = ["TorchEpisodeSampler", "TorchRelabeller", "hindsight_parts"]
 
@@ -111,12 +112,18 @@ class TorchRelabeller(Relabeller):
         host = self.sampler.host_ids
         last = host[..., -1] if windows else host
         raw = self.sampler.host_rng.bit_generator.random_raw(2 * last.size)
-        coins, slots = self.ends.pick(last.reshape(-1), raw, self.her.ratio, self.her.strategy)
+        compiled = kernels(self.her.compiled)
+        if compiled is None:
+            coins, slots = self.ends.pick(last.reshape(-1), raw, self.her.ratio, self.her.strategy)
+            rows = np.flatnonzero(coins)
+        else:
+            args = (self.threshold, self.strategy, *self.ends.arguments())
+            coins, rows, slots = compiled.pick(last.reshape(-1), raw, *args)
         device = self.sampler.device
         achieved = storage.tensors[self.achieved]
         goals = achieved.reshape(achieved.shape[0], -1)[_on(device, slots)]
         relabelled = _on(device, coins.reshape(last.shape))
-        return Drawn(relabelled, _on(device, np.flatnonzero(coins)), goals, host.shape[-1] if windows else 1)
+        return Drawn(relabelled, _on(device, rows), goals, host.shape[-1] if windows else 1)
 
     def apply(self, leaves: list, drawn: Drawn) -> torch.Tensor:
         """As ``Relabeller.apply``, with tensors: ``compute_reward`` gets ``[count, *goal_shape]``
