@@ -163,6 +163,18 @@ def interleave(
     return times, runnable
 
 
+def medians(
+    runs: dict[str, Callable[[int], object]], timing: Timing, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, float]:
+    """Median seconds per operation of each ``run(n)``, timed by ``interleave``, for a script that
+    prints its own table; a run that raised raises here (a table has no cell for a reason)."""
+    times, _ = interleave(runs, timing, clock)
+    for got in times.values():
+        if isinstance(got, Exception):
+            raise got
+    return {label: statistics.median(got) for label, got in times.items()}
+
+
 def measure(
     workload: Workload,
     runs: dict[str, Callable[[int], object]],

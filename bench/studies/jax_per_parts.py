@@ -1,7 +1,7 @@
 """Study: where does a prioritized sample + update of the JAX core spend its time on a GPU,
 beside a uniform sample (issue 33's target: at most 2x)? Answer: docs/gpu.md, "Figures".
 
-us per scanned iteration (bench/jax_gpu.py's cases: one jitted, donated ``lax.scan``), median
+us per scanned iteration (the jax_core suite's cases: one jitted, donated ``lax.scan``), median
 of ``--reps`` repetitions of one scan each, the cases interleaved by the harness
 (bench/harness.py), at bench/gpu.py's JAX capacity:
 
@@ -15,7 +15,6 @@ loop's predicate on the host unless the loop runs inside a command buffer).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -25,9 +24,8 @@ import jax.numpy as jnp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 
 import harness  # noqa: E402
-from jax_gpu import _Case, _fill  # noqa: E402
 from replaybuf.jax import make_buffer  # noqa: E402
-from suites.jax_core import SAMPLE, SPEC, STREAMS, checksum, pool  # noqa: E402
+from suites.jax_core import SAMPLE, SPEC, STREAMS, Case, checksum, fill, pool  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     data = pool(64)
     ours = make_buffer(SPEC, STREAMS, args.capacity // STREAMS)
     per = make_buffer(SPEC, STREAMS, args.capacity // STREAMS, prioritized=True, alpha=0.6)
-    state = _fill(ours.init(), ours.add, data, args.capacity // STREAMS)
-    per_state = _fill(per.init(), per.add, data, args.capacity // STREAMS)
+    state = fill(ours.init(), ours.add, data, args.capacity // STREAMS)
+    per_state = fill(per.init(), per.add, data, args.capacity // STREAMS)
     ids = jnp.arange(SAMPLE, dtype=jnp.int32) * 97
 
     def update(s, b, k):
@@ -58,12 +56,12 @@ def main(argv: list[str] | None = None) -> int:
         "update 256 priorities": (per_state, update),
         "prioritized sample 256 pairs + update": (per_state, sample_update),
     }
-    runs = {name: harness.repeat(_Case(s, step, data, args.steps).time) for name, (s, step) in cases.items()}
-    times, _ = harness.interleave(runs, harness.Timing(args.reps, 0.0, 0.0))  # one scan a repetition
+    runs = {name: Case(s, step, data, args.steps).run for name, (s, step) in cases.items()}
+    seconds = harness.medians(runs, harness.Timing(args.reps, 0.0, 0.0))  # one scan a repetition, after one compiling
     print(f"JAX {jax.__version__} on {jax.devices()[0].device_kind}, capacity {args.capacity}")
     print("| case | us per iteration |\n| --- | ---: |")
-    for name, values in times.items():
-        print(f"| {name} | {statistics.median(values) / args.steps * 1e6:.1f} |")
+    for name, value in seconds.items():
+        print(f"| {name} | {value / args.steps * 1e6:.1f} |")
     return 0
 
 
