@@ -26,10 +26,12 @@ from replaybuf.jax.rows import pack
 from replaybuf.jax.sumtree import tree_init, tree_update
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import read_state, write_state
-from replaybuf.persistence.state import check_header, check_items, check_rng_state, first_stored_step, spec_state
+from replaybuf.persistence.header import Holds, check_header, header
+from replaybuf.persistence.state import check_items, check_rng_state, first_stored_step, spec_state
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import check_episode_state
 from replaybuf.samplers.prioritized import check_priority_state, check_priority_values, priority_update
+from replaybuf.samplers.sumtree import priority_mass
 
 __all__ = ["JaxUniformReplayBuffer"]
 
@@ -292,15 +294,14 @@ class JaxUniformReplayBuffer(ReplayBuffer):
             self._state = _update(self._core, self._state, self._to_ids(ids_np), jnp.asarray(values, jnp.float32))
 
     # -- checkpoints (docs/persistence.md, docs/jax.md) --------------------------------------
-    @property
-    def _twin(self) -> str:
-        """The NumPy class whose checkpoints this buffer writes and reads (same keys)."""
-        return "PrioritizedReplayBuffer" if self._core.priorities is not None else "UniformReplayBuffer"
+    def _holds(self) -> Holds:
+        """What this buffer's checkpoints hold beside the items (replaybuf.persistence.header)."""
+        return Holds(priorities=self._core.priorities is not None, episodes=self._core.episodes is not None)
 
     def state_dict(self) -> dict:
-        """A plain snapshot with the NumPy twin's keys (``class`` is ``UniformReplayBuffer`` or
-        ``PrioritizedReplayBuffer``): a folder saved here loads into that NumPy buffer of the
-        same spec and geometry, and back. Items come back to the spec's dtypes; an
+        """A plain snapshot in the backend-neutral format (docs/persistence.md): a folder saved
+        here loads into any buffer of the same spec and geometry that can hold it (the NumPy
+        ``UniformReplayBuffer`` or ``PrioritizedReplayBuffer``, torch, ...). Items come back to the spec's dtypes; an
         episode-aware buffer adds the NumPy index's ``episodes`` (each slot's position in its
         episode, each stream's last position and whether its episode ended).
         """
@@ -314,7 +315,7 @@ class JaxUniformReplayBuffer(ReplayBuffer):
                 for i, (leaf, spec) in enumerate(zip(read, self._flat.leaves, strict=True))
             }
             state = {
-                "class": self._twin,
+                "checkpoint": header(self._holds(), type(self).__name__),
                 "spec": spec_state(self._flat),
                 "batch_size": ring.batch_size,
                 "max_length": ring.max_length,
@@ -340,7 +341,8 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         return {"position": position, "last": last, "ended": np.asarray(episodes.next_position) == 0}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore a ``state_dict()`` of this class or of its NumPy twin.
+        """Restore a ``state_dict()`` of any buffer of this spec and geometry that it can hold
+        (a state without priorities into a prioritized buffer: every item at priority 1.0).
 
         Raises:
             CheckpointError: a state of another class, data_spec or geometry, or malformed
@@ -349,12 +351,12 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         """
         ring = self._ring
         geometry = {"batch_size": ring.batch_size, "max_length": ring.max_length}
-        steps = check_header(state, self._twin, self._flat, geometry)
+        steps, same_rng, new_priorities = check_header(state, self._holds(), self._flat, geometry)
         leaves = check_items(self._flat, state, range(len(self._flat.leaves)), (np.ndarray,))
         count = leaves[0].shape[0] if leaves else 0
         first = first_stored_step(steps, count, ring.batch_size, ring.max_length, crash_safe=False)
-        check_rng_state(self._rng, state.get("rng"))
-        masses = self._check_masses(state, count)
+        rng_state = check_rng_state(self._rng, state.get("rng")) if same_rng else None
+        masses = self._check_masses(state, count, new_priorities)
         episodes = None
         if self._core.episodes is not None:
             saved = check_episode_state(ring, state.get("episodes"), steps, count)
@@ -383,7 +385,8 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         with self._lock:
             self._state = new
             ring.reset(steps)
-            self._rng.bit_generator.state = state["rng"]
+            if rng_state is not None:  # another backend's generator state: this buffer keeps its own
+                self._rng.bit_generator.state = rng_state
 
     def _loaded_episodes(self, checked: dict, first: int, steps: int) -> EpisodeState:
         """The core's episode state from checked ``episodes`` arrays: positions of the stored
@@ -397,11 +400,15 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         following = np.where(checked["ended"], 0, checked["last"] + 1).astype(np.int32)
         return EpisodeState(jnp.asarray(position), jnp.asarray(following), jnp.zeros((), jnp.int32))
 
-    def _check_masses(self, state: dict, count: int) -> tuple[np.ndarray, float] | None:
+    def _check_masses(self, state: dict, count: int, new: bool) -> tuple[np.ndarray, float] | None:
         """The saved masses as float32 (what the core's trees hold): the NumPy buffers'
-        checks, and masses beyond float32's range refused by name (never rounded to 0 or inf)."""
+        checks, and masses beyond float32's range refused by name (never rounded to 0 or inf).
+        ``new``: the state has none; every item gets a new item's mass (priority 1.0)."""
         if self._core.priorities is None:
             return None
+        if new:
+            core = self._core.priorities
+            return np.full(count, priority_mass(1.0, core.alpha, core.epsilon), np.float32), 1.0
         mass, largest = check_priority_state(state.get("priorities"), count)
         info = np.finfo(np.float32)
         outside = ~((mass >= info.tiny) & (mass <= info.max))
@@ -413,7 +420,7 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         return mass.astype(np.float32), largest
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write ``state_dict()`` to the checkpoint folder ``path`` (the NumPy buffers' format).
+        """Write ``state_dict()`` to the checkpoint folder ``path`` (docs/persistence.md's format).
 
         Raises:
             CheckpointError: ``path`` exists and is not a checkpoint folder.
@@ -421,8 +428,8 @@ class JaxUniformReplayBuffer(ReplayBuffer):
         write_state(path, self.state_dict())
 
     def load(self, path: str | os.PathLike) -> None:
-        """Replace this buffer's state with the checkpoint at ``path`` (written by this class
-        or its NumPy twin of the same spec and geometry).
+        """Replace this buffer's state with the checkpoint at ``path`` (written by any buffer of
+        the same spec and geometry whose contents this one can hold).
 
         Raises:
             CheckpointError: no checkpoint there, a damaged file, or a state this buffer
