@@ -12,7 +12,6 @@ One lock guards every write and read, so no read sees an item half written.
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +29,7 @@ from replaybuf.dataset import (
 from replaybuf.errors import ArgumentError, CheckpointError
 from replaybuf.hindsight import Relabeller
 from replaybuf.nest import FlatSpec
-from replaybuf.persistence.folder import read_state, write_state
+from replaybuf.persistence.front import Checkpoints
 from replaybuf.persistence.header import Holds, check_header, header
 from replaybuf.persistence.state import check_rng_state, first_stored_step, require, spec_state
 from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
@@ -46,7 +45,7 @@ MAX_STORAGE_BYTES = 2**62  # the most bytes one storage may span: offsets stay i
 Part = Callable[[FlatSpec, StreamRing], Any]  # builds a storage or sampler for the spec and ring
 
 
-class StreamBuffer(ReplayBuffer):
+class StreamBuffer(Checkpoints, ReplayBuffer):
     """``batch_size`` streams of ``max_length`` items: ring + storage + sampler; see the module.
 
     Args:
@@ -339,30 +338,15 @@ class StreamBuffer(ReplayBuffer):
             if self._limiter is not None:
                 self._limiter.load_state(limiter_state)
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write ``state_dict()`` to the checkpoint folder ``path`` atomically (a new version).
+    @property
+    def _lazy_keys(self) -> tuple[str, ...]:  # type: ignore[override]
+        return self._storage.lazy_keys
 
-        The items are written straight from the storage (no snapshot copy), so adds and
-        samples from other threads wait until the save is done.
+    def _saving(self) -> Any:
+        return self._lock  # the state is views of the storage: adds and samples wait
 
-        Raises:
-            CheckpointError: ``path`` exists and is not a checkpoint folder.
-        """
-        with self._lock:
-            write_state(path, self._state(views=True))
-
-    def load(self, path: str | os.PathLike) -> None:
-        """Replace this buffer's state with the checkpoint at ``path``.
-
-        Everything but the item data is verified before the buffer changes; item files are
-        read straight into the storage and verified while reading (no second copy in RAM).
-
-        Raises:
-            CheckpointError: no checkpoint there, a missing, truncated or malformed file, or
-                a state this buffer cannot take: the buffer is left unchanged. An item file
-                whose checksum fails while it is read in: the buffer is left empty.
-        """
-        self.load_state_dict(read_state(path, lazy=self._storage.lazy_keys))
+    def _saved_state(self) -> dict:
+        return self._state(views=True)
 
     # -- internals ---------------------------------------------------------------------------
     def _state(self, views: bool) -> dict:

@@ -9,7 +9,6 @@ hands the state pytree (and ``.core`` the description) to a user's own jitted lo
 
 from __future__ import annotations
 
-import os
 import threading
 from functools import partial
 from typing import Any
@@ -25,7 +24,7 @@ from replaybuf.jax.core import Buffer, BufferState, EpisodeState, make_buffer
 from replaybuf.jax.rows import pack
 from replaybuf.jax.sumtree import tree_init, tree_update
 from replaybuf.nest import FlatSpec
-from replaybuf.persistence.folder import read_state, write_state
+from replaybuf.persistence.front import Checkpoints
 from replaybuf.persistence.header import Holds, check_header, header
 from replaybuf.persistence.state import check_items, check_rng_state, first_stored_step, spec_state
 from replaybuf.ring import StreamRing
@@ -61,7 +60,7 @@ def _update(core: Buffer, state: BufferState, ids: jax.Array, priorities: jax.Ar
     return core.update_priorities(state, ids, priorities)
 
 
-class JaxUniformReplayBuffer(ReplayBuffer):
+class JaxUniformReplayBuffer(Checkpoints, ReplayBuffer):
     """``batch_size`` streams of ``max_length`` items in JAX arrays (TF-Agents' API).
 
     Args:
@@ -418,24 +417,6 @@ class JaxUniformReplayBuffer(ReplayBuffer):
                 f"got {mass[outside][:3].tolist()} at rows {np.flatnonzero(outside)[:3].tolist()}"
             )
         return mass.astype(np.float32), largest
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write ``state_dict()`` to the checkpoint folder ``path`` (docs/persistence.md's format).
-
-        Raises:
-            CheckpointError: ``path`` exists and is not a checkpoint folder.
-        """
-        write_state(path, self.state_dict())
-
-    def load(self, path: str | os.PathLike) -> None:
-        """Replace this buffer's state with the checkpoint at ``path`` (written by any buffer of
-        the same spec and geometry whose contents this one can hold).
-
-        Raises:
-            CheckpointError: no checkpoint there, a damaged file, or a state this buffer
-                cannot take; the buffer is left unchanged.
-        """
-        self.load_state_dict(read_state(path))
 
     # -- internals -----------------------------------------------------------------------------
     def _fresh_state(self) -> BufferState:

@@ -19,10 +19,10 @@ from replaybuf.errors import CheckpointError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.state import check_spec_state, max_steps, require
 
-__all__ = ["VERSION", "Header", "Holds", "check_header", "header"]
+__all__ = ["VERSION", "Header", "Holds", "check_header", "describe", "header"]
 
 VERSION = 2  # 1: the class-name header (``class``); 2: this one
-RNG_KINDS = ("PCG64", "torch")
+RNG_KINDS = ("PCG64", "torch", "tf", "none")  # "none": no generator state to restore (a split Ray checkpoint)
 _PARTS = ("priorities", "episodes", "frames", "rate_limiter")
 _KEYS = {"version", "saved_by", "rng", *_PARTS}
 _PRIORITIZED = "a prioritized buffer (priorities are never dropped)"
@@ -63,7 +63,13 @@ def header(holds: Holds, saved_by: str) -> dict:
 def check_header(state: Any, holds: Holds, flat: FlatSpec, geometry: dict[str, int]) -> Header:
     """Whether a buffer holding ``holds``, of ``flat``'s spec and ``geometry`` (``batch_size``
     and ``max_length``), can load ``state``: CheckpointError naming what differs otherwise."""
-    saved = _described(state)
+    saved = describe(state)
+    if "segments" in state:
+        raise CheckpointError(
+            f"state['segments']: the checkpoint holds a SharedReplayBuffer's writers at different steps "
+            f"(writers={state.get('writers')!r:.20}), which no single ring holds; load it into a "
+            "SharedReplayBuffer of those writers"
+        )
     check_spec_state(flat, require(state, "spec", dict))
     for key, mine in geometry.items():
         value = _geometry(state, key)
@@ -100,7 +106,7 @@ def check_header(state: Any, holds: Holds, flat: FlatSpec, geometry: dict[str, i
     return Header(steps, saved.rng == holds.rng, holds.priorities and not saved.priorities)
 
 
-def _described(state: Any) -> Holds:
+def describe(state: Any) -> Holds:
     """What ``state`` holds, from its header (version 2) or, for a version 1 state (``class``),
     from the keys present; CheckpointError for a header that is malformed or disagrees with them."""
     if isinstance(state, dict) and "checkpoint" not in state and "class" in state:

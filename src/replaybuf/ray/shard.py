@@ -242,6 +242,18 @@ class Shard:
                 self.since_checkpoint = 0
             return str(write_state(folder, state))
 
+    def state_dict(self) -> dict:
+        """The buffer's ``state_dict()`` (a gathered checkpoint joins every shard's)."""
+        return self.buffer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Replace the buffer with a checked part of a one-folder checkpoint; writers start over."""
+        with self.lock:
+            self.buffer.load_state_dict(state)
+            self.writers = {}
+            self.cond.notify_all()
+            self.since_checkpoint = 0
+
     def load(self, folder: str) -> None:
         """Replace the buffer and bookkeeping with the checkpoint in ``folder``."""
         state = read_state(folder)

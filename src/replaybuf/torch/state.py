@@ -15,14 +15,14 @@ storage (through host memory from a CUDA one), the generator state as a uint8 ar
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import torch
 
 from replaybuf.errors import CheckpointError
-from replaybuf.persistence.folder import ArrayRun, StoredArray, read_state, write_state
+from replaybuf.persistence.folder import ArrayRun, StoredArray
+from replaybuf.persistence.front import Checkpoints
 from replaybuf.persistence.header import Holds, check_header, header
 from replaybuf.persistence.state import check_items, first_stored_step, ring_views, spec_state
 from replaybuf.torch.convert import as_torch_dtype
@@ -30,7 +30,7 @@ from replaybuf.torch.convert import as_torch_dtype
 __all__ = ["TorchCheckpoints"]
 
 
-class TorchCheckpoints:
+class TorchCheckpoints(Checkpoints):
     """``state_dict`` / ``load_state_dict`` / ``save`` / ``load`` for the torch buffers.
 
     Mixed into TorchUniformReplayBuffer and the MindSpore-style ReplayBuffer; it uses the
@@ -82,27 +82,16 @@ class TorchCheckpoints:
             if rng is not None:
                 self._rng.set_state(rng)
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the state to the checkpoint folder ``path`` atomically (a new version).
+    _lazy_keys = ("items",)
 
-        Items are streamed from a CPU storage without a copy (adds wait meanwhile).
+    def _saving(self) -> Any:
+        return self._lock
 
-        Raises:
-            CheckpointError: ``path`` exists and is not a checkpoint folder.
-        """
-        with self._lock:
-            state = self._state(_host_run)
-            state["rng"] = state["rng"].numpy()
-            write_state(path, state)
-
-    def load(self, path: str | os.PathLike) -> None:
-        """Replace this buffer's state with the checkpoint folder at ``path``.
-
-        Raises:
-            CheckpointError: as for the NumPy buffers' ``load``: nothing changes, except an
-                item file failing its checksum while read in, which leaves the buffer empty.
-        """
-        self.load_state_dict(read_state(path, lazy=("items",)))
+    def _saved_state(self) -> dict:
+        """Items as host views (CPU storage: no copy), the generator state as a uint8 array."""
+        state = self._state(_host_run)
+        state["rng"] = state["rng"].numpy()
+        return state
 
     def _geometry(self) -> dict[str, int]:
         """The sizes a state must match, by key: the ring's streams and their length."""
