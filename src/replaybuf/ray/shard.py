@@ -247,12 +247,10 @@ class Shard:
         return self.buffer.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        """Replace the buffer with a checked part of a one-folder checkpoint; writers start over."""
+        """Replace the buffer with a checked part of a one-folder checkpoint (the writers'
+        numbering goes on: their later adds follow the loaded items)."""
         with self.lock:
             self.buffer.load_state_dict(state)
-            self.writers = {}
-            self.cond.notify_all()
-            self.since_checkpoint = 0
 
     def load(self, folder: str) -> None:
         """Replace the buffer and bookkeeping with the checkpoint in ``folder``."""
