@@ -79,7 +79,13 @@ def make(kind, streams, seed=0):
     if kind in ("ray", "ray-prioritized"):
         key = (kind, streams)
         if key not in _RAY:  # actors are slow to start: one buffer per kind, reloaded by every test
+            import ray
+
             from replaybuf.ray import ShardedReplayBuffer
+
+            if not ray.is_initialized():  # one session for the module, shut down by ray_session
+                ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+                ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
             cls = replaybuf.PrioritizedReplayBuffer if prioritized else replaybuf.UniformReplayBuffer
             _RAY[key] = ShardedReplayBuffer(
@@ -166,21 +172,6 @@ def ray_session():
             rb.shutdown()
         _RAY.clear()
         ray.shutdown()
-
-
-@pytest.fixture(autouse=True)
-def _ray_started(request):
-    kinds = (
-        [k for k in request.node.callspec.params.values() if isinstance(k, str)]
-        if hasattr(request.node, "callspec")
-        else []
-    )
-    if any(k.startswith("ray") for k in kinds):
-        ray = pytest.importorskip("ray")
-        if not ray.is_initialized():
-            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-            ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
 
 
 # -- the matrix ----------------------------------------------------------------------------------
@@ -296,3 +287,13 @@ def test_a_class_name_shared_folder_still_loads(tmp_path):
     rb.load(folder)
     np.testing.assert_array_equal(rb.gather_all()["id"].ravel(), [6, 8, 10, 12, 7, 9, 11, 13])
     rb.close()
+
+
+def test_a_gathered_ray_save_of_shards_at_different_steps_is_refused(tmp_path):
+    pytest.importorskip("ray")
+    rb = make("ray", 2)
+    with rb.writer(0) as writer:
+        writer.add_batch(tuple(leaf[:1] for leaf in rows([0])))
+    with pytest.raises(CheckpointError, match=r"shards: a gathered checkpoint is one ring"):
+        rb.save(tmp_path / "gathered", gather=True)
+    assert not (tmp_path / "gathered").exists()
