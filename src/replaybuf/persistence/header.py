@@ -27,6 +27,7 @@ _PARTS = ("priorities", "episodes", "frames", "rate_limiter")
 _KEYS = {"version", "saved_by", "rng", *_PARTS}
 _PRIORITIZED = "a prioritized buffer (priorities are never dropped)"
 _PLAIN = "a buffer with respect_episodes=False"
+_LIMITED, _UNLIMITED = "a buffer with a rate limiter", "a buffer without one"
 _TORCH_CLASSES = {"TorchUniformReplayBuffer", "TorchPyUniformReplayBuffer", "ReplayBuffer"}  # version 1's names
 
 
@@ -75,7 +76,6 @@ def check_header(state: Any, holds: Holds, flat: FlatSpec, geometry: dict[str, i
         value = _geometry(state, key)
         if value != mine:
             raise CheckpointError(f"state[{key!r}]: saved {value}, this buffer has {mine}")
-    limiter = f"{'' if saved.rate_limiter else 'no '}rate limiter counters and this buffer has the other"
     refusals = [  # (refused, key, what the checkpoint holds, where it loads)
         (saved.priorities > holds.priorities, "priorities", "priorities and this buffer has none", _PRIORITIZED),
         (
@@ -91,7 +91,18 @@ def check_header(state: Any, holds: Holds, flat: FlatSpec, geometry: dict[str, i
             "a plain buffer",
         ),
         (holds.episodes > saved.episodes, "episodes", "no episode index and this buffer respects episodes", _PLAIN),
-        (saved.rate_limiter != holds.rate_limiter, "rate_limiter", limiter, "a buffer with the same rate limiter use"),
+        (
+            saved.rate_limiter > holds.rate_limiter,
+            "rate_limiter",
+            "rate limiter counters and this buffer has none",
+            _LIMITED,
+        ),
+        (
+            holds.rate_limiter > saved.rate_limiter,
+            "rate_limiter",
+            "no rate limiter counters and this buffer has a limiter",
+            _UNLIMITED,
+        ),
     ]
     for refused, key, what, where in refusals:
         if refused:
