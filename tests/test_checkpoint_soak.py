@@ -166,3 +166,40 @@ def _stored_shared(rb) -> None:
     ids = np.asarray(items["id"])
     assert_items_match_ids(items, ids)
     assert ids.size <= rb.num_frames()  # gather_all: the steps every writer holds
+
+
+def test_a_load_reads_the_files_it_opened_though_a_save_replaced_them(tmp_path):
+    """The race the soak found: a save deletes the previous version while a load still reads it."""
+    rb = replaybuf.UniformReplayBuffer(SPEC, 2, 8, seed=0)
+    for t in range(3):
+        rb.add_batch(step_batch(t, 2))
+    rb.save(tmp_path / "ckpt")
+    opened = replaybuf.persistence.read_state(tmp_path / "ckpt", lazy=("items",))
+    rb.add_batch(step_batch(3, 2))
+    rb.save(tmp_path / "ckpt")  # deletes the version ``opened`` came from
+    assert not (tmp_path / "ckpt" / "v000001").exists()
+    twin = replaybuf.UniformReplayBuffer(SPEC, 2, 8)
+    twin.load_state_dict(opened)
+    np.testing.assert_array_equal(_stored(twin), [[0, 2, 4], [1, 3, 5]])
+
+
+def test_a_load_retries_when_a_save_replaced_the_version_before_it_opened_it(tmp_path, monkeypatch):
+    from replaybuf.persistence import folder
+
+    rb = replaybuf.UniformReplayBuffer(SPEC, 2, 8, seed=0)
+    rb.add_batch(step_batch(0, 2))
+    rb.save(tmp_path / "ckpt")
+    opening = folder._open_npy
+    calls = Counter()
+
+    def save_first(where, entry, current=False):  # the first open finds a newer save in between
+        calls["opens"] += 1
+        if calls["opens"] == 1:
+            rb.add_batch(step_batch(1, 2))
+            rb.save(tmp_path / "ckpt")
+        return opening(where, entry, current)
+
+    monkeypatch.setattr(folder, "_open_npy", save_first)
+    twin = replaybuf.UniformReplayBuffer(SPEC, 2, 8)
+    twin.load(tmp_path / "ckpt")
+    np.testing.assert_array_equal(_stored(twin), [[0, 2], [1, 3]])  # the newer version, whole
