@@ -297,3 +297,32 @@ def test_a_gathered_ray_save_of_shards_at_different_steps_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match=r"shards: a gathered checkpoint is one ring"):
         rb.save(tmp_path / "gathered", gather=True)
     assert not (tmp_path / "gathered").exists()
+
+
+def test_the_jax_functional_core_joins_the_family(tmp_path):
+    """A ``BufferState`` of ``make_buffer`` to and from every backend's folder format."""
+    pytest.importorskip("jax")
+    from replaybuf.jax import make_buffer
+    from replaybuf.jax.checkpoint import load_state_dict, state_dict
+    from replaybuf.persistence import write_state
+
+    core = make_buffer(SPEC, 2, MAX_LENGTH, prioritized=True, alpha=ALPHA)
+    state = core.init()
+    for t in range(STEPS):
+        state = core.add(state, rows(2 * t + np.arange(2)))
+    state = core.update_priorities(state, np.array([8, 9]), np.array([2.0, 3.0], np.float32))
+    write_state(tmp_path / "core", state_dict(core, state, SPEC))
+    numpy_rb = make("prioritized", 2)
+    numpy_rb.load(tmp_path / "core")
+    steps, items, masses = snapshot(numpy_rb, "prioritized", tmp_path)
+    assert steps == STEPS
+    np.testing.assert_array_equal(items[1], expected_ids(2))
+    np.testing.assert_allclose(masses[2:4], [(2.0 + 1e-6) ** ALPHA, (3.0 + 1e-6) ** ALPHA], rtol=1e-6)
+    numpy_rb.update_priorities(np.array([10]), np.array([5.0]))
+    back = load_state_dict(core, numpy_rb.state_dict(), SPEC)
+    assert int(back.steps) == STEPS
+    np.testing.assert_allclose(
+        state_dict(core, back, SPEC)["priorities"]["mass"], snapshot(numpy_rb, "prioritized", tmp_path)[2], rtol=1e-6
+    )
+    with pytest.raises(CheckpointError, match=r"state\['max_length'\]"):
+        load_state_dict(make_buffer(SPEC, 2, MAX_LENGTH + 1), numpy_rb.state_dict(), SPEC)
