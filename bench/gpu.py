@@ -130,13 +130,15 @@ def kernel_alone(table: torch.Tensor, n: int, generator: torch.Generator) -> Cal
     return graph.replay
 
 
-def torchrl_buffer(device: torch.device, capacity: int, batch_size: int):
-    """TorchRL's ``TensorDictReplayBuffer`` on ``LazyTensorStorage(device)``, or None without torchrl."""
+def torchrl_buffer(device: torch.device, capacity: int):
+    """TorchRL's ``TensorDictReplayBuffer`` on ``LazyTensorStorage(device)``, or None without
+    torchrl; sampled with the size passed to each ``sample`` (no constructor batch size, which
+    TorchRL warns about when a call asks for another)."""
     if find_spec("torchrl") is None:
         return None
     from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-    return TensorDictReplayBuffer(storage=LazyTensorStorage(capacity, device=device), batch_size=batch_size)
+    return TensorDictReplayBuffer(storage=LazyTensorStorage(capacity, device=device))
 
 
 def as_tensordict(batch: dict, device: torch.device):
@@ -153,15 +155,16 @@ def frames_section(device: torch.device, frames: int, timer_args: tuple) -> list
     captured = _captured(spec, streams, frames // streams, device)
     rng = np.random.default_rng(0)
     block = torch.as_tensor(rng.integers(0, 256, (streams, *FRAME), dtype=np.uint8), device=device)
-    theirs = torchrl_buffer(device, frames, BATCH)
+    theirs = torchrl_buffer(device, frames)
     for _ in range(frames // streams):
         ours.add_batch({"frame": block})
         captured.add_batch({"frame": block})
     if theirs is not None:
         from tensordict import TensorDict
 
-        for _ in range(frames // 1024):
-            theirs.extend(TensorDict({"frame": block.repeat(128, 1, 1, 1)}, [1024]))
+        chunk = min(1024, frames)  # whole chunks of the streams' block, at least one even at --tiny sizes
+        for _ in range(frames // chunk):
+            theirs.extend(TensorDict({"frame": block.repeat(chunk // streams, 1, 1, 1)}, [chunk]))
     table = ours._storage.rows  # the same bytes, one tensor: the bare loop's table
     generator = torch.Generator(device=device).manual_seed(0)
     lines = []
@@ -184,7 +187,7 @@ def small_section(device: torch.device, capacity: int, timer_args: tuple) -> lis
     streams = BATCH
     ours = TorchUniformReplayBuffer(SMALL, streams, capacity // streams, device=device, seed=0)
     captured = _captured(SMALL, streams, capacity // streams, device)
-    theirs = torchrl_buffer(device, capacity, BATCH)
+    theirs = torchrl_buffer(device, capacity)
     host = small_batch(BATCH, 0)
     on_device = {k: torch.as_tensor(v, device=device) for k, v in host.items()}
     for step in range(capacity // streams):

@@ -196,10 +196,9 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
                 raise
             leaves = self._storage.read(ids % self._ring.capacity)
             if self._relabel is not None:
-                relabelled, goals = self._relabel.pick(self._rng, ids, num_steps is not None, self._storage.fields)
+                drawn = self._relabel.draw(self._rng, ids, num_steps is not None, self._storage)
         if self._relabel is not None:
-            self._relabel.apply(leaves, relabelled, goals, num_steps is not None)
-            extras = {**extras, "relabelled": relabelled}
+            extras = {**extras, "relabelled": self._relabel.apply(leaves, drawn)}
         return self._finish_sample(leaves, ids, probabilities, extras, sample_batch_size, num_steps, time_stacked)
 
     def _finish_sample(
