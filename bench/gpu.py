@@ -30,11 +30,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from importlib.util import find_spec
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -42,6 +41,10 @@ import torch
 from replaybuf import ArraySpec
 from replaybuf.mindspore_rl import ReplayBuffer
 from replaybuf.torch import TorchUniformReplayBuffer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: the harness, jax_gpu.py
+
+import harness  # noqa: E402
 
 FRAME = (84, 84, 4)
 SMALL = {
@@ -54,41 +57,24 @@ SMALL = {
 BATCH = 256
 
 
-class Timer:
-    """Interleaved repetitions of named calls on one device: ``add(name, fn)``, ``run()``."""
+def us_per_call(device: torch.device, calls: dict[str, Callable[[], object]], timing: harness.Timing) -> dict:
+    """Median microseconds per call of each named call, the calls timed in turn by the harness.
 
-    def __init__(self, device: torch.device, reps: int, seconds: float):
-        self.device, self.reps, self.seconds = device, reps, seconds
-        self.calls: dict[str, tuple[Callable[[], object], int]] = {}
+    Each ``run(n)`` ends by waiting for the device (CUDA calls return before their kernels
+    finish), so the harness's host clock covers the work, not only its launch."""
 
-    def sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+    def synced(call: Callable[[], object]) -> Callable[[int], None]:
+        calls_n = harness.repeat(call)
 
-    def add(self, name: str, fn: Callable[[], object]) -> None:
-        fn()  # warm up (lazy initialisation, graph capture, allocator)
-        self.sync()
-        number, spent = 1, 0.0
-        while spent < self.seconds / 4 and number < 1 << 20:  # calls per repetition
-            number *= 2
-            spent = self._once(fn, number)
-        self.calls[name] = (fn, max(1, int(number * self.seconds / max(spent, 1e-9))))
+        def run(n: int) -> None:
+            calls_n(n)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
 
-    def _once(self, fn: Callable[[], object], number: int) -> float:
-        self.sync()
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        self.sync()
-        return time.perf_counter() - start
+        return run
 
-    def run(self) -> dict[str, float]:
-        """Median microseconds per call of each named call."""
-        times: dict[str, list[float]] = {name: [] for name in self.calls}
-        for _ in range(self.reps):
-            for name, (fn, number) in self.calls.items():
-                times[name].append(self._once(fn, number) / number * 1e6)
-        return {name: statistics.median(values) for name, values in times.items()}
+    seconds = harness.medians({name: synced(call) for name, call in calls.items()}, timing)
+    return {name: value * 1e6 for name, value in seconds.items()}
 
 
 def small_batch(n: int, seed: int) -> dict[str, np.ndarray]:
@@ -130,13 +116,15 @@ def kernel_alone(table: torch.Tensor, n: int, generator: torch.Generator) -> Cal
     return graph.replay
 
 
-def torchrl_buffer(device: torch.device, capacity: int, batch_size: int):
-    """TorchRL's ``TensorDictReplayBuffer`` on ``LazyTensorStorage(device)``, or None without torchrl."""
+def torchrl_buffer(device: torch.device, capacity: int):
+    """TorchRL's ``TensorDictReplayBuffer`` on ``LazyTensorStorage(device)``, or None without
+    torchrl; sampled with the size passed to each ``sample`` (no constructor batch size, which
+    TorchRL warns about when a call asks for another)."""
     if find_spec("torchrl") is None:
         return None
     from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-    return TensorDictReplayBuffer(storage=LazyTensorStorage(capacity, device=device), batch_size=batch_size)
+    return TensorDictReplayBuffer(storage=LazyTensorStorage(capacity, device=device))
 
 
 def as_tensordict(batch: dict, device: torch.device):
@@ -146,45 +134,44 @@ def as_tensordict(batch: dict, device: torch.device):
     return TensorDict({k: torch.as_tensor(np.ascontiguousarray(v), device=device) for k, v in batch.items()}, [n])
 
 
-def frames_section(device: torch.device, frames: int, timer_args: tuple) -> list[str]:
+def frames_section(device: torch.device, frames: int, timing: harness.Timing) -> list[str]:
     streams = 8
     spec = {"frame": ArraySpec(FRAME, np.uint8)}
     ours = TorchUniformReplayBuffer(spec, streams, frames // streams, device=device, seed=0)
     captured = _captured(spec, streams, frames // streams, device)
     rng = np.random.default_rng(0)
     block = torch.as_tensor(rng.integers(0, 256, (streams, *FRAME), dtype=np.uint8), device=device)
-    theirs = torchrl_buffer(device, frames, BATCH)
+    theirs = torchrl_buffer(device, frames)
     for _ in range(frames // streams):
         ours.add_batch({"frame": block})
         captured.add_batch({"frame": block})
     if theirs is not None:
         from tensordict import TensorDict
 
-        for _ in range(frames // 1024):
-            theirs.extend(TensorDict({"frame": block.repeat(128, 1, 1, 1)}, [1024]))
+        chunk = min(1024, frames)  # whole chunks of the streams' block, at least one even at --tiny sizes
+        for _ in range(frames // chunk):
+            theirs.extend(TensorDict({"frame": block.repeat(chunk // streams, 1, 1, 1)}, [chunk]))
     table = ours._storage.rows  # the same bytes, one tensor: the bare loop's table
     generator = torch.Generator(device=device).manual_seed(0)
     lines = []
     for n in (32, BATCH):
-        timer = Timer(device, *timer_args)
-        timer.add("replaybuf", lambda n=n: ours.get_next(n))
-        timer.add("replaybuf captured", lambda n=n: captured.get_next(n))
+        calls = {"replaybuf": lambda n=n: ours.get_next(n), "replaybuf captured": lambda n=n: captured.get_next(n)}
         if theirs is not None:
-            timer.add("TorchRL", lambda n=n: theirs.sample(n))
-        timer.add("bare loop", bare_loop(table, n, generator))
+            calls["TorchRL"] = lambda n=n: theirs.sample(n)
+        calls["bare loop"] = bare_loop(table, n, generator)
         kernel = kernel_alone(table, n, torch.Generator(device=device).manual_seed(1))
         if kernel is not None:
-            timer.add("kernel alone", kernel)
+            calls["kernel alone"] = kernel
         gigabytes = n * np.prod(FRAME) / 1e9
-        lines.append(_row(f"sample {n} frames", timer.run(), gigabytes))
+        lines.append(_row(f"sample {n} frames", us_per_call(device, calls, timing), gigabytes))
     return lines
 
 
-def small_section(device: torch.device, capacity: int, timer_args: tuple) -> list[str]:
+def small_section(device: torch.device, capacity: int, timing: harness.Timing) -> list[str]:
     streams = BATCH
     ours = TorchUniformReplayBuffer(SMALL, streams, capacity // streams, device=device, seed=0)
     captured = _captured(SMALL, streams, capacity // streams, device)
-    theirs = torchrl_buffer(device, capacity, BATCH)
+    theirs = torchrl_buffer(device, capacity)
     host = small_batch(BATCH, 0)
     on_device = {k: torch.as_tensor(v, device=device) for k, v in host.items()}
     for step in range(capacity // streams):
@@ -194,35 +181,31 @@ def small_section(device: torch.device, capacity: int, timer_args: tuple) -> lis
             theirs.extend(as_tensordict(host, device))
     packed = ours._storage.rows  # the five leaves side by side: the bare loop's one table
     lines = []
-    timer = Timer(device, *timer_args)
-    timer.add("replaybuf", lambda: ours.add_batch(host))
+    calls: dict[str, Callable[[], object]] = {"replaybuf": lambda: ours.add_batch(host)}
     if theirs is not None:
         host_td = as_tensordict(host, torch.device("cpu"))
-        timer.add("TorchRL", lambda: theirs.extend(host_td))
-    lines.append(_row("add 256 small transitions from host", timer.run()))
-    timer = Timer(device, *timer_args)
-    timer.add("replaybuf", lambda: ours.add_batch(on_device))
+        calls["TorchRL"] = lambda: theirs.extend(host_td)
+    lines.append(_row("add 256 small transitions from host", us_per_call(device, calls, timing)))
+    calls = {"replaybuf": lambda: ours.add_batch(on_device)}
     if theirs is not None:
         device_td = as_tensordict(host, device)
-        timer.add("TorchRL", lambda: theirs.extend(device_td))
-    lines.append(_row("add 256 small transitions from device", timer.run()))
-    timer = Timer(device, *timer_args)
-    timer.add("replaybuf", lambda: ours.get_next(BATCH))
-    timer.add("replaybuf captured", lambda: captured.get_next(BATCH))
+        calls["TorchRL"] = lambda: theirs.extend(device_td)
+    lines.append(_row("add 256 small transitions from device", us_per_call(device, calls, timing)))
+    calls = {"replaybuf": lambda: ours.get_next(BATCH), "replaybuf captured": lambda: captured.get_next(BATCH)}
     if theirs is not None:
-        timer.add("TorchRL", lambda: theirs.sample(BATCH))
-    timer.add("bare loop", bare_loop(packed, BATCH, torch.Generator(device=device).manual_seed(0)))
+        calls["TorchRL"] = lambda: theirs.sample(BATCH)
+    calls["bare loop"] = bare_loop(packed, BATCH, torch.Generator(device=device).manual_seed(0))
     kernel = kernel_alone(packed, BATCH, torch.Generator(device=device).manual_seed(1))
     if kernel is not None:
-        timer.add("kernel alone", kernel)
-    figures = timer.run()
+        calls["kernel alone"] = kernel
+    figures = us_per_call(device, calls, timing)
     lines.append(_row("sample 256 small transitions", figures))
     ratio = figures["replaybuf"] / figures["bare loop"]
     lines.append(f"\nsample 256 small transitions: replaybuf / bare loop = {ratio:.2f}x (issue 33 CPU target <= 1.5x)")
     return lines
 
 
-def mindspore_section(device: torch.device, capacity: int, timer_args: tuple) -> list[str]:
+def mindspore_section(device: torch.device, capacity: int, timing: harness.Timing) -> list[str]:
     shapes, types = (
         [(4,), (1,), (1,), (1,), (4,)],
         [torch.float32, torch.int64, torch.float32, torch.bool, torch.float32],
@@ -238,10 +221,7 @@ def mindspore_section(device: torch.device, capacity: int, timer_args: tuple) ->
     ]
     for _ in range(capacity // BATCH):
         buffer.insert(rows)
-    timer = Timer(device, *timer_args)
-    timer.add("insert 256", lambda: buffer.insert(rows))
-    timer.add("sample 256", buffer.sample)
-    figures = timer.run()
+    figures = us_per_call(device, {"insert 256": lambda: buffer.insert(rows), "sample 256": buffer.sample}, timing)
     return [f"| MindSpore-style insert 256 / sample 256 | {figures['insert 256']:.1f} / {figures['sample 256']:.1f} |"]
 
 
@@ -280,28 +260,28 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)  # host overhead, not the CPU's parallel gather, is measured
     frames = 64 if args.tiny else 4096 if args.quick or device.type == "cpu" else 100_000
     capacity = 1024 if args.tiny else 100_352
-    timer_args = (3, 0.01) if args.tiny else (args.reps, 0.05 if args.quick else 0.25)
+    # one call's warm-up and the calibration of calls per repetition come before the timing
+    timing = harness.Timing(3, 0.01, 0.0) if args.tiny else harness.Timing(args.reps, 0.05 if args.quick else 0.25, 0.0)
     sections = args.sections.split(",")
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"bench/gpu.py {' '.join(argv if argv is not None else sys.argv[1:])}: {name}, torch {torch.__version__}")
-    print(f"us per call (host wall time), median of {timer_args[0]} repetitions; {frames} frames stored\n")
+    print(f"us per call (host wall time), median of {timing.reps} repetitions; {frames} frames stored\n")
     print("| case | " + " | ".join(COLUMNS) + " |\n| --- |" + " ---: |" * len(COLUMNS))
     lines: list[str] = []
     if "frames" in sections:
-        lines += frames_section(device, frames, timer_args)
+        lines += frames_section(device, frames, timing)
     if "small" in sections:
-        lines += small_section(device, capacity, timer_args)
+        lines += small_section(device, capacity, timing)
     print("\n".join(line for line in lines if line.startswith("|")))
     print("\n".join(line for line in lines if not line.startswith("|")))
     if "mindspore" in sections:
         print("\n| MindSpore-style buffer | us |\n| --- | ---: |")
-        print("\n".join(mindspore_section(device, capacity, timer_args)))
+        print("\n".join(mindspore_section(device, capacity, timing)))
     if "jax" in sections and find_spec("jax") is not None:
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch's tensors
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/jax_gpu.py beside this file
         from jax_gpu import jax_section
 
-        print("\n".join(jax_section(tiny=args.tiny, quick=args.quick, reps=timer_args[0])))
+        print("\n".join(jax_section(tiny=args.tiny, quick=args.quick, reps=timing.reps)))
     return 0
 
 

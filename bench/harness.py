@@ -47,7 +47,10 @@ class Workload:
 
 @dataclasses.dataclass(frozen=True)
 class Timing:
-    """How hard to time: repetitions, seconds per repetition, warm-up seconds."""
+    """How hard to time: repetitions, seconds per repetition, warm-up seconds.
+
+    ``rep_seconds=0``: one call per repetition, after one untimed call (for calls that last
+    seconds, such as loading a dataset or saving a checkpoint)."""
 
     reps: int = 7
     rep_seconds: float = 0.25
@@ -78,14 +81,31 @@ def records_in(text: str) -> list[dict]:
     return [json.loads(line[len(PREFIX) :]) for line in text.splitlines() if line.startswith(PREFIX)]
 
 
+def seconds(run: Callable[[int], object], n: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds per operation of one ``run(n)`` on ``clock``."""
+    start = clock()
+    run(n)
+    return (clock() - start) / n
+
+
+def for_seconds(call: Callable[[], object], seconds_: float) -> tuple[int, float]:
+    """(calls made, seconds elapsed) calling ``call()`` over and over for about ``seconds_``: for a
+    rate that must span a fixed time, such as a learner's beside concurrent writer processes."""
+    calls, began = 0, time.perf_counter()
+    while time.perf_counter() - began < seconds_:
+        call()
+        calls += 1
+    return calls, time.perf_counter() - began
+
+
 def calibrate(run: Callable[[int], object], timing: Timing) -> int:
     """The n for which one repetition ``run(n)`` (n operations) lasts about ``timing.rep_seconds``."""
     run(1)
+    if timing.rep_seconds <= 0:
+        return 1
     n = 1
     while True:
-        start = time.perf_counter()
-        run(n)
-        spent = time.perf_counter() - start
+        spent = seconds(run, n) * n
         if spent >= timing.rep_seconds / 4 or n >= 1 << 22:
             break
         n *= 2
@@ -103,11 +123,18 @@ def repeat(call: Callable[..., object], *args: object) -> Callable[[int], None]:
 
 
 def interleave(
-    runs: dict[str, Callable[[int], object]], timing: Timing, clock: Callable[[], float] = time.perf_counter
+    runs: dict[str, Callable[[int], object]],
+    timing: Timing,
+    clock: Callable[[], float] = time.perf_counter,
+    before: dict[str, Callable[[], object]] | None = None,
+    rotate: bool = False,
 ) -> tuple[dict[str, list[float] | Exception], list[int]]:
     """Seconds per operation of every repetition of every ``run(n)``, taken in turn, and the
     runnable threads seen at each round. A run that raises keeps its exception instead of
-    times and leaves the others going. ``clock`` may be ``time.thread_time`` (CPU time)."""
+    times and leaves the others going. ``clock`` may be ``time.thread_time`` (CPU time).
+    ``before[label]()`` runs untimed before each of that label's repetitions (e.g. evicting
+    its files from the page cache); ``rotate`` starts each round one label later, so what a
+    run leaves behind (disk write-back, freed blocks) falls on a different one each round."""
     sizes: dict[str, int] = {}
     times: dict[str, list[float] | Exception] = {}
     for label, run in runs.items():
@@ -120,19 +147,32 @@ def interleave(
         deadline = time.perf_counter() + timing.warmup_seconds
         while time.perf_counter() < deadline:
             runs[label](max(1, n // 4))
-    runnable = []
-    for _ in range(timing.reps):
+    labels, runnable = list(sizes), []
+    for round_ in range(timing.reps):
         runnable.append(load()[1])
-        for label, n in sizes.items():
+        shift = round_ % len(labels) if rotate and labels else 0
+        for label in labels[shift:] + labels[:shift]:
             if isinstance(times[label], Exception):
                 continue
             try:
-                start = clock()
-                runs[label](n)
-                times[label].append((clock() - start) / n)
+                if before and label in before:
+                    before[label]()
+                times[label].append(seconds(runs[label], sizes[label], clock))
             except Exception as exc:
                 times[label] = exc
     return times, runnable
+
+
+def medians(
+    runs: dict[str, Callable[[int], object]], timing: Timing, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, float]:
+    """Median seconds per operation of each ``run(n)``, timed by ``interleave``, for a script that
+    prints its own table; a run that raised raises here (a table has no cell for a reason)."""
+    times, _ = interleave(runs, timing, clock)
+    for got in times.values():
+        if isinstance(got, Exception):
+            raise got
+    return {label: statistics.median(got) for label, got in times.items()}
 
 
 def measure(
@@ -140,11 +180,12 @@ def measure(
     runs: dict[str, Callable[[int], object]],
     timing: Timing,
     notes: dict[str, str] | None = None,
+    before: dict[str, Callable[[], object]] | None = None,
     **extra: object,
 ) -> list[dict]:
     """Time ``runs`` (label -> ``run(n)``) interleaved and emit each one's figure in ``workload.unit``:
-    ``per_call`` over the median seconds per call, with the load beside it."""
-    times, runnable = interleave(runs, timing)
+    ``per_call`` over the median seconds per call, with the load beside it (``before``: see ``interleave``)."""
+    times, runnable = interleave(runs, timing, before=before)
     load1 = load()[0]
     out = []
     for label, got in times.items():

@@ -6,18 +6,21 @@ of 15 float32 bits), one environment, ``--stored`` transitions in a buffer of ``
 (a) replaybuf's UniformReplayBuffer(respect_episodes=True, her=HindsightRelabel(...)).get_next(256)
     (NumPy arrays out; rewards from ``sparse_reward``, BitFlippingEnv's rule written vectorised);
 (a') the same buffer's items without ``her=``: the floor of (a), a plain episode-aware sample;
+(a'') TorchUniformReplayBuffer(her=...) on the CPU with the same items and draws (goals drawn on
+    the host, written and rewarded with torch ops);
 (b) replaybuf.sb3.HerReplayBuffer.sample(256) (SB3's API: torch tensors out, rewards through
     the VecEnv's env_method, as SB3's);
 (c) SB3 2.9.2's HerReplayBuffer.sample(256);
 (d) cpprb's HindsightReplayBuffer(prioritized=False, additional_goals=4).sample(256), run in
-    bench/.venvs/cpprb (``python bench/venvs.py cpprb``) as a subprocess timed one round at a
-    time; cpprb relabels when an episode ends and stores the relabelled copies, so its sample
-    is a plain one (its buffer holds 5x the transitions).
+    bench/.venvs/cpprb (``python bench/venvs.py cpprb``) as a subprocess that samples n times
+    per request; cpprb relabels when an episode ends and stores the relabelled copies, so its
+    sample is a plain one (its buffer holds 5x the transitions).
 
-Rounds alternate between contenders; each figure is the median over the rounds of samples
-per second of process CPU time (torch on one thread), and each ratio the median of the
-per-round ratios.
-    .venv/bin/python bench/her.py [--quick] [--capacity N] [--stored N] [--rounds N]
+Timed by bench/harness.py's ``interleave``: every contender is a ``run(n)`` (cpprb's a request
+to its process), repetitions alternate between contenders, timed in CPU seconds of this
+process plus cpprb's (torch on one thread), so that a loaded machine's waits count for none;
+each figure is the median over the rounds, each ratio the median of the per-round ratios.
+    .venv/bin/python bench/her.py [--quick] [--capacity N] [--stored N] [--rounds N] [--seconds S]
 """
 
 from __future__ import annotations
@@ -31,17 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import Timing, interleave, repeat  # noqa: E402
+
 BITS, B, N_SAMPLED_GOAL = 15, 256, 4
-
-
-def timed(step, seconds: float) -> float:
-    """Calls per second of ``step`` (process CPU time) over about ``seconds``."""
-    count, start = 0, time.process_time()
-    while time.process_time() - start < seconds:
-        for _ in range(10):
-            step()
-        count += 10
-    return count / (time.process_time() - start)
 
 
 def episodes(stored: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -116,7 +113,8 @@ def sb3_contenders(capacity: int, data: dict[str, np.ndarray]) -> dict:
     return made
 
 
-def native_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
+def native_parts(reward) -> tuple:
+    """The native buffers' data_spec and ``HindsightRelabel`` (80% "future" goals, ``reward``)."""
     import replaybuf
     from replaybuf import ArraySpec
 
@@ -131,13 +129,14 @@ def native_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
     her = replaybuf.HindsightRelabel(
         goal_field=("observation/desired_goal", "next_observation/desired_goal"),
         achieved_field="next_observation/achieved_goal",
-        compute_reward=sparse_reward,
+        compute_reward=reward,
         ratio=1 - 1 / (N_SAMPLED_GOAL + 1),
     )
-    buffer = replaybuf.UniformReplayBuffer(
-        spec, 1, capacity, seed=0, respect_episodes=True, episode_end_field="done", her=her
-    )
-    for start in range(0, data["obs"].shape[0], 1):
+    return spec, her
+
+
+def fill_native(buffer, data: dict[str, np.ndarray]) -> None:
+    for start in range(data["obs"].shape[0]):
         t = slice(start, start + 1)
         buffer.add_batch(
             {
@@ -156,6 +155,16 @@ def native_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
                 "done": data["done"][t],
             }
         )
+
+
+def native_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
+    import replaybuf
+
+    spec, her = native_parts(sparse_reward)
+    buffer = replaybuf.UniformReplayBuffer(
+        spec, 1, capacity, seed=0, respect_episodes=True, episode_end_field="done", her=her
+    )
+    fill_native(buffer, data)
     plain = replaybuf.UniformReplayBuffer(spec, 1, capacity, seed=0, respect_episodes=True, episode_end_field="done")
     plain.load_state_dict(buffer.state_dict())  # the same items: what a sample costs without relabelling
     return {
@@ -164,8 +173,24 @@ def native_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
     }
 
 
+def torch_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
+    """TorchUniformReplayBuffer(her=) on the CPU (goals drawn on the host, applied with torch ops)."""
+    import torch
+
+    from replaybuf.torch import TorchUniformReplayBuffer
+
+    def reward(achieved, desired, info):  # sparse_reward with tensors
+        return -((achieved - desired).abs().sum(dim=1) > 0).float()
+
+    torch.set_num_threads(1)
+    spec, her = native_parts(reward)
+    buffer = TorchUniformReplayBuffer(spec, 1, capacity, seed=0, episode_end_field="done", her=her)
+    fill_native(buffer, data)
+    return {"replaybuf TorchUniformReplayBuffer(her=) get_next(256), CPU": lambda: buffer.get_next(B)}
+
+
 CPPRB = """
-import json, sys, time
+import sys, time
 import numpy as np
 from cpprb import HindsightReplayBuffer
 capacity, path = int(sys.argv[1]), sys.argv[2]
@@ -182,22 +207,20 @@ for t in range(data["obs"].shape[0]):
         buffer.on_episode_end(data["goal"][t])
 buffer.sample(256)
 print("ready", flush=True)
-for line in sys.stdin:  # one timed round per request, so rounds interleave with the caller's
-    seconds = float(line)
-    n, start = 0, time.process_time()
-    while time.process_time() - start < seconds:
-        for _ in range(10): buffer.sample(256)
-        n += 10
-    print(json.dumps(n / (time.process_time() - start)), flush=True)
+for line in sys.stdin:  # n samples per request; the reply is this process's CPU seconds so far
+    for _ in range(int(line)):
+        buffer.sample(256)
+    print(time.process_time(), flush=True)
 """
 
 
-class CpprbRounds:
-    """cpprb in its own venv, filled with the same episodes, timed one round per request."""
+class CpprbProcess:
+    """cpprb in its own venv, filled with the same episodes; ``run(n)`` samples n times there,
+    and ``cpu`` is that process's CPU seconds as of its last reply."""
 
     def __init__(self, capacity: int, data_path: Path):
         python = Path(__file__).resolve().parent / ".venvs" / "cpprb" / "bin" / "python"
-        self.process = None
+        self.process, self.cpu = None, 0.0
         if not python.exists():
             print("bench/.venvs/cpprb is missing (python bench/venvs.py cpprb): no cpprb figures", file=sys.stderr)
             return
@@ -213,12 +236,13 @@ class CpprbRounds:
             self.close()
             self.process = None
 
-    def round(self, seconds: float) -> float | None:
-        if self.process is None:
-            return None
-        self.process.stdin.write(f"{seconds}\n")
+    def run(self, n: int) -> None:
+        self.process.stdin.write(f"{n}\n")
         self.process.stdin.flush()
-        return float(self.process.stdout.readline())
+        reply = self.process.stdout.readline()
+        if not reply:
+            raise RuntimeError("cpprb's process stopped")
+        self.cpu = float(reply)
 
     def close(self) -> None:
         if self.process is not None:
@@ -233,7 +257,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     parser.add_argument("--capacity", type=int, default=1_000_000, help="buffer size in transitions (SB3's default)")
     parser.add_argument("--stored", type=int, default=200_000, help="transitions added before sampling")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--seconds", type=float, default=1.0, help="CPU seconds per contender per round")
+    parser.add_argument("--seconds", type=float, default=1.0, help="seconds per contender per round")
     args = parser.parse_args(argv)
     if args.quick:
         args.capacity, args.stored, args.rounds, args.seconds = 3000, 1500, 2, 0.05
@@ -243,20 +267,26 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "episodes.npz"
         np.savez(path, **data)
-        cpprb = CpprbRounds(args.capacity, path)
+        cpprb = CpprbProcess(args.capacity, path)
         try:
-            steps = {**native_contender(args.capacity, data), **sb3_contenders(args.capacity, data)}
-            for step in steps.values():  # compiles the numba kernel before the first round
-                step()
-            results: dict[str, list[float]] = {}
-            for _ in range(args.rounds):
-                for name, step in steps.items():
-                    results.setdefault(name, []).append(timed(step, args.seconds))
-                rate = cpprb.round(args.seconds)
-                if rate is not None:
-                    results.setdefault("cpprb HindsightReplayBuffer.sample", []).append(rate)
+            steps = {
+                **native_contender(args.capacity, data),
+                **torch_contender(args.capacity, data),
+                **sb3_contenders(args.capacity, data),
+            }
+            runs = {name: repeat(step) for name, step in steps.items()}
+            if cpprb.process is not None:
+                runs["cpprb HindsightReplayBuffer.sample"] = cpprb.run
+            # CPU seconds of this process and cpprb's (a shared machine's waits count for nobody)
+            clock = lambda: time.process_time() + cpprb.cpu  # noqa: E731
+            times, _ = interleave(runs, Timing(args.rounds, args.seconds, args.seconds / 2), clock)
         finally:
             cpprb.close()
+    results: dict[str, list[float]] = {}
+    for name, got in times.items():
+        if isinstance(got, Exception):
+            raise got
+        results[name] = [1 / seconds for seconds in got]  # samples per second, round by round
     print(
         f"BitFlipping {BITS} bits, capacity {args.capacity}, stored {args.stored}, batch {B}, "
         f"median of {args.rounds} rounds"

@@ -196,12 +196,15 @@ def memmap_kills(folder: str, rng: random.Random, kills: int) -> dict:
                 os.write(write, f"{step}\n".encode())
                 step += 1
         os.close(write)
-        if not torn:
-            time.sleep(rng.uniform(0.0, 0.05))
-            os.kill(pid, signal.SIGKILL)
-        _wait(pid)
         with os.fdopen(read) as pipe:
-            reported = [int(line) for line in pipe.read().split()]
+            reported = []
+            if not torn:  # killed once it has completed a random count of adds: mid-add at any machine load
+                wanted = rng.randrange(1, 2 * LENGTH)
+                while len(reported) < wanted and (line := pipe.readline()):
+                    reported.append(int(line))
+                os.kill(pid, signal.SIGKILL)
+            _wait(pid)
+            reported += [int(line) for line in pipe.read().split()]
         completed = reported[-1] + 1 if reported else end
         new_first, new_end = recovered_steps(folder)
         assert new_end in (completed, completed + 1), (new_end, completed)

@@ -69,7 +69,7 @@ def test_state_dict_is_plain_and_a_snapshot():
     buffer = uniform()
     fill(buffer, 3)
     state = buffer.state_dict()
-    assert state["steps"] == 3 and state["class"] == "UniformReplayBuffer"
+    assert state["steps"] == 3 and state["checkpoint"]["saved_by"] == "UniformReplayBuffer"
     ids = state["items"][ID].copy()
     np.testing.assert_array_equal(ids, np.arange(6))  # id order, oldest first, valid items only
     fill(buffer, 4, start=3)
@@ -154,7 +154,8 @@ def broken_states():
         return state
 
     return {
-        "class": edit(lambda s: s.update({"class": "PyUniformReplayBuffer"})),
+        "header version": edit(lambda s: s["checkpoint"].update({"version": 3})),
+        "header disagrees": edit(lambda s: s["checkpoint"].update({"priorities": True})),
         "spec": edit(lambda s: s["spec"].update({"dtypes": ["<f8"] * 4})),
         "geometry": edit(lambda s: s.update({"max_length": 9})),
         "missing key": edit(lambda s: s.pop("steps")),
@@ -342,7 +343,7 @@ def test_prioritized_state_without_fitting_priorities_is_refused():
     with pytest.raises(CheckpointError, match="priorities"):
         target.load_state_dict(state)
     np.testing.assert_array_equal(target.gather_all()["id"], [[80, 82], [81, 83]])
-    with pytest.raises(CheckpointError, match="PrioritizedReplayBuffer"):
+    with pytest.raises(CheckpointError, match=r"state\['priorities'\]: the checkpoint holds priorities"):
         uniform(max_length=8).load_state_dict(source.state_dict())
 
 

@@ -90,15 +90,16 @@ def test_final_and_episode_goals(strategy):
     )
 
 
+@pytest.mark.parametrize("num_steps", [None, 2])
 @pytest.mark.parametrize("strategy", ["future", "final", "episode"])
-def test_numba_and_numpy_draw_the_same_goals(strategy):
+def test_numba_and_numpy_draw_the_same_goals(strategy, num_steps):
     pytest.importorskip("numba")
     samples = []
     for compiled in (True, False):
         her = relabel(strategy=strategy, ratio=0.6, compiled=compiled)
         rb = replaybuf.UniformReplayBuffer(SPEC, batch_size=3, max_length=9, seed=10, her=her, **EPISODES)
         fill(rb, 25, 4, batch_size=3)  # wrapped around, episodes cut by it, the newest unfinished
-        samples.append([rb.get_next(64, num_steps=2) for _ in range(5)])
+        samples.append([rb.get_next(64, num_steps=num_steps) for _ in range(5)])
     for (a, ia), (b, ib) in zip(*samples, strict=True):
         np.testing.assert_array_equal(ia.relabelled, ib.relabelled)
         np.testing.assert_array_equal(a["observation"]["desired_goal"], b["observation"]["desired_goal"])
@@ -224,3 +225,28 @@ def test_compute_reward_returning_the_wrong_count_is_an_error():
         replaybuf.ArgumentError, match=r"compute_reward: expected 5 rewards shaped \(\) .*got an array shaped \(3,\)"
     ):
         rb.get_next(5)
+
+
+def test_goals_reach_a_sampled_leaf_that_no_view_can_reshape():
+    from replaybuf.hindsight import _rows
+
+    leaves = [np.asfortranarray(np.zeros((4, 2, 3), np.float32))]  # [n, *goal_shape] with no [n, 1, 6] view
+    _rows(leaves, 0, (4, 1, 6))[[1, 3]] = np.arange(6, dtype=np.float32).reshape(1, 1, 6)
+    assert leaves[0].shape == (4, 2, 3)
+    np.testing.assert_array_equal(leaves[0][[1, 3]].reshape(2, 6), np.tile(np.arange(6), (2, 1)))
+    assert (leaves[0][[0, 2]] == 0).all()
+
+
+def test_the_compiled_goal_writes_take_goal_fields_of_different_layouts():
+    pytest.importorskip("numba")
+    from replaybuf.samplers._hindsight_kernels import place
+
+    records = np.zeros(4, dtype=[("goal", np.float32, (3,)), ("achieved", np.float32, (3,))])
+    records["achieved"] = np.arange(12, dtype=np.float32).reshape(4, 3)
+    strided, contiguous = records["goal"].reshape(4, 1, 3), np.zeros((4, 1, 3), np.float32)
+    seen = place(
+        (strided, contiguous), records["achieved"].reshape(4, 1, 3), np.array([1, 3]), np.ones((2, 3), np.float32)
+    )
+    for goals in (records["goal"], contiguous[:, 0]):
+        np.testing.assert_array_equal(goals[:, 0], [0, 1, 0, 1])
+    np.testing.assert_array_equal(seen[:, 0], records["achieved"][[1, 3]])

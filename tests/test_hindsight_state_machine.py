@@ -95,8 +95,8 @@ class EpisodeModel:
         )
 
 
-def make_buffer(batch_size, max_length, seed, strategy, prioritized, padded, compiled):
-    her = replaybuf.HindsightRelabel(
+def make_her(strategy, compiled=None):
+    return replaybuf.HindsightRelabel(
         goal_field=("observation/desired_goal", "next_observation/desired_goal"),
         achieved_field="achieved_goal",
         compute_reward=reward_of,
@@ -104,6 +104,10 @@ def make_buffer(batch_size, max_length, seed, strategy, prioritized, padded, com
         ratio=0.5,
         compiled=compiled,
     )
+
+
+def make_buffer(batch_size, max_length, seed, strategy, prioritized, padded, compiled):
+    her = make_her(strategy, compiled)
     kind = replaybuf.PrioritizedReplayBuffer if prioritized else replaybuf.UniformReplayBuffer
     return kind(
         SPEC,
@@ -116,12 +120,18 @@ def make_buffer(batch_size, max_length, seed, strategy, prioritized, padded, com
     )
 
 
+# the machine's geometry and rule (test_her_torch.py runs the machine over the torch buffer with them)
+GEOMETRY = {
+    "batch_size": st.integers(1, 3),
+    "max_length": st.integers(1, 7),
+    "seed": st.integers(0, 2**16),
+    "strategy": st.sampled_from(["future", "final", "episode"]),
+}
+
+
 class RelabelMachine(RuleBasedStateMachine):
     @initialize(
-        batch_size=st.integers(1, 3),
-        max_length=st.integers(1, 7),
-        seed=st.integers(0, 2**16),
-        strategy=st.sampled_from(["future", "final", "episode"]),
+        **GEOMETRY,
         prioritized=st.booleans(),
         padded=st.booleans(),
         compiled=st.sampled_from([None, False]),  # numba's kernel (when installed) and NumPy's
@@ -187,11 +197,16 @@ class RelabelMachine(RuleBasedStateMachine):
             np.testing.assert_array_equal(rewards[k], expected)
 
 
-def test_relabelled_goals_match_the_model():
-    RelabelMachine.TestCase.settings = settings(
-        max_examples=150,
+def run_machine(machine, examples):
+    """Run ``machine`` over ``examples`` random sequences of up to 25 steps each."""
+    machine.TestCase.settings = settings(
+        max_examples=examples,
         stateful_step_count=25,
         deadline=None,
         phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
     )
-    RelabelMachine.TestCase().runTest()
+    machine.TestCase().runTest()
+
+
+def test_relabelled_goals_match_the_model():
+    run_machine(RelabelMachine, 150)

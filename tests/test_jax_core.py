@@ -16,7 +16,7 @@ import replaybuf  # noqa: E402
 from conformance_data import SPEC, assert_items_match_ids, step_batch  # noqa: E402
 from replaybuf import ArraySpec  # noqa: E402
 from replaybuf.jax import make_buffer  # noqa: E402
-from replaybuf.jax.sumtree import forced_descent  # noqa: E402
+from replaybuf.jax.sumtree import forced_tree_path  # noqa: E402
 
 SMALL = {"obs": ArraySpec((4,), np.float32), "action": ArraySpec((), np.int32), "done": ArraySpec((), np.bool_)}
 
@@ -326,7 +326,7 @@ def test_sum_tree_is_recomputed_and_cannot_drift():
 def descent(request):
     """The prioritized draws below, through each descent of the sum tree: level by level (the
     CPU's) and in two wide steps (every other platform's), both forced here on the CPU."""
-    with forced_descent(request.param):
+    with forced_tree_path(request.param):
         yield request.param
 
 

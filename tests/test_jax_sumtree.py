@@ -9,7 +9,7 @@ import pytest
 
 from replaybuf.jax.sumtree import (
     DENSE_CHILDREN,
-    forced_descent,
+    forced_tree_path,
     level_descend,
     tree_descend,
     tree_init,
@@ -41,8 +41,16 @@ def test_levels_pad_the_leaves_only_to_a_multiple_of_the_subtrees_below_the_root
     assert [level.shape[0] for level in tree_init(size, branching).sums] == levels
 
 
+@pytest.fixture(params=["levels", "wide"])
+def tree_path(request):
+    """Each platform's path, forced on the CPU: touched parents (the CPU's) or every level
+    recomputed whole (every other platform's)."""
+    with forced_tree_path(request.param):
+        yield request.param
+
+
 @pytest.mark.parametrize("branching", [4, 8])
-def test_every_level_is_its_childrens_sum_and_min_after_many_updates(branching):
+def test_every_level_is_its_childrens_sum_and_min_after_many_updates(branching, tree_path):
     trees = tree_init(SIZE, branching)
     leaf_count = trees.sums[-1].shape[0]
     assert any(level.shape[0] * branching <= DENSE_CHILDREN for level in trees.sums[:-1])
@@ -102,6 +110,6 @@ def test_both_descents_pick_the_same_leaves_and_the_platform_picks_one():
     chosen = jax.jit(tree_descend)(trees.sums, targets)  # not forced: the platform's own path
     own = levels if jax.default_backend() == "cpu" else wide
     np.testing.assert_array_equal(np.asarray(chosen[0]), np.asarray(own[0]))
-    with forced_descent("wide"):
+    with forced_tree_path("wide"):
         np.testing.assert_array_equal(np.asarray(jax.jit(tree_descend)(trees.sums, targets)[0]), np.asarray(wide[0]))
     np.testing.assert_array_equal(np.asarray(jax.jit(tree_descend)(trees.sums, targets)[0]), np.asarray(own[0]))

@@ -18,7 +18,7 @@ from replaybuf.persistence import folder as checkpoint_folder
 
 torch = pytest.importorskip("torch")
 from replaybuf.mindspore_rl import ReplayBuffer  # noqa: E402
-from replaybuf.torch import TorchPyUniformReplayBuffer  # noqa: E402
+from replaybuf.torch import TorchUniformReplayBuffer  # noqa: E402
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 SHAPES = [(4,), (1,), (1,), (4,)]
@@ -79,7 +79,7 @@ def test_state_dict_holds_tensors_and_survives_torch_save_weights_only():
     original.sample()
     state = original.state_dict()
     assert isinstance(state["items"]["0"], torch.Tensor) and isinstance(state["rng"], torch.Tensor)
-    assert (state["class"], state["capacity"], state["steps"], state["head"], state["count"]) == (
+    assert (state["checkpoint"]["saved_by"], state["capacity"], state["steps"], state["head"], state["count"]) == (
         "ReplayBuffer",
         6,
         9,
@@ -152,10 +152,10 @@ def broken_states():
         return rb.state_dict()
 
     spec = tuple(ArraySpec(shape, dtype) for shape, dtype in zip(SHAPES, TYPES, strict=True))
-    torch_buffer = TorchPyUniformReplayBuffer(spec, capacity=6)  # the same rows, another class
-    torch_buffer.add_batch(tuple(rows(0, 2)))
+    other_streams = TorchUniformReplayBuffer(spec, batch_size=2, max_length=3)  # capacity 6 as 2 streams
+    other_streams.add_batch(tuple(rows(0, 2)))
     return {
-        "class": torch_buffer.state_dict(),
+        "other streams": other_streams.state_dict(),
         "shapes": other(shapes=[(4,), (1,), (2,), (4,)]),
         "types": other(types=[torch.float32, torch.int64, torch.float32, torch.float32]),
         "columns": other(shapes=SHAPES[:3], types=TYPES[:3]),
@@ -192,8 +192,8 @@ def test_refusals_name_the_field_and_both_values():
         rb.load_state_dict(broken_states()["head"])
     with pytest.raises(CheckpointError, match=r"another data_spec.*\(1,\) int64.*\(1,\) int32"):
         rb.load_state_dict(broken_states()["types"])
-    with pytest.raises(CheckpointError, match="saved from a TorchPyUniformReplayBuffer"):
-        rb.load_state_dict(broken_states()["class"])
+    with pytest.raises(CheckpointError, match=r"state\['batch_size'\]: saved 2, this buffer has 1"):
+        rb.load_state_dict(broken_states()["other streams"])
 
 
 def current_version(path):

@@ -24,8 +24,9 @@ def records(n=1000, seed=0):
 
 @pytest.fixture
 def split_everything(monkeypatch):
-    """Every read is large enough to split."""
+    """Every read is large enough to split, and the cores are idle."""
     monkeypatch.setattr(row_copy, "PARALLEL_BYTES", 1)
+    monkeypatch.setattr(row_copy, "idle_threads", lambda threads: threads)
 
 
 def test_the_compiled_copy_is_there_where_numba_is():
@@ -60,6 +61,38 @@ def test_small_reads_and_one_thread_stay_on_take(monkeypatch):
     monkeypatch.setattr(row_copy, "PARALLEL_BYTES", 1)
     row_copy.read_rows(store, np.arange(4), 1)
     assert calls == []
+
+
+def test_a_large_read_stays_on_take_while_the_other_cores_are_busy(monkeypatch):
+    calls = []
+    monkeypatch.setattr(row_copy, "run_split", lambda *args: calls.append(args))
+    monkeypatch.setattr(row_copy, "PARALLEL_BYTES", 1)
+    monkeypatch.setattr(row_copy, "idle_threads", lambda threads: 1)
+    store = records()
+    assert row_copy.read_rows(store, np.arange(4), 4).tobytes() == store.take(np.arange(4)).tobytes()
+    assert calls == []
+
+
+@pytest.mark.parametrize(
+    ("loadavg", "asked", "expected"),
+    [
+        ("0.50 0.40 0.30 1/300 4242\n", 4, 4),  # this thread alone: every core idle (8 of them)
+        ("6.10 6.00 4.20 3/300 4242\n", 4, 4),  # 2 others runnable, 6 cores idle
+        ("6.10 6.00 4.20 6/300 4242\n", 4, 3),  # 5 others: 3 cores idle
+        ("6.10 6.00 4.20 9/300 4242\n", 4, 1),  # more runnable than cores: this thread alone
+        ("garbled\n", 4, 4),  # unreadable: as asked
+    ],
+)
+def test_idle_threads_counts_the_cores_no_runnable_thread_waits_for(tmp_path, monkeypatch, loadavg, asked, expected):
+    (tmp_path / "loadavg").write_text(loadavg)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(threads, "LOADAVG", str(tmp_path / "loadavg"))
+    assert threads.idle_threads(asked) == expected
+
+
+def test_idle_threads_without_a_loadavg_file_keeps_the_threads(tmp_path, monkeypatch):
+    monkeypatch.setattr(threads, "LOADAVG", str(tmp_path / "none"))
+    assert threads.idle_threads(3) == 3
 
 
 def test_run_split_covers_every_item_once_in_order_of_parts():
@@ -106,6 +139,7 @@ def test_a_forked_child_reads_split_with_a_pool_of_its_own(split_everything):
 def test_an_image_buffer_samples_the_same_items_split_or_not(monkeypatch):
     spec = {"obs": ArraySpec((84, 84, 4), np.uint8), "action": ArraySpec((), np.int64)}
     obs = np.random.default_rng(0).integers(0, 256, (64, 84, 84, 4), dtype=np.uint8)
+    monkeypatch.setattr(row_copy, "idle_threads", lambda threads: threads)
     made = []
     for parallel_bytes in (1 << 62, 1):
         monkeypatch.setattr(row_copy, "PARALLEL_BYTES", parallel_bytes)

@@ -67,6 +67,19 @@ def test_outputs_are_tensors_on_the_device_with_spec_dtypes():
     torch.testing.assert_close(gathered["action"], torch.tensor([[0, 2, 4], [1, 3, 5]]))
 
 
+def test_probabilities_are_shared_read_only_so_no_caller_can_change_another_samples():
+    buffer = filled(batch_size=2, max_length=5, steps=3)  # 6 items
+    first = buffer.get_next(4)[1].probabilities
+    with pytest.raises(RuntimeError, match="single memory location"):
+        first.mul_(2.0)  # one value expanded over the sample: in-place writes refuse
+    torch.testing.assert_close(buffer.get_next(4)[1].probabilities, torch.full((4,), 1 / 6))
+    one = buffer.get_next(1)[1].probabilities  # a single element would be writable: its own tensor
+    one.mul_(2.0)
+    torch.testing.assert_close(buffer.get_next(1)[1].probabilities, torch.full((1,), 1 / 6))
+    buffer.add_batch(step(3, 2))  # the count of valid ids changed: so did the value
+    torch.testing.assert_close(buffer.get_next(4)[1].probabilities, torch.full((4,), 1 / 8))
+
+
 def test_torch_numpy_and_mixed_inputs_store_the_same_items():
     buffers = [TorchUniformReplayBuffer(SPEC, 2, 4) for _ in range(3)]
     for t in range(3):

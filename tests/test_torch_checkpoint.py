@@ -71,7 +71,7 @@ def test_state_dict_holds_tensors_and_survives_torch_save_weights_only():
     original.get_next(2)
     state = original.state_dict()
     assert isinstance(state["items"]["0"], torch.Tensor) and isinstance(state["rng"], torch.Tensor)
-    assert state["steps"] == 9 and state["class"] == "TorchPyUniformReplayBuffer"
+    assert state["steps"] == 9 and state["checkpoint"]["saved_by"] == "TorchPyUniformReplayBuffer"
     ids = state["items"][str(replaybuf.nest.FlatSpec(SPEC).paths.index("id"))]
     assert ids.tolist() == list(range(3, 9))  # valid items only, oldest first
     original.add_batch(fields_for_ids(np.arange(9, 12)))
@@ -121,7 +121,8 @@ def broken_states():
         return state
 
     return {
-        "class": edit(lambda s: s.update({"class": "UniformReplayBuffer"})),
+        "header version": edit(lambda s: s["checkpoint"].update({"version": 3})),
+        "priorities": edit(lambda s: s.update({"priorities": {"mass": np.ones(6), "max_priority": 1.0}})),
         "spec": edit(lambda s: s["spec"].update({"dtypes": ["<f8"] * 4})),
         "geometry": edit(lambda s: s.update({"batch_size": 3})),
         "item shape": edit(lambda s: s["items"].update({"1": torch.zeros(6, 4)})),
@@ -145,12 +146,15 @@ def test_bad_state_is_refused_and_nothing_changes(name):
     assert all(torch.equal(after["items"][k], before["items"][k]) for k in before["items"])
 
 
-def test_a_numpy_buffer_checkpoint_is_refused(tmp_path):
+def test_a_numpy_buffer_checkpoint_loads_and_keeps_the_torch_generator(tmp_path):
     numpy_buffer = replaybuf.UniformReplayBuffer(SPEC, batch_size=2, max_length=5, seed=1)
     numpy_buffer.add_batch(step_batch(0, 2))
     numpy_buffer.save(tmp_path / "ckpt")
-    with pytest.raises(CheckpointError, match="UniformReplayBuffer"):
-        segmented().load(tmp_path / "ckpt")
+    restored, twin = segmented(), segmented()
+    restored.load(tmp_path / "ckpt")
+    twin.add_batch(step_batch(0, 2))
+    assert restored.gather_all()["id"].tolist() == [[0], [1]]
+    assert torch.equal(restored.state_dict()["rng"], twin.state_dict()["rng"])  # a PCG64 state is not a torch one
 
 
 def test_corrupt_item_file_leaves_the_buffer_empty(tmp_path):

@@ -31,3 +31,16 @@ def test_the_gpu_table_runs_on_the_cpu(gpu_bench, capsys):
     assert float(rows["add 256 small transitions from host"][0]) > 0
     assert re.search(r"replaybuf / bare loop = \d+\.\d\dx", out)
     assert re.search(r"MindSpore-style insert 256 / sample 256 \| \d+\.\d / \d+\.\d", out)
+
+
+def test_a_call_that_fails_stops_the_table_with_its_error(gpu_bench):
+    """The harness times every call in turn; a failing one is raised, not left out of the row."""
+    timing = gpu_bench.harness.Timing(2, 0.001, 0.0)
+    figures = gpu_bench.us_per_call(gpu_bench.torch.device("cpu"), {"a": lambda: 1, "b": lambda: 2}, timing)
+    assert set(figures) == {"a", "b"} and all(value > 0 for value in figures.values())
+
+    def broken():
+        raise RuntimeError("kernel failed")
+
+    with pytest.raises(RuntimeError, match="kernel failed"):
+        gpu_bench.us_per_call(gpu_bench.torch.device("cpu"), {"a": lambda: 1, "b": broken}, timing)

@@ -88,3 +88,15 @@ def test_a_read_is_one_gather_whose_leaves_are_views_of_it():
     assert len(bases) == 1 and storage.rows.untyped_storage().data_ptr() not in bases  # one new block, a copy
     one = storage.read(torch.tensor(5))  # a single slot: leaves shaped as the spec
     assert [tuple(leaf.shape) for leaf in one] == [spec.shape for spec in LEAVES]
+
+
+@pytest.mark.parametrize("path", ["host rows", "device concatenation"])
+def test_leaves_whose_size_one_axes_have_odd_strides_are_written(path):
+    """NumPy's ``x[:, None]`` gives its new axis stride 0, and torch.as_tensor keeps it (the
+    MindSpore-style buffer's rows are built so): found on a GPU, where every write takes these paths."""
+    storage = TorchStorage([ArraySpec((1,), np.int64), ArraySpec((4,), np.float32)], 8, torch.device("cpu"), False)
+    actions = np.arange(3, dtype=np.int64)[:, None]
+    batch = [actions, np.ones((3, 4), np.float32)]
+    storage.write(2, batch if path == "host rows" else [torch.as_tensor(x) for x in batch])
+    np.testing.assert_array_equal(storage.tensors[0][2:5].numpy(), actions)
+    np.testing.assert_array_equal(storage.tensors[1][2:5].numpy(), batch[1])

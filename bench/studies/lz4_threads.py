@@ -8,7 +8,8 @@ thread (replaybuf.storages.codecs), and splits only batches of at least
 ``PARALLEL_FRAMES`` frames over threads: below that the hand-over costs more than it saves.
 This script gives the evidence, on one batch of ``--frames`` distinct MsPacman frames
 (160: what ``get_next(32)`` of ``[4, 84, 84]`` observation + next observation decodes;
-1280: ``get_next(256)``), microseconds per batch, median of ``--reps``:
+1280: ``get_next(256)``), microseconds per batch, median of ``--reps`` repetitions of about
+``--seconds`` each, the three ways interleaved by the harness (bench/harness.py):
 
   serial           replaybuf's loop in this thread (what a batch of 32 uses)
   executor 2       the same loop split in two, the second half handed to a
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -35,7 +35,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 
-from studies.frames_compressed import FRAME, game_frames  # noqa: E402
+import harness  # noqa: E402
+from suites.frames_compressed import FRAME, game_frames  # noqa: E402
 
 FRAME_BYTES = FRAME[0] * FRAME[1]
 
@@ -64,7 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", default="160,1280")
     parser.add_argument("--reps", type=int, default=7)
-    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=0.1, help="seconds per repetition")
     args = parser.parse_args()
     import lz4.block
     import numba
@@ -88,20 +89,12 @@ def main() -> None:
             second.result()
 
         ways = {
-            "serial": lambda call=call, n=n: serial(*call, 0, n),
-            "executor 2": split,
-            "numba prange": lambda call=call, n=n: parallel(*call, 0, n),
+            "serial": harness.repeat(serial, *call, 0, n),
+            "executor 2": harness.repeat(split),
+            "numba prange": harness.repeat(parallel, *call, 0, n),
         }
-        times: dict[str, list[float]] = {name: [] for name in ways}
-        for way in ways.values():
-            way()  # compile, start threads
-        for _ in range(args.reps):
-            for name, way in ways.items():
-                start = time.perf_counter()
-                for _ in range(args.calls):
-                    way()
-                times[name].append((time.perf_counter() - start) / args.calls * 1e6)
-        medians = {name: round(statistics.median(values), 1) for name, values in times.items()}
+        times, _ = harness.interleave(ways, harness.Timing(args.reps, args.seconds, 0.0))
+        medians = {name: round(statistics.median(values) * 1e6, 1) for name, values in times.items()}
         print(f"{n} frames, us per batch (numba layer {numba.threading_layer()}): {medians}")
 
 

@@ -14,15 +14,17 @@ Episodes: 256 windows of 8 inside episodes (lengths 20-400) from UniformReplayBu
 respect_episodes=True (excluded and padded) and from PrioritizedReplayBuffer (excluded),
 beside plain windows that ignore episodes.
 
-Rounds alternate between contenders; the median of the rounds is reported (iterations per
-second of process CPU time, so that time the scheduler gives to other jobs on a shared
-machine does not count; cache contention still does).
+Timed by the harness (bench/harness.py): repetitions interleaved between contenders, the
+median reported, in iterations per second of CPU time (this process's, plus Tianshou's
+process's while it runs a repetition), so that time the scheduler gives to other jobs on a
+shared machine does not count; cache contention still does.
     .venv/bin/python bench/studies/per_micro.py [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
@@ -31,8 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
-from replaybuf import ArraySpec, PrioritizedReplayBuffer, UniformReplayBuffer
-from replaybuf.samplers.sumtree import MinTree, SumTree
+BENCH = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(BENCH))
+
+import harness  # noqa: E402
+from replaybuf import ArraySpec, PrioritizedReplayBuffer, UniformReplayBuffer  # noqa: E402
+from replaybuf.samplers.sumtree import MinTree, SumTree  # noqa: E402
 
 B, WINDOW, STREAMS = 256, 8, 8
 SPEC = {
@@ -68,16 +74,6 @@ class BinarySumTree:
         return node - self.size
 
 
-def timed(step, seconds: float) -> float:
-    """Iterations per second of ``step`` run for about ``seconds``."""
-    count, start = 0, time.process_time()
-    while time.process_time() - start < seconds:
-        for _ in range(20):
-            step()
-        count += 20
-    return count / (time.process_time() - start)
-
-
 def fill(buffer, stored: int, rng: np.random.Generator) -> None:
     lengths = rng.integers(20, 400, size=(stored, STREAMS))
     left = lengths[0].copy()
@@ -96,6 +92,7 @@ def fill(buffer, stored: int, rng: np.random.Generator) -> None:
 
 
 def per_contenders(capacity: int, stored: int) -> dict:
+    """{label: run(n)}: PER rounds of the buffer, of its trees alone, and of the NumPy reference tree."""
     rng = np.random.default_rng(0)
     buffer = PrioritizedReplayBuffer(SPEC, STREAMS, capacity // STREAMS, seed=0)
     fill(buffer, stored, rng)
@@ -109,10 +106,13 @@ def per_contenders(capacity: int, stored: int) -> dict:
     sums.update(np.arange(stored), mass)
     mins.update(np.arange(stored), mass)
 
+    slots, values = np.empty(B, np.int64), np.empty(B)
+
     def replaybuf_trees() -> None:
-        total = sums.total()
-        slots, value = sums.find((np.arange(B) + rng.random(B)) * (total / B))
-        _ = (value / mins.root()) ** -0.4
+        total = sums.root()
+        targets = (np.arange(B) + rng.random(B)) * (total / B)
+        sums.kernels.find(sums.tree, sums.offsets, sums.arity, targets, slots, values)
+        _ = (values / mins.root()) ** -0.4
         new = (rng.random(B) + 0.01) ** 0.6
         sums.update(slots, new)
         mins.update(slots, new)
@@ -129,13 +129,14 @@ def per_contenders(capacity: int, stored: int) -> dict:
         min_priority[0] = min(min_priority[0], float(new.min()))
 
     return {
-        "replaybuf PrioritizedReplayBuffer get_next+update": replaybuf_buffer,
-        "replaybuf SumTree+MinTree find+update": replaybuf_trees,
-        "NumPy binary sum tree (reference)": numpy_binary_tree,
+        "replaybuf PrioritizedReplayBuffer get_next+update": harness.repeat(replaybuf_buffer),
+        "replaybuf SumTree+MinTree find+update": harness.repeat(replaybuf_trees),
+        "NumPy binary sum tree (reference)": harness.repeat(numpy_binary_tree),
     }
 
 
 def episode_contenders(capacity: int, stored: int) -> dict:
+    """{label: run(n)}: windows inside episodes (excluded, padded, PER) and windows ignoring them."""
     contenders = {}
     for name, kwargs in (
         ("replaybuf windows inside episodes (excluded)", {"respect_episodes": True}),
@@ -146,7 +147,7 @@ def episode_contenders(capacity: int, stored: int) -> dict:
             SPEC, STREAMS, capacity // STREAMS, seed=0, episode_end_field="done" if kwargs else None, **kwargs
         )
         fill(buffer, stored, np.random.default_rng(0))
-        contenders[name] = lambda buffer=buffer: buffer.get_next(B, WINDOW)
+        contenders[name] = harness.repeat(buffer.get_next, B, WINDOW)
     per = PrioritizedReplayBuffer(
         SPEC, STREAMS, capacity // STREAMS, seed=0, respect_episodes=True, episode_end_field="done"
     )
@@ -157,7 +158,7 @@ def episode_contenders(capacity: int, stored: int) -> dict:
         _, info = per.get_next(B, WINDOW)
         per.update_priorities(info.ids, rng.random(B) + 0.01)
 
-    contenders["replaybuf PER windows inside episodes (excluded) get_next+update"] = per_windows
+    contenders["replaybuf PER windows inside episodes (excluded) get_next+update"] = harness.repeat(per_windows)
     return contenders
 
 
@@ -188,30 +189,29 @@ for i in range(stored):
 def buffer_step():
     _, index = buffer.sample(256)
     buffer.update_weight(index, rng.random(256) + 0.01)
-steps = {"tree": tree_step, "buffer": buffer_step}
-tree_step(); buffer_step()
+sys.path.insert(0, sys.argv[3])  # bench/: the harness is NumPy and the standard library only
+import harness
+runs = {"tree": harness.repeat(tree_step), "buffer": harness.repeat(buffer_step)}
 print("ready", flush=True)
-for line in sys.stdin:  # one timed round per request, so rounds interleave with the caller's
-    name, seconds = line.split()
-    step, seconds = steps[name], float(seconds)
-    n, start = 0, time.process_time()
-    while time.process_time() - start < seconds:
-        for _ in range(20): step()
-        n += 20
-    print(json.dumps(n / (time.process_time() - start)), flush=True)
+for line in sys.stdin:  # one run(n) per request, so its repetitions interleave with the caller's
+    name, n = line.split()
+    start = time.process_time()
+    runs[name](int(n))
+    print(json.dumps(time.process_time() - start), flush=True)
 """
 
 
-class TianshouRounds:
-    """Tianshou in its own venv, timed one round at a time on request: its bare SegmentTree
-    loop ("tree") and its PrioritizedReplayBuffer sample + update_weight ("buffer")."""
+class Tianshou:
+    """Tianshou in its own venv, serving ``run(n)`` on request: its bare SegmentTree loop
+    ("tree") and its PrioritizedReplayBuffer sample + update_weight ("buffer"). ``clock`` is
+    this process's CPU time plus the CPU time Tianshou's process spent in those runs."""
 
     def __init__(self, capacity: int, stored: int):
-        python = Path(__file__).resolve().parents[1] / ".venvs" / "tianshou" / "bin" / "python"
-        self.process = None
+        python = BENCH / ".venvs" / "tianshou" / "bin" / "python"
+        self.process, self.cpu = None, 0.0
         if python.exists():
             self.process = subprocess.Popen(
-                [str(python), "-c", TIANSHOU, str(capacity), str(stored)],
+                [str(python), "-c", TIANSHOU, str(capacity), str(stored), str(Path(harness.__file__).parent)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -220,12 +220,26 @@ class TianshouRounds:
                 print("tianshou failed to start", file=sys.stderr)
                 self.process = None
 
-    def round(self, name: str, seconds: float) -> float | None:
+    def runs(self) -> dict:
+        """{label: run(n)} of its two loops (none when it did not start)."""
         if self.process is None:
-            return None
-        self.process.stdin.write(f"{name} {seconds}\n")
-        self.process.stdin.flush()
-        return float(self.process.stdout.readline())
+            return {}
+
+        def serve(name: str):
+            def run(n: int) -> None:
+                self.process.stdin.write(f"{name} {n}\n")
+                self.process.stdin.flush()
+                self.cpu += json.loads(self.process.stdout.readline())
+
+            return run
+
+        return {
+            "Tianshou PrioritizedReplayBuffer sample+update_weight (W3's loop)": serve("buffer"),
+            "Tianshou SegmentTree alone (numba; no Batch, no items)": serve("tree"),
+        }
+
+    def clock(self) -> float:
+        return time.process_time() + self.cpu
 
     def close(self) -> None:
         if self.process is not None:
@@ -235,35 +249,31 @@ class TianshouRounds:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes and short rounds (smoke test)")
+    parser.add_argument("--quick", action="store_true", help="small sizes and short repetitions (smoke test)")
     args = parser.parse_args()
-    capacity, stored, seconds, rounds = (1_000_000, 200_000, 1.0, 5) if not args.quick else (20_000, 8_000, 0.1, 2)
-    results: dict[str, list[float]] = {}
-    tianshou = TianshouRounds(capacity, stored)
-    per_steps = per_contenders(capacity, stored)
-    for _ in range(rounds):
-        for name, step in per_steps.items():
-            results.setdefault(name, []).append(timed(step, seconds))
-        for name, label in (
-            ("buffer", "Tianshou PrioritizedReplayBuffer sample+update_weight (W3's loop)"),
-            ("tree", "Tianshou SegmentTree alone (numba; no Batch, no items)"),
-        ):
-            rate = tianshou.round(name, seconds)
-            if rate is not None:
-                results.setdefault(label, []).append(rate)
-    tianshou.close()
-    episode_steps = episode_contenders(capacity, stored)
-    for _ in range(rounds):
-        for name, step in episode_steps.items():
-            results.setdefault(name, []).append(timed(step, seconds))
-    print(f"capacity {capacity}, stored {stored}, batch {B}, windows of {WINDOW}; median of {rounds} rounds")
-    for name, rates in results.items():
-        print(f"{statistics.median(rates):10.0f} it/s  {name}  (rounds: {', '.join(f'{r:.0f}' for r in rates)})")
+    capacity, stored = (1_000_000, 200_000) if not args.quick else (20_000, 8_000)
+    timing = harness.Timing(5, 1.0, 0.1) if not args.quick else harness.Timing(2, 0.1, 0.0)
+    tianshou = Tianshou(capacity, stored)
+    try:
+        results, _ = harness.interleave(
+            {**per_contenders(capacity, stored), **tianshou.runs()}, timing, clock=tianshou.clock
+        )
+    finally:
+        tianshou.close()
+    episodes, _ = harness.interleave(episode_contenders(capacity, stored), timing, clock=time.process_time)
+    results.update(episodes)
+    print(f"capacity {capacity}, stored {stored}, batch {B}, windows of {WINDOW}; median of {timing.reps} repetitions")
+    for name, seconds in results.items():
+        if isinstance(seconds, Exception):
+            print(f"{'failed':>10}        {name}: {seconds}")
+            continue
+        listed = ", ".join(f"{1 / s:.0f}" for s in seconds)
+        print(f"{1 / statistics.median(seconds):10.0f} it/s  {name}  (repetitions: {listed})")
     ours = results["replaybuf PrioritizedReplayBuffer get_next+update"]
-    for name in [n for n in results if n.startswith("Tianshou")]:
-        ratios = [a / b for a, b in zip(ours, results[name], strict=True)]
+    for name in [n for n in results if n.startswith("Tianshou") and isinstance(results[n], list)]:
+        ratios = [theirs / mine for mine, theirs in zip(ours, results[name], strict=True)]
         listed = ", ".join(f"{r:.2f}" for r in ratios)
-        print(f"replaybuf / {name}: median {statistics.median(ratios):.2f}x (rounds: {listed})")
+        print(f"replaybuf / {name}: median {statistics.median(ratios):.2f}x (repetitions: {listed})")
 
 
 if __name__ == "__main__":

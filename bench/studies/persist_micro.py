@@ -8,8 +8,8 @@ Buffers:
          next_observation 4 f32: 48 bytes an item, 48 MB)
   image: 50k frames of 84x84x4 uint8 (1.41 GB)
 
-Rows (MB/s of array bytes; every row runs once per repetition, interleaved in a rotating
-order, median kept):
+Rows (MB/s of array bytes; every row runs once per repetition, interleaved by the harness
+(bench/harness.py) in an order rotated each round, median kept):
   save            buffer.save(path): items streamed from the storage + CRC-32 + fsync + renames
   np.save         np.save of the same arrays (the state_dict() leaves) into a folder, no fsync
   np.save+fsync   the same, each file fsynced (the durable baseline; it deletes the previous
@@ -36,15 +36,18 @@ import gc
 import os
 import shutil
 import statistics
+import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import psutil
 
-from replaybuf import ArraySpec, PyUniformReplayBuffer, UniformReplayBuffer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
+
+import harness  # noqa: E402
+from replaybuf import ArraySpec, PyUniformReplayBuffer, UniformReplayBuffer  # noqa: E402
 
 SMALL_SPEC = {
     "observation": ArraySpec((4,), np.float32),
@@ -82,20 +85,19 @@ def evict(folder: Path) -> None:
             os.close(fd)
 
 
-def interleaved(rows: dict[str, tuple[Callable[[], object], Callable[[], object]]], reps: int) -> dict[str, float]:
-    """Median seconds of each row's fn; rows take turns within every repetition, in an order
-    rotated by one each time (what a row leaves behind, such as disk write-back or freed
-    blocks, then falls on a different row each time)."""
-    times: dict[str, list[float]] = {name: [] for name in rows}
-    names = list(rows)
-    for rep in range(reps):
-        for name in names[rep % len(names) :] + names[: rep % len(names)]:
-            fn, before = rows[name]
-            before()
-            gc.collect()
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+def interleaved(
+    rows: dict[str, tuple[Callable[[], object], Callable[[], object]]], timing: harness.Timing
+) -> dict[str, float]:
+    """Median seconds of each row's fn (its ``before`` run untimed first, then a garbage
+    collection), the rows interleaved in an order rotated each round (what a row leaves
+    behind, such as disk write-back or freed blocks, then falls on a different row each time)."""
+
+    def prepare(before: Callable[[], object]) -> Callable[[], None]:
+        return lambda: (before(), gc.collect())
+
+    runs = {name: harness.repeat(fn) for name, (fn, _) in rows.items()}
+    befores = {name: prepare(before) for name, (_, before) in rows.items()}
+    times, _ = harness.interleave(runs, timing, before=befores, rotate=True)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -151,7 +153,7 @@ def persist_rows(name: str, buffer: PyUniformReplayBuffer, spec: dict, root: Pat
         "np.load (cold)": (lambda: [np.load(f) for f in sorted(plain.glob("*.npy"))], lambda: evict(plain)),
     }
     print(f"\n{name}: {len(arrays)} arrays, {mb:.1f} MB (median of {reps}, interleaved)")
-    for row, seconds in interleaved(rows, reps).items():
+    for row, seconds in interleaved(rows, harness.Timing(reps, 0.0, 0.0)).items():
         print(f"  {row:24s} {seconds * 1e3:9.1f} ms  {mb / seconds:8.0f} MB/s")
     shutil.rmtree(ours)
     shutil.rmtree(plain)
@@ -190,17 +192,15 @@ def memmap_rows(frames: int, root: Path, reps: int) -> None:
     first = {}
     for name, buffer in buffers.items():  # the first pass: a cold memmap reads its pages from disk
         before = rss_mb()
-        start = time.perf_counter()
-        for _ in range(20):
-            buffer.get_next(256)
-        first[name] = (time.perf_counter() - start) / 20
+        first[name] = harness.seconds(harness.repeat(buffer.get_next, 256), 20)
         rss[name].append(rss_mb() - before)
-    rows = {name: (lambda b=b: [b.get_next(256) for _ in range(20)], nothing) for name, b in buffers.items()}
-    seconds = interleaved(rows, reps)
+    runs = {name: harness.repeat(b.get_next, 256) for name, b in buffers.items()}
+    times, _ = harness.interleave(runs, harness.Timing(reps, 0.1, 0.0))
+    seconds = {name: statistics.median(t) for name, t in times.items()}
     created, filled = rss["memmap"]
     print(f"  {'memmap (filling)':20s} RSS +{created:.0f} MB created, +{filled:.0f} MB after {frames} adds")
     for name in buffers:
-        per_call = seconds[name] / 20
+        per_call = seconds[name]
         created, filled, sampled = rss[name]
         adds = "" if filled is None else f"+{filled:.0f} MB after {frames} adds, "
         print(

@@ -7,20 +7,21 @@ Where the time of TF-Agents' DQN round goes (one add in a ``tf.function``, then 
     .venv-tf-agents/bin/python bench/studies/tf_round_parts.py
 
 Per buffer (64 streams, bench/libs/tf_common.py's transition, the sizes of the peers / tf suites (bench/suites/)'s
-tf_dataset_add row: capacity 1M, 200k stored; ``as_dataset(256, num_steps=2)``): the add
-call, the ``next()`` after it, the whole round, ``next()`` with no adds between reads, and
-the cost of calling an empty ``tf.function`` that takes the same dict (the floor of the
-add). Then floors of the round, replaybuf's add followed by a ``next()`` on: a dataset
-of zeros of the element (no draw at all), a bare draw (random windows and one gather per
-leaf, no checks) of rows among the first 1,000 items (cache-resident), and the same bare
-draw over all 200k stored items. Microseconds, median of 5 runs of 200.
+tf_dataset_add row: capacity 1M, 200k stored; ``as_dataset(256, num_steps=2)``): the whole
+round, the add call alone, ``next()`` with no adds between reads, and the cost of calling an
+empty ``tf.function`` that takes the same dict (the floor of the add); "round - add" is the
+share of the ``next()`` after an add. Then floors of the round, replaybuf's add followed by
+a ``next()`` on: a dataset of zeros of the element (no draw at all), a bare draw (random
+windows and one gather per leaf, no checks) of rows among the first 1,000 items
+(cache-resident), and the same bare draw over all 200k stored items. Microseconds per call,
+median of 5 repetitions of about 50 ms, every row of a buffer interleaved by the harness
+(bench/harness.py).
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
@@ -29,25 +30,18 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tf_agents.replay_buffers import tf_uniform_replay_buffer as theirs  # noqa: E402
 
+import harness  # noqa: E402
 from libs import tf_common  # noqa: E402
 from replaybuf.tf import datasets  # noqa: E402
 from replaybuf.tf.iteration import fast_iteration  # noqa: E402
 from replaybuf.tf_agents import tf_uniform_replay_buffer as ours  # noqa: E402
 
-STREAMS, ROUNDS, CAPACITY, STORED, BATCH = 64, 200, 1_000_000, 200_000, 256
+STREAMS, CAPACITY, STORED, BATCH = 64, 1_000_000, 200_000, 256
+TIMING = harness.Timing(5, 0.05, 0.01)  # short repetitions: every add grows the stored items
 
 
-def median_us(run) -> float:
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(ROUNDS):
-            run()
-        times.append((time.perf_counter() - start) / ROUNDS * 1e6)
-    return statistics.median(times)
-
-
-def parts(module) -> tuple[dict[str, float], dict[str, float]]:
+def parts(module) -> dict[str, float]:
+    """Microseconds per call of each row (the floors' rows for replaybuf's buffer only)."""
     buffer = module.TFUniformReplayBuffer(tf_common.spec(tf), STREAMS, CAPACITY // STREAMS)
 
     @tf.function
@@ -62,31 +56,22 @@ def parts(module) -> tuple[dict[str, float], dict[str, float]]:
     for _ in range(STORED // STREAMS):
         add(step)
     iterator = iter(buffer.as_dataset(sample_batch_size=BATCH, num_steps=2))
-    empty(step)
-    timed = {"add": 0.0, "next after add": 0.0}
-
-    def round_() -> None:
-        a = time.perf_counter()
-        add(step)
-        b = time.perf_counter()
-        next(iterator)
-        timed["add"] += b - a
-        timed["next after add"] += time.perf_counter() - b
-
-    for _ in range(50):
-        round_()
-    timed = dict.fromkeys(timed, 0.0)
-    out = {"round": median_us(round_)}
-    out.update({k: v / (5 * ROUNDS) * 1e6 for k, v in timed.items()})
-    out["next, no adds"] = median_us(lambda: next(iterator))
-    out["empty tf.function call"] = median_us(lambda: empty(step))
-    if module is theirs:
-        return out, {}
-    floors = {}
-    for name, dataset in floor_datasets(buffer).items():
-        floor_iterator = iter(fast_iteration(datasets.when_asked(dataset)))
-        floors[name] = median_us(lambda it=floor_iterator: (add(step), next(it)))
-    return out, floors
+    runs = {
+        "round": harness.repeat(lambda: (add(step), next(iterator))),
+        "add": harness.repeat(add, step),
+        "next, no adds": harness.repeat(next, iterator),
+        "empty tf.function call": harness.repeat(empty, step),
+    }
+    if module is ours:
+        for name, dataset in floor_datasets(buffer).items():
+            floor_iterator = iter(fast_iteration(datasets.when_asked(dataset)))
+            runs[name] = harness.repeat(lambda it=floor_iterator: (add(step), next(it)))
+    times, _ = harness.interleave(runs, TIMING)
+    for name, failed in [(n, t) for n, t in times.items() if isinstance(t, Exception)]:
+        print(f"{name} failed: {failed}", file=sys.stderr)
+    out = {name: statistics.median(t) * 1e6 for name, t in times.items() if isinstance(t, list)}
+    out["round - add"] = out["round"] - out["add"]
+    return out
 
 
 def floor_datasets(buffer) -> dict[str, tf.data.Dataset]:
@@ -113,9 +98,6 @@ def floor_datasets(buffer) -> dict[str, tf.data.Dataset]:
 
 
 if __name__ == "__main__":
-    print(f"TensorFlow {tf.__version__}; us per call, median of 5 x {ROUNDS}")
+    print(f"TensorFlow {tf.__version__}; us per call, median of {TIMING.reps} repetitions")
     for name, module in (("tf-agents", theirs), ("replaybuf", ours)):
-        out, floors = parts(module)
-        print(name, {k: round(v) for k, v in out.items()})
-        if floors:
-            print("floors (replaybuf's add)", {k: round(v) for k, v in floors.items()})
+        print(name, {k: round(v) for k, v in parts(module).items()})

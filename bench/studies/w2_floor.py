@@ -6,8 +6,9 @@ W2 store of the peers suite at ``--size``):
 
 - replaybuf: ``get_next(B)`` of the peers suite's W2 buffer (draw, checks, the read, the dict);
 - read: that buffer's storage read alone at freshly drawn slots (``read_rows``: one ``take``
-  below 4 MiB, the compiled loop split over the cores from there);
-- read-split: the same read with the split forced at any size (the threshold set to 0);
+  below 4 MiB, the compiled loop split over the cores idle at that moment from there);
+- read-split: the same read with the split forced at any size and any load (the threshold
+  set to 0, every core taken as idle);
 - take: ``records.take(slots)``, one thread;
 - gather-floor, gather-1thread, gather-fresh: the peers suite's references (bench/libs/gather_ref.py).
 
@@ -32,17 +33,19 @@ from suites.peers import WORKLOADS  # noqa: E402
 
 
 def read_run(storage, stored: int, batch: int, threshold: int | None = None):
-    """``run(n)``: n storage reads of ``batch`` random slots (``threshold``: the split's, while it runs)."""
+    """``run(n)``: n storage reads of ``batch`` random slots (``threshold``: the split's, while it
+    runs, at any load)."""
     rng = np.random.default_rng(2)
 
     def run(n: int) -> None:
-        saved = row_copy.PARALLEL_BYTES
-        row_copy.PARALLEL_BYTES = saved if threshold is None else threshold
+        saved = row_copy.PARALLEL_BYTES, row_copy.idle_threads
+        if threshold is not None:
+            row_copy.PARALLEL_BYTES, row_copy.idle_threads = threshold, lambda threads: threads
         try:
             for _ in range(n):
                 storage.read(rng.integers(0, stored, batch))
         finally:
-            row_copy.PARALLEL_BYTES = saved
+            row_copy.PARALLEL_BYTES, row_copy.idle_threads = saved
 
     return run
 

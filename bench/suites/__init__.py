@@ -19,7 +19,7 @@ import dataclasses
 import importlib
 from types import ModuleType
 
-SUITES = ("peers", "tf", "jax_core", "frames", "writers", "ray_shards")
+SUITES = ("peers", "tf", "jax_core", "frames", "frames_compressed", "writers", "ray_shards", "minari_load")
 
 
 @dataclasses.dataclass(frozen=True)

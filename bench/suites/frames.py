@@ -73,17 +73,19 @@ def transitions(count: int, axis: int, seed: int = 0):
         frames = following
 
 
-def fill(buffers: dict, stored: int, axis: int) -> dict:
-    """Add the same transitions to every buffer, interleaved; {name: (RSS KB per transition, add us)}."""
+def fill(buffers: dict, items) -> dict:
+    """Add each of ``items`` to every buffer, interleaved; {name: (RSS KB per transition, add us)}."""
     elapsed = dict.fromkeys(buffers, 0.0)
     grown = dict.fromkeys(buffers, 0)
-    for item in transitions(stored, axis):
+    stored = 0
+    for item in items:
         for name, buffer in buffers.items():
             start_rss = rss()
             start = time.perf_counter()
             buffer.add_batch(item)
             elapsed[name] += time.perf_counter() - start
             grown[name] += rss() - start_rss
+        stored += 1
     return {name: (grown[name] / stored / 1000, elapsed[name] / stored * 1e6) for name in buffers}
 
 
@@ -120,27 +122,38 @@ def run(size: str, layout: str = "hwc", numpy_path: bool = False, keys: list[str
     if numpy_path:
         buffers["replaybuf"]._storage.kernels = None
     note = f"layout {layout}, numba kernels: {buffers['replaybuf']._storage.kernels is not None}"
-    filled = fill(buffers, stored, axis)
-    for workload in WORKLOADS:
-        if keys and workload.key not in keys:
-            continue
-        if workload.key == "frames_rss":
+    filled = fill(buffers, transitions(stored, axis))
+    figures([w for w in WORKLOADS if not keys or w.key in keys], buffers, filled, size, {"replaybuf": note})
+
+
+def figures(workloads: list, buffers: dict, filled: dict, size: str, notes: dict, rss=None) -> None:
+    """Emit the figures of frame-buffer workloads: ``*_rss`` (``rss(name)`` bytes per transition
+    when given, else what ``fill`` saw), ``*_add`` (``fill``'s rate) and samples (``get_next``
+    of the batch the workload's ``per_call`` moves, timed by the harness, interleaved)."""
+    for workload in workloads:
+        if workload.key.endswith("_rss"):
             for name in buffers:
-                harness.figure(workload, name, filled[name][0] * 1000, note if name == "replaybuf" else "")
-        elif workload.key == "frames_add":
+                value = rss(name) if rss else filled[name][0] * 1000
+                harness.figure(workload, name, value, notes.get(name, ""))
+        elif workload.key.endswith("_add"):
             for name in buffers:
-                harness.figure(workload, name, 1e6 / filled[name][1], note if name == "replaybuf" else "")
+                harness.figure(workload, name, 1e6 / filled[name][1], notes.get(name, ""))
         else:
             batch = round(workload.per_call * 1e6 / ITEM_BYTES)
             runs = {name: harness.repeat(buffer.get_next, batch) for name, buffer in buffers.items()}
-            harness.measure(workload, runs, harness.TIMINGS[size], {"replaybuf": note})
+            harness.measure(workload, runs, harness.TIMINGS[size], notes)
+
+
+def emit_version() -> None:
+    """Emit the versions the frame suites run on."""
+    import replaybuf
+
+    harness.emit(lib="replaybuf", version=f"replaybuf {replaybuf.__version__}, numpy {np.__version__}")
 
 
 def measure(job: Job, size: str, keys: list[str]) -> None:
     """Both buffers at ``size``, W2's layout."""
-    import replaybuf
-
-    harness.emit(lib="replaybuf", version=f"replaybuf {replaybuf.__version__}, numpy {np.__version__}")
+    emit_version()
     run(size, keys=keys)
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from importlib import metadata
 from pathlib import Path
 
@@ -102,9 +101,7 @@ def _writer_actor(spread: bool):
 
 
 def _rows_per_s(run, rows: int) -> float:
-    start = time.perf_counter()
-    run()
-    return rows / (time.perf_counter() - start)
+    return rows / harness.seconds(lambda _: run(), 1)
 
 
 def shards_figures(shards: int, limited: bool, adds: int, timing: Timing, spread: bool, in_process: dict) -> None:

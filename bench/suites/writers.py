@@ -215,12 +215,8 @@ def _write(add, start, stop, counter, rows: int, pace: float, cpus: set[int] | N
 
 def _sample_for(bench, seconds: float) -> float:
     """Learner batches per second over ``seconds``."""
-    began = time.perf_counter()
-    batches = 0
-    while time.perf_counter() - began < seconds:
-        bench.sample()
-        batches += 1
-    return batches / (time.perf_counter() - began)
+    batches, elapsed = harness.for_seconds(bench.sample, seconds)
+    return batches / elapsed
 
 
 def rates(
@@ -245,13 +241,8 @@ def rates(
             bench.sample()  # warm
         alone = _sample_for(bench, seconds / 2)  # the writers wait: the learner alone, just before
         start.set()
-        began = time.perf_counter()
-        batches = 0
-        while time.perf_counter() - began < seconds:
-            bench.sample()
-            batches += 1
+        batches, elapsed = harness.for_seconds(bench.sample, seconds)
         stop.set()
-        elapsed = time.perf_counter() - began
         for proc in procs:
             proc.join(30)
         codes = [proc.exitcode for proc in procs]
@@ -316,13 +307,8 @@ def rate_limit_demo(seconds: float, spi: float = 8.0, min_size: int = 100, error
             child.start()
             while buffer.num_frames() < min_size:
                 time.sleep(0.001)
-            began = time.perf_counter()
-            samples = 0
-            while time.perf_counter() - began < seconds:
-                buffer.get_next(32)
-                samples += 32
-                time.sleep(0.03)
-            elapsed = time.perf_counter() - began
+            calls, elapsed = harness.for_seconds(lambda buffer=buffer: (buffer.get_next(32), time.sleep(0.03)), seconds)
+            samples = 32 * calls
             state = buffer.rate_limiter.state() if limited else None
             observed = buffer.rate_limiter.observed_range() if limited else None
             inserted = buffer.num_frames()

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from replaybuf.errors import ArgumentError
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
-from replaybuf.samplers.hindsight import STRATEGIES, EpisodeEnds
+from replaybuf.samplers.hindsight import STRATEGIES, EpisodeEnds, kernels, threshold
 
-__all__ = ["HindsightRelabel", "Relabeller", "relabel_part"]
+__all__ = ["Drawn", "HindsightRelabel", "Relabeller", "relabel_part"]
 
 
 def _field(flat: FlatSpec, argument: str, path: str) -> int:
@@ -134,7 +134,9 @@ class Relabeller:
                     f"{achieved.shape} {achieved.dtype}, got {goal.shape} {goal.dtype}"
                 )
         self.reward_spec = flat.leaves[self.reward]
+        self.goal_shape = achieved.shape
         self.ends = EpisodeEnds(ring, episodes)
+        self.threshold, self.strategy = threshold(her.ratio), STRATEGIES.index(her.strategy)  # the kernels' codes
 
     def added(self) -> None:
         self.ends.added()
@@ -145,56 +147,90 @@ class Relabeller:
     def rebuild(self) -> None:
         self.ends.rebuild()
 
-    def pick(
-        self, rng: np.random.Generator, ids: np.ndarray, windows: bool, fields: Sequence[np.ndarray]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``(relabelled, goals)``: which elements of a sample of ``ids`` are relabelled (shaped
-        like the sample without its time axis) and their new goals, read from the stored
-        achieved goals ``fields[achieved]`` (by slot). Under the buffer's lock."""
+    def draw(self, rng: np.random.Generator, ids: np.ndarray, windows: bool, storage: Any) -> Drawn:
+        """Which elements of a sample of ``ids`` are relabelled (each with probability ``ratio``)
+        and their new goals, read from the stored achieved goals (``storage.fields``, by slot).
+        Under the buffer's lock (it reads the storage); ``apply`` writes them into the sample."""
         last = ids[..., -1] if windows else ids
-        coins, goals = self.goals_for(rng, last.reshape(-1), fields, self.her.ratio)
-        return coins.reshape(last.shape), goals
+        width = math.prod(self.goal_shape)
+        raw = rng.bit_generator.random_raw(2 * last.size)
+        flat_last = last.reshape(-1)
+        field, compiled = storage.fields[self.achieved], kernels(self.her.compiled)
+        source = field if field.ndim == 2 else _view(field, (-1, width))
+        if compiled is not None and source is not None:
+            args = (self.threshold, self.strategy, *self.ends.arguments(), source)
+            coins, rows, goals = compiled.relabel(flat_last, raw, *args)
+        else:
+            coins, slots = self.ends.pick(flat_last, raw, self.her.ratio, self.her.strategy)
+            rows = np.flatnonzero(coins)
+            goals = field[slots].reshape(-1, width)
+        return Drawn(coins.reshape(last.shape), rows, goals, ids.shape[-1] if windows else 1)
 
-    def goals_for(
-        self, rng: np.random.Generator, last_ids: np.ndarray, fields: Sequence[np.ndarray], ratio: float = 1.0
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``(coins, goals)`` for elements whose (last) steps have ids ``last_ids`` (1-D): which
-        are relabelled (each with probability ``ratio``) and their new goals, in order."""
-        raw = rng.bit_generator.random_raw(2 * last_ids.shape[0])
-        coins, slots = self.ends.pick(last_ids, raw, ratio, self.her.strategy, self.her.compiled)
-        return coins, fields[self.achieved][slots]
-
-    def apply(self, leaves: list[np.ndarray], relabelled: np.ndarray, goals: np.ndarray, windows: bool) -> None:
-        """Write ``goals`` into the goal fields of the relabelled elements of the sampled
-        ``leaves`` (every step of a window) and their rewards from ``compute_reward``.
+    def apply(self, leaves: list, drawn: Drawn) -> np.ndarray:
+        """Write the drawn goals into the goal fields of the sampled ``leaves`` (every step of a
+        window) and the relabelled items' rewards from ``compute_reward`` (called once, with the
+        achieved goals of those items); returns which elements were relabelled.
 
         Raises:
             ArgumentError: ``compute_reward`` returned other than one reward per relabelled item.
         """
-        if not goals.shape[0]:
-            return
-        touched = (*self.goals, self.achieved, self.reward)
-        if relabelled.ndim:  # rows of a batch
-            rows: Any = np.flatnonzero(relabelled)
-            views = {i: leaves[i] for i in touched}
-        else:  # an unbatched sample: its leaves (scalars too) as rows of one
-            rows = np.zeros(1, np.int64)
-            for i in touched:
+        rows, goals, window = drawn.rows, drawn.goals, drawn.window
+        count, (n, width) = rows.shape[0], (drawn.relabelled.size, goals.shape[1])
+        if not count:
+            return drawn.relabelled
+        if not drawn.relabelled.ndim:  # an unbatched sample: its leaves (scalars too) as rows of one
+            for i in (*self.goals, self.achieved, self.reward):
                 leaves[i] = np.array(leaves[i])
-            views = {i: leaves[i][None] for i in touched}
-        new = goals[:, None] if windows else goals
-        for index in self.goals:
-            views[index][rows] = new
-        achieved = views[self.achieved][rows]
-        shape = achieved.shape[: achieved.ndim - goals.ndim + 1]  # [n] or [n, T]
-        flat = (-1, *goals.shape[1:])
-        desired = np.broadcast_to(new, achieved.shape).reshape(flat) if windows else goals
-        rewards = np.asarray(self.her.compute_reward(achieved.reshape(flat), desired, None))
-        spec = self.reward_spec
-        count = math.prod(shape)
-        if rewards.size != count * math.prod(spec.shape):
+        compiled = kernels(self.her.compiled)
+        outs = tuple(_rows(leaves, i, (n, window, width)) for i in self.goals)
+        achieved = _rows(leaves, self.achieved, (n, window, width))
+        if compiled is None:
+            for out in outs:
+                out[rows] = goals[:, None]
+            seen = achieved[rows]
+        else:
+            seen = compiled.place(outs, achieved, rows, goals)
+        goal, shape = self.goal_shape, self.reward_spec.shape
+        desired = np.repeat(goals, window, axis=0) if window > 1 else goals
+        rewards = np.asarray(self.her.compute_reward(seen.reshape(-1, *goal), desired.reshape(-1, *goal), None))
+        if rewards.size != count * window * math.prod(shape):
             raise ArgumentError(
-                f"compute_reward: expected {count} rewards shaped {spec.shape} (one per relabelled item), "
+                f"compute_reward: expected {count * window} rewards shaped {shape} (one per relabelled item), "
                 f"got an array shaped {rewards.shape}"
             )
-        views[self.reward][rows] = rewards.reshape(*shape, *spec.shape)
+        values = rewards.reshape(count, window, -1).astype(self.reward_spec.dtype, copy=False)
+        out = _rows(leaves, self.reward, (n, window, values.shape[2]))
+        if compiled is None:
+            out[rows] = values
+        else:
+            compiled.scatter(out, rows, values)
+        return drawn.relabelled
+
+
+class Drawn(NamedTuple):
+    """What ``Relabeller.draw`` drew: ``relabelled`` (bool, shaped like the sample without its
+    time axis), the indices ``rows`` of the relabelled elements (flat), their ``goals``
+    ``[count, G]`` and the sample's ``window`` (steps per element, 1 without ``num_steps``)."""
+
+    relabelled: np.ndarray
+    rows: np.ndarray
+    goals: np.ndarray
+    window: int
+
+
+def _view(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``array`` reshaped without a copy, or None where that needs one."""
+    try:
+        return np.reshape(array, shape, copy=False)
+    except ValueError:
+        return None
+
+
+def _rows(leaves: list, index: int, shape: tuple[int, ...]) -> np.ndarray:
+    """A view ``[n, T, width]`` of the sampled leaf ``leaves[index]`` that writes reach; where no
+    view of it has that shape, the leaf is first replaced by a contiguous copy."""
+    leaf = leaves[index]
+    view = leaf.reshape(shape)
+    if not np.may_share_memory(view, leaf):  # reshape had to copy: the sample's leaf becomes that copy
+        leaves[index] = view.reshape(leaf.shape)
+    return view

@@ -28,7 +28,8 @@ from replaybuf.buffers.stream import check_capacity
 from replaybuf.dataset import MAX_SAMPLE_ITEMS
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, SpecMismatchError
 from replaybuf.nest import FlatSpec
-from replaybuf.persistence.state import check_header, require
+from replaybuf.persistence.header import Holds, check_header
+from replaybuf.persistence.state import require
 from replaybuf.ring import StreamRing, append_rows
 from replaybuf.specs import ArraySpec
 from replaybuf.torch.convert import DeviceBatcher
@@ -245,17 +246,18 @@ class ReplayBuffer(TorchCheckpoints):
                 malformed (``head`` or ``count`` disagreeing with ``steps`` included); the
                 buffer is left unchanged.
         """
-        steps, capacity = check_header(state, type(self).__name__, self._flat, self._geometry()), self._ring.capacity
+        capacity = self._ring.capacity
+        if isinstance(state, dict) and "capacity" in state and require(state, "capacity", int) != capacity:
+            raise CheckpointError(f"state['capacity']: saved {state['capacity']}, this buffer has {capacity}")
+        steps = check_header(state, Holds(rng="torch"), self._flat, self._geometry()).steps
         for key, mine in (("head", max(0, steps - capacity) % capacity), ("count", min(max(0, steps), capacity))):
-            if require(state, key, int) != mine:
+            if key in state and require(state, key, int) != mine:  # (another backend's state has neither)
                 raise CheckpointError(f"state[{key!r}]: expected {mine} (from steps={steps}), got {state[key]}")
         super().load_state_dict(state)
 
-    def _geometry(self) -> dict[str, int]:
-        return {"capacity": self._ring.capacity}
-
     def _state(self, export: Any) -> dict:
-        return {**super()._state(export), "head": self.head, "count": self.count}
+        """The stream buffers' state (one stream of ``capacity``) and MindSpore's counters."""
+        return {**super()._state(export), "capacity": self._ring.capacity, "head": self.head, "count": self.count}
 
     # -- internals ---------------------------------------------------------------------------
     def _as_batch(self, exp: Sequence[Any]) -> tuple[Any, ...]:

@@ -12,7 +12,6 @@ One lock guards every write and read, so no read sees an item half written.
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -30,10 +29,14 @@ from replaybuf.dataset import (
 from replaybuf.errors import ArgumentError, CheckpointError
 from replaybuf.hindsight import Relabeller
 from replaybuf.nest import FlatSpec
-from replaybuf.persistence.folder import read_state, write_state
-from replaybuf.persistence.state import check_header, check_rng_state, first_stored_step, require, spec_state
+from replaybuf.persistence.front import Checkpoints
+from replaybuf.persistence.header import Holds, check_header, header
+from replaybuf.persistence.state import check_rng_state, first_stored_step, require, spec_state
 from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
 from replaybuf.ring import StreamRing, append_rows
+from replaybuf.samplers import EpisodeSampler, PrioritySampler
+from replaybuf.samplers.sumtree import priority_mass
+from replaybuf.storages.frames import FrameStorage
 
 __all__ = ["MAX_STORAGE_BYTES", "Part", "StreamBuffer", "check_capacity", "reject_unused"]
 
@@ -42,7 +45,7 @@ MAX_STORAGE_BYTES = 2**62  # the most bytes one storage may span: offsets stay i
 Part = Callable[[FlatSpec, StreamRing], Any]  # builds a storage or sampler for the spec and ring
 
 
-class StreamBuffer(ReplayBuffer):
+class StreamBuffer(Checkpoints, ReplayBuffer):
     """``batch_size`` streams of ``max_length`` items: ring + storage + sampler; see the module.
 
     Args:
@@ -209,10 +212,9 @@ class StreamBuffer(ReplayBuffer):
                 raise
             leaves = self._storage.read(ids % self._ring.capacity)
             if self._relabel is not None:
-                relabelled, goals = self._relabel.pick(self._rng, ids, num_steps is not None, self._storage.fields)
+                drawn = self._relabel.draw(self._rng, ids, num_steps is not None, self._storage)
         if self._relabel is not None:
-            self._relabel.apply(leaves, relabelled, goals, num_steps is not None)
-            extras = {**extras, "relabelled": relabelled}
+            extras = {**extras, "relabelled": self._relabel.apply(leaves, drawn)}
         return self._finish_sample(leaves, ids, probabilities, extras, sample_batch_size, num_steps, time_stacked)
 
     def _finish_sample(
@@ -330,10 +332,13 @@ class StreamBuffer(ReplayBuffer):
         """
         ring = self._ring
         geometry = {"batch_size": ring.batch_size, "max_length": ring.max_length}
-        steps = check_header(state, type(self).__name__, self._flat, geometry)
+        steps, same_rng, new_priorities = check_header(state, self._holds(), self._flat, geometry)
         count, items = self._storage.check_state(self._flat, state)
         first = first_stored_step(steps, count, ring.batch_size, ring.max_length, self._storage.crash_safe)
-        rng_state = check_rng_state(self._rng, require(state, "rng", dict))
+        rng_state = check_rng_state(self._rng, require(state, "rng", dict)) if same_rng else None
+        if new_priorities:  # a state without priorities: every item gets a new item's (docs/persistence.md)
+            mass = priority_mass(1.0, self._sampler.alpha, self._sampler.epsilon)
+            state = {**state, "priorities": {"mass": np.full(count, mass), "max_priority": 1.0}}
         sampler_state = self._sampler.check_state(ring, state, count)
         limiter_state = None if self._limiter is None else self._limiter.check_state(state.get("rate_limiter"))
         with self._lock:
@@ -345,44 +350,30 @@ class StreamBuffer(ReplayBuffer):
                 raise
             ring.reset(steps, first if first > max(0, steps - ring.max_length) else 0)
             self._storage.commit(steps)
-            self._rng.bit_generator.state = rng_state
+            if rng_state is not None:  # another backend's generator state: this buffer keeps its own
+                self._rng.bit_generator.state = rng_state
             self._sampler.load_state(ring, sampler_state)
             if self._relabel is not None:
                 self._relabel.rebuild()
             if self._limiter is not None:
                 self._limiter.load_state(limiter_state)
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write ``state_dict()`` to the checkpoint folder ``path`` atomically (a new version).
+    @property
+    def _lazy_keys(self) -> tuple[str, ...]:  # type: ignore[override]
+        return self._storage.lazy_keys
 
-        The items are written straight from the storage (no snapshot copy), so adds and
-        samples from other threads wait until the save is done.
+    def _saving(self) -> Any:
+        return self._lock  # the state is views of the storage: adds and samples wait
 
-        Raises:
-            CheckpointError: ``path`` exists and is not a checkpoint folder.
-        """
-        with self._lock:
-            write_state(path, self._state(views=True))
-
-    def load(self, path: str | os.PathLike) -> None:
-        """Replace this buffer's state with the checkpoint at ``path``.
-
-        Everything but the item data is verified before the buffer changes; item files are
-        read straight into the storage and verified while reading (no second copy in RAM).
-
-        Raises:
-            CheckpointError: no checkpoint there, a missing, truncated or malformed file, or
-                a state this buffer cannot take: the buffer is left unchanged. An item file
-                whose checksum fails while it is read in: the buffer is left empty.
-        """
-        self.load_state_dict(read_state(path, lazy=self._storage.lazy_keys))
+    def _saved_state(self) -> dict:
+        return self._state(views=True)
 
     # -- internals ---------------------------------------------------------------------------
     def _state(self, views: bool) -> dict:
         ring = self._ring
         first = ring.first_valid_step()
         return {
-            "class": type(self).__name__,
+            "checkpoint": header(self._holds(), type(self).__name__),
             "spec": spec_state(self._flat),
             "batch_size": ring.batch_size,
             "max_length": ring.max_length,
@@ -392,6 +383,16 @@ class StreamBuffer(ReplayBuffer):
             **self._sampler.state(ring),
             **({} if self._limiter is None else {"rate_limiter": self._limiter.state()}),
         }
+
+    def _holds(self) -> Holds:
+        """What this buffer's checkpoints hold beside the items (replaybuf.persistence.header)."""
+        sampler = self._sampler
+        return Holds(
+            priorities=isinstance(sampler, PrioritySampler),
+            episodes=isinstance(sampler, EpisodeSampler) or getattr(sampler, "episodes", None) is not None,
+            frames=isinstance(self._storage, FrameStorage),
+            rate_limiter=self._limiter is not None,
+        )
 
     def _reindex(self) -> None:
         """Derive the sampler's and the relabelling's bookkeeping from the stored items (a

@@ -9,7 +9,6 @@ hands the state pytree (and ``.core`` the description) to a user's own jitted lo
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from functools import partial
@@ -21,18 +20,17 @@ import numpy as np
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive, unstack_time
 from replaybuf.dataset import DeterministicPass, RandomDataset, check_sample_arguments, plan_deterministic_pass
-from replaybuf.errors import ArgumentError, CheckpointError, SpecMismatchError
-from replaybuf.jax.core import Buffer, BufferState, EpisodeState, make_buffer
+from replaybuf.errors import ArgumentError, SpecMismatchError
+from replaybuf.jax.checkpoint import core_state, load_core_state
+from replaybuf.jax.core import Buffer, BufferState, make_buffer
 from replaybuf.jax.rows import pack
-from replaybuf.jax.sumtree import tree_init, tree_update
 from replaybuf.nest import FlatSpec
-from replaybuf.persistence.folder import read_state, write_state
-from replaybuf.persistence.state import check_header, check_items, check_rng_state, first_stored_step, spec_state
+from replaybuf.persistence.front import Checkpoints
+from replaybuf.persistence.state import check_rng_state
 from replaybuf.refusals import no_episode_window
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.choice import check_sampler
-from replaybuf.samplers.episodes import check_episode_state
-from replaybuf.samplers.prioritized import check_priority_state, check_priority_values, priority_update
+from replaybuf.samplers.prioritized import check_priority_values, priority_update
 
 __all__ = ["JaxReplayBuffer", "JaxUniformReplayBuffer"]
 
@@ -62,7 +60,7 @@ def _update(core: Buffer, state: BufferState, ids: jax.Array, priorities: jax.Ar
     return core.update_priorities(state, ids, priorities)
 
 
-class JaxReplayBuffer(ReplayBuffer):
+class JaxReplayBuffer(Checkpoints, ReplayBuffer):
     """``batch_size`` streams of ``max_length`` items in JAX arrays (TF-Agents' API).
 
     Args:
@@ -293,144 +291,35 @@ class JaxReplayBuffer(ReplayBuffer):
             check_priority_values(ids_np, values, self._ring.steps * self._ring.batch_size)
             self._state = _update(self._core, self._state, self._to_ids(ids_np), jnp.asarray(values, jnp.float32))
 
-    # -- checkpoints (docs/persistence.md, docs/jax.md) --------------------------------------
-    @property
-    def _twin(self) -> str:
-        """The NumPy class whose checkpoints this buffer writes and reads (same keys)."""
-        return "PrioritizedReplayBuffer" if self._core.priorities is not None else "UniformReplayBuffer"
-
+    # -- checkpoints (replaybuf.jax.checkpoint; docs/persistence.md, docs/jax.md) -------------
     def state_dict(self) -> dict:
-        """A plain snapshot with the NumPy twin's keys (``class`` is ``UniformReplayBuffer`` or
-        ``PrioritizedReplayBuffer``): a folder saved here loads into that NumPy buffer of the
-        same spec and geometry, and back. Items come back to the spec's dtypes; an
-        episode-aware buffer adds the NumPy index's ``episodes`` (each slot's position in its
-        episode, each stream's last position and whether its episode ended).
+        """A plain snapshot in the backend-neutral format (docs/persistence.md): a folder saved
+        here loads into any buffer of the same spec and geometry that can hold it (NumPy,
+        torch, TF, ...). Items come back to the spec's dtypes; an episode-aware buffer adds the
+        NumPy index's ``episodes``; ``rng`` is the host generator that keys every sample.
         """
         with self._lock:
-            ring = self._ring
-            ids = ring.stream_ids().T.ravel()  # id order: step by step, streams within a step
-            slots = jnp.asarray((ids % ring.capacity).astype(np.int32))  # small: no wrap with x64 off
-            read = self._core.treedef.flatten_up_to(_read(self._core, self._state, slots))
-            items = {
-                str(i): np.asarray(leaf).astype(spec.dtype)
-                for i, (leaf, spec) in enumerate(zip(read, self._flat.leaves, strict=True))
-            }
-            state = {
-                "class": self._twin,
-                "spec": spec_state(self._flat),
-                "batch_size": ring.batch_size,
-                "max_length": ring.max_length,
-                "steps": ring.steps,
-                "items": items,
-                "rng": self._rng.bit_generator.state,
-            }
-            priorities = self._state.priorities
-            if priorities is not None:
-                masses = np.asarray(priorities.trees.sums[-1])[ids % ring.capacity].astype(np.float64)
-                state["priorities"] = {"mass": masses, "max_priority": float(priorities.max_priority)}
-            if self._state.episodes is not None:
-                state["episodes"] = self._episode_state(self._state.episodes)
-            return state
-
-    def _episode_state(self, episodes: Any) -> dict:
-        """The episode state in the NumPy ``EpisodeIndex``'s keys (positions by slot)."""
-        ring = self._ring
-        position = np.asarray(episodes.position).reshape(-1).astype(np.int64)
-        last = np.full(ring.batch_size, -1, np.int64)
-        if ring.steps:
-            last = position[ring.slot(ring.steps - 1) + np.arange(ring.batch_size)]
-        return {"position": position, "last": last, "ended": np.asarray(episodes.next_position) == 0}
+            rng = self._rng.bit_generator.state
+            return core_state(self._core, self._flat, self._state, self._ring.steps, type(self).__name__, rng)
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore a ``state_dict()`` of this class or of its NumPy twin.
+        """Restore a ``state_dict()`` of any buffer of this spec and geometry that it can hold
+        (a state without priorities into a prioritized buffer: every item at priority 1.0).
 
         Raises:
-            CheckpointError: a state of another class, data_spec or geometry, or malformed
-                (for an episode-aware buffer: ``episodes`` missing or not what adds could
-                have produced); the buffer is left unchanged.
+            CheckpointError: a state of another data_spec or geometry, holding what this
+                buffer cannot, or malformed (for an episode-aware buffer: ``episodes``
+                missing or not what adds could have produced); the buffer is left unchanged.
         """
-        ring = self._ring
-        geometry = {"batch_size": ring.batch_size, "max_length": ring.max_length}
-        steps = check_header(state, self._twin, self._flat, geometry)
-        leaves = check_items(self._flat, state, range(len(self._flat.leaves)), (np.ndarray,))
-        count = leaves[0].shape[0] if leaves else 0
-        first = first_stored_step(steps, count, ring.batch_size, ring.max_length, crash_safe=False)
-        check_rng_state(self._rng, state.get("rng"))
-        masses = self._check_masses(state, count)
-        episodes = None
-        if self._core.episodes is not None:
-            saved = check_episode_state(ring, state.get("episodes"), steps, count)
-            episodes = self._loaded_episodes(saved, first, steps)
-        rows = np.arange(first, steps) % ring.max_length
-        storage = []
-        for leaf, dtype in zip(leaves, self._core.dtypes, strict=True):
-            stored = np.zeros((ring.max_length, ring.batch_size, *leaf.shape[1:]), dtype)
-            stored[rows] = leaf.reshape(len(rows), ring.batch_size, *leaf.shape[1:])
-            storage.append(stored)
-        fresh = self._core.init()
-        new = fresh._replace(
-            rows=_packed(self._core, storage),
-            steps=jnp.asarray(steps, fresh.steps.dtype),
-            episodes=episodes,
-        )
-        if masses is not None:
-            mass, largest = masses
-            slots = (np.arange(first * ring.batch_size, steps * ring.batch_size) % ring.capacity).astype(np.int32)
-            branching = self._core.priorities.branching
-            trees = tree_update(tree_init(ring.capacity, branching), jnp.asarray(slots), jnp.asarray(mass))
-            new = new._replace(priorities=new.priorities._replace(trees=trees, max_priority=jnp.float32(largest)))
-        new = self._core.rebuild(new)  # the valid-start count and window tree, from the loaded state
+        new, steps, same_rng = load_core_state(self._core, self._flat, state, "PCG64")
+        rng_state = check_rng_state(self._rng, state.get("rng")) if same_rng else None
         if self._device is not None:
             new = jax.device_put(new, self._device)
         with self._lock:
             self._state = new
-            ring.reset(steps)
-            self._rng.bit_generator.state = state["rng"]
-
-    def _loaded_episodes(self, checked: dict, first: int, steps: int) -> EpisodeState:
-        """The core's episode state from checked ``episodes`` arrays: positions of the stored
-        steps (others 0) and the next position of each stream; the count of valid starts is
-        left to ``Buffer.rebuild``."""
-        ring = self._ring
-        saved = checked["position"].reshape(ring.max_length, ring.batch_size)
-        rows = np.arange(first, steps) % ring.max_length
-        position = np.zeros((ring.max_length, ring.batch_size), np.int32)
-        position[rows] = saved[rows]  # at most the step: fits the steps counter's dtype
-        following = np.where(checked["ended"], 0, checked["last"] + 1).astype(np.int32)
-        return EpisodeState(jnp.asarray(position), jnp.asarray(following), jnp.zeros((), jnp.int32))
-
-    def _check_masses(self, state: dict, count: int) -> tuple[np.ndarray, float] | None:
-        """The saved masses as float32 (what the core's trees hold): the NumPy buffers'
-        checks, and masses beyond float32's range refused by name (never rounded to 0 or inf)."""
-        if self._core.priorities is None:
-            return None
-        mass, largest = check_priority_state(state.get("priorities"), count)
-        info = np.finfo(np.float32)
-        outside = ~((mass >= info.tiny) & (mass <= info.max))
-        if outside.any():
-            raise CheckpointError(
-                f"state['priorities']['mass']: expected masses a float32 tree can hold ([{info.tiny}, {info.max}]), "
-                f"got {mass[outside][:3].tolist()} at rows {np.flatnonzero(outside)[:3].tolist()}"
-            )
-        return mass.astype(np.float32), largest
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write ``state_dict()`` to the checkpoint folder ``path`` (the NumPy buffers' format).
-
-        Raises:
-            CheckpointError: ``path`` exists and is not a checkpoint folder.
-        """
-        write_state(path, self.state_dict())
-
-    def load(self, path: str | os.PathLike) -> None:
-        """Replace this buffer's state with the checkpoint at ``path`` (written by this class
-        or its NumPy twin of the same spec and geometry).
-
-        Raises:
-            CheckpointError: no checkpoint there, a damaged file, or a state this buffer
-                cannot take; the buffer is left unchanged.
-        """
-        self.load_state_dict(read_state(path))
+            self._ring.reset(steps)
+            if rng_state is not None:  # another backend's generator state: this buffer keeps its own
+                self._rng.bit_generator.state = rng_state
 
     # -- internals -----------------------------------------------------------------------------
     def _fresh_state(self) -> BufferState:

@@ -3,11 +3,13 @@
 Level 0 is the root (one node), the last level holds one leaf per slot, padded with zeros
 up to a multiple of ``K ** (depth - 1)``: every node below the root has K children, the root
 as many as the size needs (at most K), so 1M slots take 1M leaves, not ``8 ** 7`` = 2M.
-An update writes the leaves, then *recomputes* every touched parent from its children,
-level by level (the top levels whole): no delta is ever propagated, so sums cannot drift
-however many updates a tree sees. A descent reads the K children of
-the current node for every draw at once (a ``[n, K]`` gather per level) on the CPU; other
-platforms descend in two wide steps (``wide_descend``).
+An update writes the leaves, then *recomputes* parents from their children, level by
+level: no delta is ever propagated, so sums cannot drift however many updates a tree sees.
+On the CPU an update recomputes only the touched parents (the top levels whole) and a
+descent reads the K children of the current node for every draw at once (a ``[n, K]``
+gather per level). Other platforms, where each of those steps would be a small kernel
+waiting for the one before, recompute every level whole (reductions XLA fuses) and descend
+in two wide steps (``wide_descend``). ``forced_tree_path`` picks one path on any platform (tests).
 
 The min tree has no leaf level of its own: its lowest level is the minimum of the sum
 tree's leaves that are above 0 (an empty or padded slot holds 0, a stored item a positive
@@ -17,6 +19,7 @@ mass), computed from the same row the sum tree gathers; +inf where there is none
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -24,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["Trees", "forced_descent", "tree_depth", "tree_init", "tree_update", "tree_descend"]
+__all__ = ["Trees", "forced_tree_path", "tree_depth", "tree_init", "tree_update", "tree_descend"]
 
 
 class Trees(NamedTuple):
@@ -74,7 +77,16 @@ def tree_update(trees: Trees, slots: jax.Array, masses: jax.Array, after: jax.Ar
     A slot at or past the leaf level's size is dropped (the caller marks entries to skip that
     way). Duplicate slots: one of their masses is kept (which one is unspecified). ``after``:
     a value computed from other reads of these levels, which the writes must wait for.
+    On the CPU only the touched parents are recomputed (levels of at most ``DENSE_CHILDREN``
+    children whole); on other platforms every level whole (see the module).
     """
+    if _FORCED is not None:
+        return _FORCED[1](trees, slots, masses, after)
+    return lax.platform_dependent(trees, slots, masses, after, cpu=_touched_update, default=_whole_update)
+
+
+def _update(trees: Trees, slots: jax.Array, masses: jax.Array, after: jax.Array | None, dense_children: float) -> Trees:
+    """``tree_update``, recomputing whole every level of at most ``dense_children`` children."""
     sums, mins = list(trees.sums), list(trees.mins)
     leaves = len(sums) - 1
     # The writes wait for the roots: every read of these levels by the update that made them
@@ -91,7 +103,7 @@ def tree_update(trees: Trees, slots: jax.Array, masses: jax.Array, after: jax.Ar
     for level in range(leaves - 1, -1, -1):
         fan_out = _fan_out(sums, level)
         index = index // fan_out  # an out-of-range slot stays out of range one level up
-        dense = sums[level + 1].shape[0] <= DENSE_CHILDREN  # a small level: recomputed whole
+        dense = sums[level + 1].shape[0] <= dense_children  # a level recomputed whole
         safe = jnp.minimum(index, sums[level].shape[0] - 1)
         # a level seen as [parents, K]: one row gather per parent (cheaper than K indices)
         children = sums[level + 1].reshape(-1, fan_out)
@@ -107,6 +119,10 @@ def tree_update(trees: Trees, slots: jax.Array, masses: jax.Array, after: jax.Ar
     return Trees(tuple(sums), tuple(mins))
 
 
+_touched_update = functools.partial(_update, dense_children=DENSE_CHILDREN)
+_whole_update = functools.partial(_update, dense_children=float("inf"))
+
+
 def tree_descend(sums: tuple, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The leaf under each target mass in ``[0, root)`` (the first leaf whose prefix sum
     exceeds it) and that leaf's mass. Rounding can never land on a zero-mass child: a child
@@ -115,24 +131,26 @@ def tree_descend(sums: tuple, targets: jax.Array) -> tuple[jax.Array, jax.Array]
 
     On the CPU the descent goes level by level (``level_descend``); on other platforms, where
     each level would be a small kernel of its own waiting for the one above, it takes two
-    wide steps (``wide_descend``). ``forced_descent`` picks one path on any platform (tests)."""
+    wide steps (``wide_descend``). ``forced_tree_path`` picks one path on any platform (tests)."""
     if _FORCED is not None:
-        return _FORCED(sums, targets)
+        return _FORCED[0](sums, targets)
     return lax.platform_dependent(sums, targets, cpu=level_descend, default=wide_descend)
 
 
-_FORCED = None  # the descent forced by ``forced_descent``, else None (chosen by platform)
+_FORCED = None  # (descent, update) forced by ``forced_tree_path``, else None (chosen by platform)
 
 
 @contextlib.contextmanager
-def forced_descent(path: str) -> Iterator[None]:
-    """Within the block, every descent traced takes ``path`` ('levels' or 'wide') on any platform.
+def forced_tree_path(path: str) -> Iterator[None]:
+    """Within the block, every descent and update traced takes ``path`` on any platform:
+    'levels' (the CPU's: level by level, touched parents) or 'wide' (every other platform's:
+    two wide descent steps, every level recomputed whole).
 
     JAX's caches are cleared on the way in and out, so no program traced under one choice
     is reused under the other."""
     global _FORCED
     before = _FORCED
-    _FORCED = {"levels": level_descend, "wide": wide_descend}[path]
+    _FORCED = {"levels": (level_descend, _touched_update), "wide": (wide_descend, _whole_update)}[path]
     jax.clear_caches()
     try:
         yield

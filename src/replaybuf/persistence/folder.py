@@ -34,6 +34,7 @@ import math
 import os
 import re
 import shutil
+import weakref
 import zlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -60,6 +61,7 @@ _VERSION = re.compile(r"^v(\d{6,})$")
 _TEMP = re.compile(r"^\.tmp-v\d{6,}-\d+$|^" + POINTER + r"\.tmp$")
 _CHUNK = 1 << 21  # 2 MiB per write step: its bounce copy stays in cache
 _READ_CHUNK = 1 << 25  # 32 MiB per read step: large requests read a cold file faster
+_READ_ATTEMPTS = 3  # versions a load tries when saves keep replacing the one it opens
 
 
 def write_state(path: str | os.PathLike, state: dict) -> Path:
@@ -108,11 +110,27 @@ def read_state(path: str | os.PathLike, lazy: Sequence[str] = ()) -> dict:
     those under the top-level keys in ``lazy``: they come as :class:`StoredArray` handles
     whose data a buffer reads straight into its storage (verified while reading).
 
+    A save into the same folder meanwhile (another thread or process) does not break it:
+    each file is opened when its header is checked and read through that handle, and a
+    version replaced before its files were opened is read again from ``CURRENT``.
+
     Raises:
         CheckpointError: no checkpoint there, or a file is missing, truncated or corrupt,
             or it was written by a newer format; nothing is returned in part.
     """
     root = Path(path)
+    attempt = 1
+    while True:
+        try:
+            return _read_state(root, lazy)
+        except _Vanished:  # a save into the folder replaced the version while it was opened
+            if attempt == _READ_ATTEMPTS:
+                raise
+            attempt += 1
+
+
+def _read_state(root: Path, lazy: Sequence[str]) -> dict:
+    """``read_state`` of one version: its files opened (so a later save may delete them)."""
     expected_crc = None
     if (root / POINTER).is_file():
         version, expected_crc = _read_pointer(root / POINTER)
@@ -123,6 +141,10 @@ def read_state(path: str | os.PathLike, lazy: Sequence[str] = ()) -> dict:
         raise CheckpointError(f"{root}: no replaybuf checkpoint here (neither {POINTER} nor {MANIFEST})")
     try:
         manifest_bytes = (folder / MANIFEST).read_bytes()
+    except FileNotFoundError as err:
+        raise (_Vanished if expected_crc is not None else CheckpointError)(
+            f"{folder / MANIFEST}: cannot read the manifest ({err})"
+        ) from None
     except OSError as err:
         raise CheckpointError(f"{folder / MANIFEST}: cannot read the manifest ({err})") from None
     if expected_crc is not None and zlib.crc32(manifest_bytes) != expected_crc:
@@ -140,7 +162,7 @@ def read_state(path: str | os.PathLike, lazy: Sequence[str] = ()) -> dict:
     state = manifest.get("state")
     if not isinstance(state, dict):
         raise CheckpointError(f"{folder / MANIFEST}: the state is not a dict")
-    opened = {key: _decode(value, folder) for key, value in state.items()}  # every header checked
+    opened = {key: _decode(value, folder, expected_crc is not None) for key, value in state.items()}
     return {key: value if key in lazy else _materialize(value) for key, value in opened.items()}
 
 
@@ -193,13 +215,15 @@ def _encode(value: Any, key: str, folder: Path, files: list[str]) -> Any:
     raise ArgumentError(f"state{key}: expected a dict, list, NumPy array or JSON scalar, got {type(value).__name__}")
 
 
-def _decode(value: Any, folder: Path) -> Any:
+def _decode(value: Any, folder: Path, current: bool) -> Any:
+    """The manifest's state with each array entry as a checked, opened StoredArray; ``current``:
+    the version was found through ``CURRENT`` (a file gone is a version replaced meanwhile)."""
     if isinstance(value, dict):
         if _ARRAY_KEY in value:
-            return _open_npy(folder, value)
-        return {k: _decode(v, folder) for k, v in value.items()}
+            return _open_npy(folder, value, current)
+        return {k: _decode(v, folder, current) for k, v in value.items()}
     if isinstance(value, list):
-        return [_decode(v, folder) for v in value]
+        return [_decode(v, folder, current) for v in value]
     return value
 
 
@@ -229,6 +253,10 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class _Vanished(CheckpointError):
+    """A file of the version named by ``CURRENT`` is gone: a save replaced the version meanwhile."""
+
+
 class ArrayRun:
     """An array given as consecutive row blocks (views), streamed without joining them first.
 
@@ -252,9 +280,14 @@ class StoredArray:
     straight into its storage (``read_into``) instead of through a temporary copy.
     """
 
-    def __init__(self, path: Path, entry: dict, header_size: int, shape: tuple, dtype: np.dtype):
+    def __init__(self, path: Path, entry: dict, header_size: int, shape: tuple, dtype: np.dtype, file: Any = None):
         self.path, self._entry, self._header_size = path, entry, header_size
         self.shape, self.dtype = shape, dtype
+        # the file stays open from its header check on, so a save replacing the version
+        # (it deletes the old files) cannot take it away before it is read
+        self._file = file
+        if file is not None:
+            weakref.finalize(self, file.close)
 
     def read(self) -> np.ndarray:
         """The array, verified. Raises CheckpointError: unreadable, truncated or corrupt."""
@@ -274,7 +307,10 @@ class StoredArray:
             raise CheckpointError(f"{self.path}: holds {self.shape} {self.dtype}, the target is {shape} {target.dtype}")
         run = _as_run(target)
         try:
-            with open(self.path, "rb", buffering=0) as f, _Checksum() as crc:
+            f = self._file if self._file is not None else open(self.path, "rb", buffering=0)  # noqa: SIM115
+            self._file = None
+            with f, _Checksum() as crc:
+                f.seek(0)
                 if hasattr(os, "posix_fadvise"):  # Linux: a larger read-ahead window
                     os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
                 crc.feed(f.read(self._header_size))
@@ -416,8 +452,8 @@ def _write_when(f: Any, ready: Future, block: np.ndarray) -> None:
         view = view[f.write(view) :]
 
 
-def _open_npy(folder: Path, entry: dict) -> StoredArray:
-    """Check an array file's name, size and header against its manifest entry."""
+def _open_npy(folder: Path, entry: dict, current: bool = False) -> StoredArray:
+    """Open an array file and check its name, size and header against its manifest entry."""
     name = entry.get(_ARRAY_KEY)
     if not isinstance(name, str) or "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
         raise CheckpointError(f"{folder / MANIFEST}: bad array file name {name!r:.80}")
@@ -430,21 +466,27 @@ def _open_npy(folder: Path, entry: dict) -> StoredArray:
     ):
         raise CheckpointError(f"{folder / MANIFEST}: the entry of {name!r} is malformed ({entry!r:.160})")
     try:
-        with open(path, "rb", buffering=0) as f:
-            size = os.fstat(f.fileno()).st_size
-            if size != entry["bytes"]:
-                raise CheckpointError(f"{path}: {size} bytes, the manifest says {entry['bytes']}; truncated or corrupt")
-            shape, fortran, dtype = read_npy_header(f, path)
-            header_size = f.tell()
+        f = open(path, "rb", buffering=0)  # noqa: SIM115 - kept open by the StoredArray
+    except FileNotFoundError as err:
+        raise (_Vanished if current else CheckpointError)(f"{path}: cannot read ({err})") from None
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read ({err})") from None
-    if fortran or list(shape) != entry["shape"] or dtype.str != entry["dtype"]:
-        raise CheckpointError(
-            f"{path}: header says {shape} {dtype.str}, the manifest says {entry['shape']} {entry['dtype']}; corrupt"
-        )
-    if header_size + math.prod(shape) * dtype.itemsize != size:
-        raise CheckpointError(f"{path}: size does not match its header; truncated or corrupt")
-    return StoredArray(path, entry, header_size, tuple(shape), dtype)
+    try:
+        size = os.fstat(f.fileno()).st_size
+        if size != entry["bytes"]:
+            raise CheckpointError(f"{path}: {size} bytes, the manifest says {entry['bytes']}; truncated or corrupt")
+        shape, fortran, dtype = read_npy_header(f, path)
+        header_size = f.tell()
+        if fortran or list(shape) != entry["shape"] or dtype.str != entry["dtype"]:
+            raise CheckpointError(
+                f"{path}: header says {shape} {dtype.str}, the manifest says {entry['shape']} {entry['dtype']}; corrupt"
+            )
+        if header_size + math.prod(shape) * dtype.itemsize != size:
+            raise CheckpointError(f"{path}: size does not match its header; truncated or corrupt")
+    except BaseException:
+        f.close()
+        raise
+    return StoredArray(path, entry, header_size, tuple(shape), dtype, f)
 
 
 def read_npy_header(f: Any, path: Path) -> tuple[tuple[int, ...], bool, np.dtype]:

@@ -5,7 +5,8 @@ A state is plain (dicts with string keys, lists, NumPy arrays, JSON scalars) so 
 manifest. Loading validates everything first and raises
 :class:`~replaybuf.errors.CheckpointError` before anything changes, so a rejected state
 leaves the buffer as it was. The NumPy, torch and MindSpore-style buffers validate their
-common keys (``class``, ``spec``, geometry, ``steps``, ``items``) here, with one set of rules.
+common keys (``spec``, geometry, ``steps``, ``items``) here, with one set of rules; the header
+(what a state holds, and whether a buffer can hold it) is :mod:`replaybuf.persistence.header`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ __all__ = [
     "ID_ROOM",
     "MAX_ID",
     "SPEC_KEYS",
-    "check_header",
     "check_items",
     "check_rng_state",
     "check_spec_state",
@@ -83,25 +83,6 @@ def require(state: Any, key: str, kind: type | tuple[type, ...]) -> Any:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise CheckpointError(f"state[{key!r}]: expected {_kind_name(kind)}, got {type(value).__name__}")
     return value
-
-
-def check_header(state: Any, class_name: str, flat: FlatSpec, geometry: dict[str, int]) -> int:
-    """The ``steps`` of a state saved by a ``class_name`` buffer of ``flat``'s spec and this
-    ``geometry`` (key -> size, e.g. batch_size and max_length); CheckpointError otherwise."""
-    if require(state, "class", str) != class_name:
-        raise CheckpointError(f"state['class']: saved from a {state['class']:.80}, cannot load into a {class_name}")
-    check_spec_state(flat, require(state, "spec", dict))
-    for key, mine in geometry.items():
-        if require(state, key, int) != mine:
-            raise CheckpointError(f"state[{key!r}]: saved {state[key]}, this buffer has {mine}")
-    steps = require(state, "steps", int)
-    largest = max_steps(geometry.get("batch_size", 1))
-    if not 0 <= steps <= largest:
-        raise CheckpointError(
-            f"state['steps']: expected an int in [0, {largest}] (ids are int64: steps x batch_size "
-            f"stays below 2**62), got {steps}"
-        )
-    return steps
 
 
 def check_items(

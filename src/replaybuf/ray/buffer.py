@@ -41,8 +41,11 @@ from replaybuf.buffers.uniform import UniformReplayBuffer
 from replaybuf.dataset import DeterministicPass, check_sample_arguments, plan_deterministic_pass
 from replaybuf.errors import ArgumentError, CheckpointError, ReplayBufferError
 from replaybuf.nest import FlatSpec
+from replaybuf.persistence.folder import POINTER, read_state, write_state
+from replaybuf.persistence.header import describe
 from replaybuf.rate_limiters import check_rate_limiter, check_timeout
 from replaybuf.ray.dataset import ShardedRandomDataset
+from replaybuf.ray.gathered import gather_states, split_state
 from replaybuf.ray.remote import SHARD_DOWN, Limiter, ShardUnavailableError, call, get, limiter_config
 from replaybuf.ray.shard import Shard
 from replaybuf.ray.writer import ShardWriter
@@ -619,26 +622,34 @@ class ShardedReplayBuffer(ReplayBuffer):
         return None if self._limiter is None else call(self._limiter.observed_range, retry_timeout=self._retry_timeout)
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike, *, gather: bool = False) -> None:
         """Save every shard in parallel under ``path`` (``shard-NNN`` checkpoint folders),
         then the manifest (geometry, rate limiter counters, the versions written) last.
 
+        ``gather=True`` writes one ordinary checkpoint folder instead: the shards' items
+        joined into one ring of ``batch_size`` streams (replaybuf.ray.gathered), which any
+        buffer of that spec and geometry loads (docs/persistence.md). Every shard must hold
+        the same steps; the items pass through this process.
+
         Raises:
-            ShardUnavailableError: a shard missed the deadline (no manifest is written).
+            ShardUnavailableError: a shard missed the deadline (nothing is written).
+            CheckpointError: ``gather=True`` and the shards hold different steps.
         """
+        if gather:
+            states = self._shard_call("save", [a.state_dict.remote() for a in self._actors])
+            rng = self._rng.bit_generator.state
+            write_state(path, gather_states(states, self._shards, self._batch_size, rng, self.rate_limiter_state()))
+            return
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
-        refs = [a.save.remote(str(root / f"shard-{k:03d}")) for k, a in enumerate(self._actors)]
-        try:
-            versions = get(refs, timeout=self._call_timeout)
-        except SHARD_DOWN as err:
-            raise ShardUnavailableError(f"save: a shard did not save ({type(err).__name__})") from None
+        versions = self._shard_call(
+            "save", [a.save.remote(str(root / f"shard-{k:03d}")) for k, a in enumerate(self._actors)]
+        )
         manifest = {
             "format": FORMAT,
             "shards": self._shards,
             "batch_size": self._batch_size,
             "max_length": self._max_length,
-            "buffer_class": self._buffer_class.__name__,
             "versions": [os.path.relpath(v, root) for v in versions],
             "rate_limiter": self.rate_limiter_state(),
         }
@@ -649,25 +660,28 @@ class ShardedReplayBuffer(ReplayBuffer):
             os.fsync(f.fileno())
         os.replace(temp, root / MANIFEST)
 
+    def _shard_call(self, what: str, refs: list) -> list:
+        try:
+            return get(refs, timeout=self._call_timeout)
+        except SHARD_DOWN as err:
+            raise ShardUnavailableError(f"{what}: a shard did not answer ({type(err).__name__})") from None
+
     def load(self, path: str | os.PathLike) -> None:
-        """Load a ``save(path)`` into every shard (in parallel) and the limiter.
+        """Load a ``save(path)`` into every shard (in parallel) and the limiter, or split one
+        checkpoint folder (``save(path, gather=True)``, or any buffer's ``save`` of this spec
+        and geometry) over the shards.
 
         Raises:
-            CheckpointError: no manifest (an unfinished or foreign checkpoint), another
-                geometry or buffer class, or a shard folder that fails its checks.
+            CheckpointError: a sharded checkpoint of another geometry, a shard folder that
+                fails its checks, or a one-folder checkpoint this buffer cannot hold (checked
+                whole before any shard changes).
         """
         root = Path(path)
-        try:
-            manifest = json.loads((root / MANIFEST).read_text())
-        except (OSError, ValueError) as err:
-            raise CheckpointError(f"{root}: expected a sharded checkpoint with {MANIFEST}, got {err}") from None
-        expected = {
-            "format": FORMAT,
-            "shards": self._shards,
-            "batch_size": self._batch_size,
-            "max_length": self._max_length,
-            "buffer_class": self._buffer_class.__name__,
-        }
+        manifest = _sharded_manifest(root)
+        if manifest is None:
+            self._load_one_folder(root)
+            return
+        expected = {"shards": self._shards, "batch_size": self._batch_size, "max_length": self._max_length}
         for key, value in expected.items():
             if manifest.get(key) != value:
                 raise CheckpointError(f"{root}/{MANIFEST}[{key!r}]: expected {value!r}, got {manifest.get(key)!r}")
@@ -679,6 +693,38 @@ class ShardedReplayBuffer(ReplayBuffer):
         get([a.load.remote(str(root / f"shard-{k:03d}")) for k, a in enumerate(self._actors)])
         if self._limiter is not None:
             call(self._limiter.load_state, manifest["rate_limiter"], retry_timeout=self._retry_timeout)
+        self._masses.clear()
+        self._fresh = False
+
+    def _load_one_folder(self, root: Path) -> None:
+        """Check a one-folder checkpoint whole (in a probe buffer of the shards' class and this
+        geometry), then hand each shard its streams and the limiter its counters."""
+        state = read_state(root)
+        limiter = None
+        if isinstance(state, dict) and isinstance(state.get("checkpoint"), dict):
+            header = state["checkpoint"]
+            if "rate_limiter" in state and self._limiter is not None:  # the limiter actor holds it: check there
+                limiter = call(self._limiter.check_state, state["rate_limiter"], retry_timeout=self._retry_timeout)
+                state = {k: v for k, v in state.items() if k != "rate_limiter"}
+                state["checkpoint"] = dict(header, rate_limiter=False)
+            elif header.get("rate_limiter") is True or self._limiter is not None:
+                saved = "holds" if header.get("rate_limiter") is True else "holds no"
+                raise CheckpointError(
+                    f"state['rate_limiter']: the checkpoint {saved} rate limiter counters, this buffer differs"
+                )
+        with tempfile.TemporaryDirectory() as scratch:
+            options = {**self._buffer_options, **({"path": scratch} if "path" in self._buffer_options else {})}
+            probe = self._buffer_class(
+                self._flat.data_spec, batch_size=self._batch_size, max_length=self._max_length, **options
+            )
+            probe.load_state_dict(state)  # every check, before any shard changes
+            checked = probe.state_dict()
+        parts = split_state(checked, self._shards, self._batch_size)
+        self._shard_call("load", [a.load_state_dict.remote(p) for a, p in zip(self._actors, parts, strict=True)])
+        if describe(state).rng == "PCG64":
+            self._rng.bit_generator.state = checked["rng"]
+        if limiter is not None:
+            call(self._limiter.load_state, limiter, retry_timeout=self._retry_timeout)
         self._masses.clear()
         self._fresh = False
 
@@ -707,3 +753,21 @@ class ShardedReplayBuffer(ReplayBuffer):
             f"ShardedReplayBuffer(shards={self._shards}, batch_size={self._batch_size}, "
             f"max_length={self._max_length}, buffer_class={self._buffer_class.__name__})"
         )
+
+
+def _sharded_manifest(root: Path) -> dict | None:
+    """The manifest of a sharded checkpoint at ``root``; None when ``root`` is an ordinary
+    checkpoint folder (``CURRENT``, or a version folder's own manifest)."""
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+    except FileNotFoundError:
+        if (root / POINTER).exists():
+            return None
+        raise CheckpointError(f"{root}: expected a sharded checkpoint with {MANIFEST} or a checkpoint folder") from None
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{root}: expected a sharded checkpoint with {MANIFEST}, got {err}") from None
+    if isinstance(manifest, dict) and manifest.get("format") == "replaybuf-checkpoint":
+        return None  # a version folder
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{root}/{MANIFEST}['format']: expected {FORMAT!r}, got {manifest!r:.80}")
+    return manifest

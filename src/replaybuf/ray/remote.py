@@ -151,6 +151,9 @@ class Limiter:
     def state(self) -> dict:
         return self.rules.state()
 
+    def check_state(self, state: Any) -> dict:
+        return self.rules.check_state(state)
+
     def load_state(self, state: dict) -> None:
         self.rules.load_state(state)
 

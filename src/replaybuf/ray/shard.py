@@ -242,6 +242,16 @@ class Shard:
                 self.since_checkpoint = 0
             return str(write_state(folder, state))
 
+    def state_dict(self) -> dict:
+        """The buffer's ``state_dict()`` (a gathered checkpoint joins every shard's)."""
+        return self.buffer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Replace the buffer with a checked part of a one-folder checkpoint (the writers'
+        numbering goes on: their later adds follow the loaded items)."""
+        with self.lock:
+            self.buffer.load_state_dict(state)
+
     def load(self, folder: str) -> None:
         """Replace the buffer and bookkeeping with the checkpoint in ``folder``."""
         state = read_state(folder)

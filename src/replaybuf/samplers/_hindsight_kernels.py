@@ -1,25 +1,30 @@
-"""The compiled twin of ``replaybuf.samplers.hindsight.EpisodeEnds.pick`` (numba: ``replaybuf[fast]``).
+"""The compiled goal draws and writes of ``replaybuf.hindsight`` (numba: ``replaybuf[fast]``).
 
 One pass over a sample's elements instead of some twenty NumPy calls: the relabel coin and
 the goal step of each element, from the same raw 64-bit draws and by the same rules as the
-NumPy version (see there). Compiled on first use and cached on disk (``cache=True``).
+NumPy version (``EpisodeEnds.pick``), then the goals read from the stored achieved goals.
+Compiled on first use and cached on disk (``cache=True``).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import literal_unroll, njit
 
-__all__ = ["pick", "warm_up"]
+from replaybuf.samplers.hindsight import UNIT
+
+__all__ = ["pick", "place", "relabel", "scatter", "warm_up"]
 
 
 @njit(cache=True, nogil=True)
 def pick(
     last_ids, raw, threshold, strategy, end, position, steps, first, batch, capacity
 ):  # pragma: no cover - compiled
-    """``(coins, goal_slots, count)``: see ``EpisodeEnds.pick``; the first ``count`` goal slots are used."""
+    """``(coins, rows, slots)``: which elements are relabelled, the indices of those that are and
+    their goals' slots; the arguments as for ``EpisodeEnds.pick`` and ``EpisodeEnds.arguments``."""
     n = last_ids.shape[0]
     coins = np.zeros(n, np.bool_)
+    rows = np.empty(n, np.int64)
     slots = np.empty(n, np.int64)
     count = 0
     for i in range(n):
@@ -28,7 +33,6 @@ def pick(
         coins[i] = True
         last = last_ids[i]
         slot = last % capacity
-        stream = last % batch
         step = last // batch
         stop = end[slot]
         if stop < 0:
@@ -37,13 +41,65 @@ def pick(
             goal = stop
         else:
             low = step if strategy == 0 else max(step - position[slot], first)
-            goal = low + np.int64(raw[n + i] % np.uint64(stop - low + 1))
-        slots[count] = (goal * batch + stream) % capacity
+            goal = low + np.int64(np.float64(raw[n + i] >> np.uint64(11)) * UNIT * np.float64(stop - low + 1))
+        goal_slot = slot + (goal - step) * batch  # the same stream, within one ring length of the slot
+        if goal_slot >= capacity:
+            goal_slot -= capacity
+        elif goal_slot < 0:
+            goal_slot += capacity
+        rows[count] = i
+        slots[count] = goal_slot
         count += 1
-    return coins, slots, count
+    return coins, rows[:count], slots[:count]
+
+
+@njit(cache=True, nogil=True)
+def relabel(
+    last_ids, raw, threshold, strategy, end, position, steps, first, batch, capacity, source
+):  # pragma: no cover - compiled
+    """``(coins, rows, goals)``: ``pick``, then the goals ``[count, G]`` read from ``source`` (the
+    stored achieved goals, ``[capacity, G]``)."""
+    coins, rows, slots = pick(last_ids, raw, threshold, strategy, end, position, steps, first, batch, capacity)
+    count = rows.shape[0]
+    width = source.shape[1]
+    goals = np.empty((count, width), source.dtype)
+    for j in range(count):  # each goal's first and last element first: a tight loop whose cache misses overlap
+        goals[j, 0] = source[slots[j], 0]
+        goals[j, width - 1] = source[slots[j], width - 1]
+    for j in range(count):  # then the rest, from cache
+        for g in range(1, width - 1):
+            goals[j, g] = source[slots[j], g]
+    return coins, rows, goals
+
+
+@njit(cache=True, nogil=True)
+def scatter(out, rows, values):  # pragma: no cover - compiled
+    """``out[rows] = values`` for ``out`` ``[n, T, W]`` and ``values`` ``[len(rows), T, W]``."""
+    for j in range(rows.shape[0]):
+        for t in range(out.shape[1]):
+            for g in range(out.shape[2]):
+                out[rows[j], t, g] = values[j, t, g]
+
+
+@njit(cache=True, nogil=True)
+def place(outs, achieved, rows, goals):  # pragma: no cover - compiled
+    """Write ``goals`` (``[len(rows), W]``) into rows ``rows`` of every ``[n, T, W]`` array of
+    ``outs`` (every step), then return those rows of ``achieved`` (``[n, T, W]``), as a new array."""
+    window, width = achieved.shape[1], achieved.shape[2]
+    seen = np.empty((rows.shape[0], window, width), achieved.dtype)
+    for j in range(rows.shape[0]):
+        row = rows[j]
+        for out in literal_unroll(outs):  # the goal fields' views may differ in layout
+            for t in range(window):
+                for g in range(width):
+                    out[row, t, g] = goals[j, g]
+        for t in range(window):
+            for g in range(width):
+                seen[j, t, g] = achieved[row, t, g]
+    return seen
 
 
 def warm_up() -> None:
     """Compile (or load from the disk cache) the kernel on a tiny episode."""
     one = np.zeros(1, np.int64)
-    pick(one, np.zeros(2, np.uint64), np.uint64(1), 0, np.full(1, -1, np.int64), one, 1, 0, 1, 1)
+    relabel(one, np.zeros(2, np.uint64), np.uint64(1), 0, np.full(1, -1, np.int64), one, 1, 0, 1, 1, np.zeros((1, 1)))

@@ -16,9 +16,10 @@ import numpy as np
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import EpisodeIndex
 
-__all__ = ["STRATEGIES", "EpisodeEnds", "kernels"]
+__all__ = ["STRATEGIES", "UNIT", "EpisodeEnds", "kernels", "threshold"]
 
 STRATEGIES = ("future", "final", "episode")
+UNIT = 2.0**-53  # a 53-bit draw times this is uniform in [0, 1)
 
 
 class EpisodeEnds:
@@ -82,31 +83,25 @@ class EpisodeEnds:
         self.end[slots] = np.where(following == np.iinfo(np.int64).max, -1, following)
         self.finished = int((self.end >= 0).sum())
 
-    def pick(
-        self, last_ids: np.ndarray, raw: np.ndarray, ratio: float, strategy: str, compiled: bool | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def arguments(self) -> tuple:
+        """The compiled kernels' arguments after the coin threshold and the strategy's code:
+        the ends, the positions and the ring's geometry."""
+        ring = self.ring
+        return self.end, self.index.position, ring.steps, ring.first_valid_step(), ring.batch_size, ring.capacity
+
+    def pick(self, last_ids: np.ndarray, raw: np.ndarray, ratio: float, strategy: str) -> tuple[np.ndarray, np.ndarray]:
         """``(coins, goal_slots)`` for elements whose (last) steps have ids ``last_ids`` (1-D):
         ``coins[i]`` says whether element i is relabelled (``raw[i] >> 11 < ratio * 2**53``), and
         ``goal_slots`` holds the slots of the relabelled elements' goals, in order: a step of the
         element's episode chosen by ``strategy`` (``"future"``: at or after the element's step,
         ``"final"``: the episode's last stored step, ``"episode"``: any stored step of it;
-        uniformly, as ``raw[n + i] % span``). ``raw``: ``2 n`` uint64 draws.
-        ``compiled`` as for ``kernels`` (the numba twin when installed)."""
+        uniformly, as ``floor((raw[n + i] >> 11) * 2**-53 * span)``). ``raw``: ``2 n`` uint64 draws. The NumPy twin of
+        the compiled ``_hindsight_kernels.pick`` (same draws)."""
         ring, n = self.ring, last_ids.shape[0]
-        threshold = np.uint64(min(int(ratio * 2**53), 2**53))
-        code = STRATEGIES.index(strategy)
-        compiled_pick = kernels(compiled)
-        if compiled_pick is not None:
-            coins, slots, count = compiled_pick(
-                last_ids, raw, threshold, code, self.end, self.index.position,
-                ring.steps, ring.first_valid_step(), ring.batch_size, ring.capacity,
-            )  # fmt: skip
-            return coins, slots[:count]
-        coins = (raw[:n] >> np.uint64(11)) < threshold
+        coins = (raw[:n] >> np.uint64(11)) < threshold(ratio)
         chosen, draws = last_ids[coins], raw[n:][coins]
-        batch = ring.batch_size
         slots = chosen % ring.capacity
-        stream, step = chosen % batch, chosen // batch
+        step = chosen // ring.batch_size
         end = self.end[slots]
         end = np.where(end < 0, ring.steps - 1, end)  # -1: still open, it ends at the newest step
         if strategy == "final":
@@ -115,17 +110,22 @@ class EpisodeEnds:
             low = (
                 step if strategy == "future" else np.maximum(step - self.index.position[slots], ring.first_valid_step())
             )
-            goal = low + (draws % (end - low + 1).astype(np.uint64)).astype(np.int64)
-        return coins, (goal * batch + stream) % ring.capacity
+            goal = low + ((draws >> np.uint64(11)).astype(np.float64) * UNIT * (end - low + 1)).astype(np.int64)
+        return coins, (slots + (goal - step) * ring.batch_size) % ring.capacity
 
 
-_compiled: Any = False  # not looked up yet; then the numba kernel, or None without numba
+def threshold(ratio: float) -> np.uint64:
+    """The coin threshold of ``ratio``: an element is relabelled when its draw ``>> 11`` is below it."""
+    return np.uint64(min(int(ratio * 2**53), 2**53))
+
+
+_compiled: Any = False  # not looked up yet; then the numba kernels module, or None without numba
 
 
 def kernels(compiled: bool | None = None) -> Any:
-    """The compiled ``pick`` when ``compiled`` is None and numba is importable (compiled or
-    loaded from the disk cache once), None (NumPy) when False; True insists on numba
-    (ImportError without it)."""
+    """The compiled kernels (``_hindsight_kernels``: ``pick``, ``relabel``) when ``compiled`` is
+    None and numba is importable (compiled or loaded from the disk cache once), None (NumPy)
+    when False; True insists on numba (ImportError without it)."""
     global _compiled
     if compiled is False:
         return None
@@ -134,7 +134,7 @@ def kernels(compiled: bool | None = None) -> Any:
             from replaybuf.samplers import _hindsight_kernels
 
             _hindsight_kernels.warm_up()
-            _compiled = _hindsight_kernels.pick
+            _compiled = _hindsight_kernels
         except ImportError:
             _compiled = None
     if _compiled is None and compiled:

@@ -16,17 +16,17 @@ import numpy as np
 from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive
 from replaybuf.buffers.stream import reject_unused
 from replaybuf.dataset import DeterministicPass, RandomDataset, check_sample_arguments, plan_deterministic_pass
-from replaybuf.errors import ArgumentError, BufferClosedError, CheckpointError, EmptyBufferError
+from replaybuf.errors import ArgumentError, BufferClosedError, EmptyBufferError
 from replaybuf.nest import FlatSpec
-from replaybuf.persistence.folder import read_state, write_state
-from replaybuf.persistence.state import check_rng_state, check_spec_state, spec_state
+from replaybuf.persistence.front import Checkpoints
 from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
 from replaybuf.refusals import empty, no_episode_window, overwritten_while_read, window_too_long
 from replaybuf.ring import STEPS, WriterCursors
 from replaybuf.samplers.choice import check_sampler
 from replaybuf.samplers.episodes import episode_markers
-from replaybuf.samplers.prioritized import check_priority_state, priority_update
+from replaybuf.samplers.prioritized import priority_update
 from replaybuf.samplers.split import MassSplit
+from replaybuf.shared import checkpoint
 from replaybuf.shared.episodes import SegmentEpisodes
 from replaybuf.shared.layout import HELD, OWNER, Layout, pid_alive
 from replaybuf.shared.priorities import SegmentPriorities
@@ -42,7 +42,7 @@ _MAX_REDRAWS = 100
 _MAX_EPISODE_REDRAWS = 1000  # rounds of redrawing the windows that crossed an episode's end
 
 
-class SharedReplayBuffer(ReplayBuffer):
+class SharedReplayBuffer(Checkpoints, ReplayBuffer):
     """``writers`` segments of ``batch_size`` streams x ``max_length`` steps in shared memory.
 
     Each actor process adds through its own ``writer(i)`` handle (no lock between writers);
@@ -550,129 +550,26 @@ class SharedReplayBuffer(ReplayBuffer):
             if self._windows is not None:
                 self._windows.cleared()
 
-    # -- checkpoints ------------------------------------------------------------------------
+    # -- checkpoints (replaybuf.shared.checkpoint) ----------------------------------------
     def state_dict(self) -> dict:
-        """A consistent copy: each segment cut at one committed step, items that a writer
-        overwrote during the copy cut off its old end."""
+        """A consistent copy in the backend-neutral format: one ring of ``writers x batch_size``
+        streams while every writer holds the same steps, else one segment per writer."""
         self._check_open()
         with self._lock:
-            low, high = self._bounds()
-            segments = {}
-            for w in range(self._writers):
-                start, stop = int(low[w]), int(high[w])
-                steps = np.arange(start, stop)
-                rows = self._records.take(self._slots(w, steps[:, None], np.arange(self._batch_size)))
-                first = max(start, self._commits.overwritten_below()[w], 0)  # read after the copy
-                rows = rows[first - start :]
-                segments[str(w)] = {
-                    "steps": stop,
-                    "items": {str(i): rows[name] for i, name in enumerate(self._names)},
-                }
-            state = {**self._geometry_state(), "segments": segments, "rng": self._rng.bit_generator.state}
-            if self._limiter is not None:
-                state["rate_limiter"] = self._limiter.state()
-            if self._priorities is not None:
-                state["priorities"] = self._priority_state(low, high, segments)
-            return state
-
-    def _priority_state(self, low: np.ndarray, high: np.ndarray, segments: dict) -> dict:
-        """The tree masses of the saved items (segment by segment, step-major) and the max priority."""
-        priorities = self._priorities
-        priorities.take_in(low.tolist(), high.tolist())  # steps committed since the last draw: max priority
-        masses = []
-        for w in range(self._writers):
-            stop = segments[str(w)]["steps"]
-            count = segments[str(w)]["items"]["0"].shape[0]
-            masses.append(priorities.masses(w, stop - count, stop))
-        return {"mass": np.concatenate(masses), "max_priority": float(priorities.max_priority)}
-
-    def _geometry_state(self) -> dict:
-        return {
-            "class": type(self).__name__,
-            "spec": spec_state(self._flat),
-            "writers": self._writers,
-            "batch_size": self._batch_size,
-            "max_length": self._max_length,
-        }
+            return checkpoint.state_of(self)
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore a ``state_dict()``; writers must not be adding meanwhile.
+        """Restore a ``state_dict()`` of this or any buffer of ``writers x batch_size`` streams of
+        ``max_length`` (docs/persistence.md, "Across backends"); writers must not be adding meanwhile.
 
         Raises:
-            CheckpointError: a state of another class, spec or geometry, or malformed; the
-                buffer is left unchanged.
+            CheckpointError: a state of another spec or geometry, holding what this buffer
+                cannot, or malformed; the buffer is left unchanged.
         """
         self._check_open()
-        expected = self._geometry_state()
-        if not isinstance(state, dict):
-            raise CheckpointError(f"state: expected a dict, got {type(state).__name__}")
-        check_spec_state(self._flat, state.get("spec"))
-        for key in ("class", "writers", "batch_size", "max_length"):
-            if state.get(key) != expected[key]:
-                raise CheckpointError(f"state[{key!r}]: saved {state.get(key)!r}, this buffer has {expected[key]!r}")
-        segments = state.get("segments")
-        if not isinstance(segments, dict) or sorted(segments) != sorted(map(str, range(self._writers))):
-            raise CheckpointError(f"state['segments']: expected one entry per writer, got {segments!r:.80}")
-        checked = []
-        for w in range(self._writers):
-            segment = segments[str(w)]
-            steps = segment.get("steps") if isinstance(segment, dict) else None
-            items = segment.get("items") if isinstance(segment, dict) else None
-            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0 or not isinstance(items, dict):
-                raise CheckpointError(f"state['segments'][{w!r}]: expected steps (int >= 0) and items")
-            leaves = [items.get(str(i)) for i in range(len(self._flat.leaves))]
-            count = leaves[0].shape[0] if isinstance(leaves[0], np.ndarray) else -1
-            if not 0 <= count <= min(steps, self._max_length):
-                raise CheckpointError(f"state['segments'][{w!r}]: {count} steps do not fit steps={steps}")
-            for leaf, spec, path in zip(leaves, self._flat.leaves, self._flat.paths, strict=True):
-                want = (count, self._batch_size, *spec.shape)
-                if not isinstance(leaf, np.ndarray) or leaf.shape != want or leaf.dtype != spec.dtype:
-                    got = f"{leaf.shape} {leaf.dtype}" if isinstance(leaf, np.ndarray) else type(leaf).__name__
-                    raise CheckpointError(f"state['segments'][{w!r}] {path}: expected {want} {spec.dtype}, got {got}")
-            checked.append((steps, count, leaves))
-        limiter_state = state.get("rate_limiter")
-        if self._limiter is not None:
-            self._limiter.check_state(limiter_state)
-        check_rng_state(self._rng, state.get("rng"))
-        masses = None
-        if self._priorities is not None and "priorities" in state:  # (a uniform buffer's checkpoint has none)
-            total = sum(count for _, count, _ in checked) * self._batch_size
-            masses = check_priority_state(state["priorities"], total)
+        plan = checkpoint.check_state(self, state)
         with self._lock:
-            for w, (steps, count, leaves) in enumerate(checked):
-                cursor = WriterCursors(self._cursors[w], self._max_length)
-                cursor.reset()
-                step_ids = np.arange(steps - count, steps)
-                slots = self._slots(w, step_ids[:, None], np.arange(self._batch_size))
-                for name, leaf in zip(self._names, leaves, strict=True):
-                    self._records[name][slots] = leaf
-                cursor.reset(steps, steps - count)
-            self._rng.bit_generator.state = state["rng"]
-            if self._limiter is not None:
-                self._limiter.load_state(limiter_state)
-            if masses is not None:
-                bounds = [(steps - count, steps) for steps, count, _ in checked]
-                cuts = np.cumsum([count * self._batch_size for _, count, _ in checked])[:-1]
-                self._priorities.load(bounds, np.split(masses[0], cuts), masses[1])
-            elif self._priorities is not None:  # from a uniform buffer's checkpoint: every item at 1.0
-                self._priorities.cleared()
-            if self._episodes is not None:  # positions are read again from the loaded records
-                self._episodes.cleared()
-            if self._windows is not None:
-                self._windows.cleared()
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write ``state_dict()`` to the checkpoint folder ``path`` (docs/persistence.md's format)."""
-        write_state(path, self.state_dict())
-
-    def load(self, path: str | os.PathLike) -> None:
-        """Replace this buffer's items, counters and RNG with the checkpoint at ``path``.
-
-        Raises:
-            CheckpointError: no checkpoint there, a corrupt one, or one this buffer cannot
-                take; the buffer is left unchanged.
-        """
-        self.load_state_dict(read_state(path))
+            checkpoint.load_state(self, plan)
 
     # -- life -------------------------------------------------------------------------------
     def close(self) -> None:

@@ -5,7 +5,8 @@ A sample of image records copies scattered rows of tens of KB. NumPy's ``take`` 
 one thread (and holds the GIL for structured records); from ``PARALLEL_BYTES`` on, the rows
 are copied by a compiled loop of ``memcpy`` calls (numba, no GIL), the slots cut between
 the threads. Below the threshold (bench W2's 32 image rows) a second thread's hand-over
-costs what it saves (figures: docs/design.md, "Measured choices").
+costs what it saves, and so does a split while the other cores are busy: a read splits
+only over the cores idle at that moment (figures: docs/design.md, "Measured choices").
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from functools import cache, partial
 
 import numpy as np
 
-from replaybuf.storages.threads import run_split
+from replaybuf.storages.threads import idle_threads, run_split
 
 __all__ = ["PARALLEL_BYTES", "read_rows"]
 
@@ -46,11 +47,14 @@ def _copy_rows() -> Callable[..., None] | None:
 
 
 def read_rows(records: np.ndarray, slots: np.ndarray, threads: int) -> np.ndarray:
-    """``records.take(slots)`` for a 1-D C-contiguous ``records``, split over ``threads``
-    threads when it copies at least ``PARALLEL_BYTES`` (and every slot is in range: otherwise
-    ``take`` raises as it would)."""
+    """``records.take(slots)`` for a 1-D C-contiguous ``records``, split over up to ``threads``
+    threads (the idle cores' worth) when it copies at least ``PARALLEL_BYTES`` (and every slot
+    is in range: otherwise ``take`` raises as it would)."""
     row_bytes = records.dtype.itemsize
     if threads <= 1 or slots.size * row_bytes < PARALLEL_BYTES or not records.flags.c_contiguous:
+        return records.take(slots)
+    threads = idle_threads(threads)
+    if threads <= 1:
         return records.take(slots)
     flat = np.ascontiguousarray(slots, np.int64).reshape(-1)
     copy = _copy_rows()

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["usable_threads", "run_split"]
+__all__ = ["usable_threads", "idle_threads", "run_split"]
 
+LOADAVG = "/proc/loadavg"  # its fourth field: runnable threads / all threads
 _pool: tuple[int, int, ThreadPoolExecutor] | None = None  # (process id, workers, executor)
 _pool_lock = threading.Lock()
 
@@ -29,6 +30,22 @@ def usable_threads() -> int:
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
     return max(1, min(4, cores))
+
+
+def idle_threads(threads: int) -> int:
+    """``threads``, cut to this thread plus the cores no other runnable thread waits for right now
+    (Linux's /proc/loadavg counts the runnable threads, this one included); ``threads`` where
+    that count cannot be read. A part handed to a thread that waits for a core finishes after
+    the whole read would have in one thread (docs/design.md, "Measured choices")."""
+    try:
+        fd = os.open(LOADAVG, os.O_RDONLY)
+        try:
+            runnable = int(os.read(fd, 128).split()[3].split(b"/")[0])
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, IndexError):
+        return threads
+    return max(1, min(threads, (os.cpu_count() or 1) - runnable + 1))
 
 
 def _executor(workers: int) -> ThreadPoolExecutor:

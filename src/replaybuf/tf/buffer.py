@@ -36,6 +36,7 @@ from replaybuf.tf import datasets
 from replaybuf.tf.convert import convert_batch
 from replaybuf.tf.iteration import exact_iteration, fast_iteration
 from replaybuf.tf.slots import SlotStore, read_variable
+from replaybuf.tf.state import TFCheckpoints
 
 __all__ = ["TFEmptyBufferError", "TFUniformReplayBuffer"]
 
@@ -73,14 +74,16 @@ def _generator(seed: int | None) -> tf.random.Generator:
     return tf.random.Generator.from_seed(int(global_seed) * 2**31 + int(op_seed))
 
 
-class TFUniformReplayBuffer(tf.Module, ReplayBuffer):
+class TFUniformReplayBuffer(TFCheckpoints, tf.Module, ReplayBuffer):
     """``batch_size`` streams of ``max_length`` items in tf.Variables, sampled uniformly.
 
     A drop-in for TF-Agents' ``TFUniformReplayBuffer``: ``add_batch`` takes one step of
     every stream (leading dimension ``batch_size``; NumPy arrays, Python numbers or
     tensors), ``get_next`` and ``as_dataset`` sample windows of ``num_steps`` consecutive
     items of one stream that never pass the write head, and the buffer is a ``tf.Module``:
-    ``tf.train.Checkpoint(rb=buffer)`` saves and restores its contents and counters.
+    ``tf.train.Checkpoint(rb=buffer)`` saves and restores its contents and counters, and
+    ``save(path)`` / ``load(path)`` (``state_dict`` / ``load_state_dict``) move them to and
+    from every other backend (replaybuf.tf.state, docs/persistence.md).
 
     Args:
         data_spec: a nest (tuple, namedtuple, dict) of tf.TensorSpec, ArraySpec or

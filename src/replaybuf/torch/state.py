@@ -4,9 +4,8 @@
 and the generator state is ``torch.Generator.get_state()`` (a CPU uint8 tensor); everything
 else is plain (str, int, lists), so ``torch.save(rb.state_dict(), f)`` and
 ``torch.load(f, weights_only=True)`` round-trip it. The keys are those of the NumPy buffers
-(docs/persistence.md): ``class``, ``spec``, the geometry (``batch_size``, ``max_length``; a
-buffer may name it otherwise through ``_geometry``), ``steps``, ``items`` (valid items only,
-id order), ``rng``.
+(docs/persistence.md): ``checkpoint`` (the backend-neutral header), ``spec``, the geometry
+(``batch_size``, ``max_length``), ``steps``, ``items`` (valid items only, id order), ``rng``.
 
 ``save(path)`` / ``load(path)`` write and read the same checkpoint folders as the NumPy
 buffers (``replaybuf.persistence``), and a state is checked by the same rules
@@ -16,21 +15,22 @@ storage (through host memory from a CUDA one), the generator state as a uint8 ar
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import torch
 
 from replaybuf.errors import CheckpointError
-from replaybuf.persistence.folder import ArrayRun, StoredArray, read_state, write_state
-from replaybuf.persistence.state import check_header, check_items, first_stored_step, ring_views, spec_state
+from replaybuf.persistence.folder import ArrayRun, StoredArray
+from replaybuf.persistence.front import Checkpoints
+from replaybuf.persistence.header import Holds, check_header, header
+from replaybuf.persistence.state import check_items, first_stored_step, ring_views, spec_state
 from replaybuf.torch.convert import as_torch_dtype
 
 __all__ = ["TorchCheckpoints"]
 
 
-class TorchCheckpoints:
+class TorchCheckpoints(Checkpoints):
     """``state_dict`` / ``load_state_dict`` / ``save`` / ``load`` for the torch buffers.
 
     Mixed into TorchUniformReplayBuffer and the MindSpore-style ReplayBuffer; it uses the
@@ -57,7 +57,7 @@ class TorchCheckpoints:
                 the buffer is left unchanged.
         """
         ring = self._ring
-        steps = check_header(state, type(self).__name__, self._flat, self._geometry())
+        steps, same_rng, _ = check_header(state, Holds(rng="torch"), self._flat, self._geometry())
         kinds = (torch.Tensor, np.ndarray, StoredArray)
 
         def dtypes(spec: Any) -> tuple:
@@ -72,36 +72,26 @@ class TorchCheckpoints:
                 )
         count = leaves[0].shape[0] if leaves else 0
         first = first_stored_step(steps, count, ring.batch_size, ring.max_length, crash_safe=False)
-        rng = _generator_state(state.get("rng"), self._device)
+        rng = _generator_state(state.get("rng"), self._device) if same_rng else None  # else: keep this one
         with self._lock, torch.no_grad():  # a state's tensor that requires grad copies as data
             ring.reset()  # stays empty if a file fails its checksum while read in
             start = ring.slot(first)
             for tensor, leaf in zip(self._storage.tensors, leaves, strict=True):
                 _fill(ring_views(tensor, start, count), leaf)
             ring.reset(steps)
-            self._rng.set_state(rng)
+            if rng is not None:
+                self._rng.set_state(rng)
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the state to the checkpoint folder ``path`` atomically (a new version).
+    _lazy_keys = ("items",)
 
-        Items are streamed from a CPU storage without a copy (adds wait meanwhile).
+    def _saving(self) -> Any:
+        return self._lock
 
-        Raises:
-            CheckpointError: ``path`` exists and is not a checkpoint folder.
-        """
-        with self._lock:
-            state = self._state(_host_run)
-            state["rng"] = state["rng"].numpy()
-            write_state(path, state)
-
-    def load(self, path: str | os.PathLike) -> None:
-        """Replace this buffer's state with the checkpoint folder at ``path``.
-
-        Raises:
-            CheckpointError: as for the NumPy buffers' ``load``: nothing changes, except an
-                item file failing its checksum while read in, which leaves the buffer empty.
-        """
-        self.load_state_dict(read_state(path, lazy=("items",)))
+    def _saved_state(self) -> dict:
+        """Items as host views (CPU storage: no copy), the generator state as a uint8 array."""
+        state = self._state(_host_run)
+        state["rng"] = state["rng"].numpy()
+        return state
 
     def _geometry(self) -> dict[str, int]:
         """The sizes a state must match, by key: the ring's streams and their length."""
@@ -113,7 +103,7 @@ class TorchCheckpoints:
         count = (ring.steps - first) * ring.batch_size
         start = ring.slot(first)
         return {
-            "class": type(self).__name__,
+            "checkpoint": header(Holds(rng="torch"), type(self).__name__),
             "spec": spec_state(self._flat),
             **self._geometry(),
             "steps": ring.steps,

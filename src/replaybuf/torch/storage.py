@@ -91,7 +91,9 @@ class RowLayout:
             if leaf.shape[1] == 0:
                 continue
             if leaf.stride(1) != 1:
-                leaf = leaf.contiguous()
+                # a size-1 axis may carry any stride (NumPy's x[:, None] has 0): contiguous() keeps it,
+                # but a dtype view wants 1, which for such a tensor is the same memory
+                leaf = leaf.as_strided(leaf.shape, (leaf.shape[1], 1)) if leaf.is_contiguous() else leaf.contiguous()
             blocks.append(leaf.view(torch.uint8))
         used = sum(block.shape[1] for block in blocks)
         if used < self.row_bytes:

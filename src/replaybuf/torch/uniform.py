@@ -19,9 +19,11 @@ from replaybuf.buffer import BufferInfo, check_positive
 from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.dataset import check_sample_arguments
 from replaybuf.errors import ArgumentError
+from replaybuf.hindsight import HindsightRelabel
 from replaybuf.torch.captured import CapturedSampler
 from replaybuf.torch.convert import DeviceBatcher
 from replaybuf.torch.dataset import TorchDataset
+from replaybuf.torch.hindsight import hindsight_parts
 from replaybuf.torch.sampler import TorchUniformSampler
 from replaybuf.torch.state import TorchCheckpoints
 from replaybuf.torch.storage import TorchStorage
@@ -71,13 +73,19 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
             graph on a GPU; ``replaybuf.torch.captured``): every ``get_next`` of that shape
             returns the same tensors, overwritten by the next call, so clone what you keep.
             Until every stream is full, samples are eager (new tensors each call).
+        her: a ``replaybuf.HindsightRelabel``: windows stay inside one episode and goals are
+            relabelled as by the NumPy buffers with ``respect_episodes=True`` (the same draws
+            for the same seed; ``replaybuf.torch.hindsight``, docs/her.md).
+        episode_end_field: with ``her``, the bool leaf that ends an episode (default: a
+            ``step_type`` leaf), as for the NumPy buffers.
 
     Checkpoints: ``state_dict()`` (tensors) / ``load_state_dict(state)``, ``save(path)`` /
     ``load(path)`` (replaybuf.torch.state, docs/persistence.md).
 
     Raises:
         ArgumentError: batch_size, max_length or dataset_window_shift is not a positive int;
-            capture is not a bool.
+            capture is not a bool; her is not a HindsightRelabel or comes with capture=True;
+            episode_end_field without her.
         SpecError: the data_spec cannot be built, or a dtype has no PyTorch equivalent.
     """
 
@@ -92,20 +100,26 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
         capture: bool = False,
+        her: HindsightRelabel | None = None,
+        episode_end_field: str | None = None,
         _single_stream: bool = False,
     ):
         if capture.__class__ is not bool:
             raise ArgumentError(f"capture: expected True or False, got {capture!r:.80}")
+        if her is not None and capture:
+            raise ArgumentError(f"her: expected None with capture=True (relabelling is drawn on the host), got {her!r}")
         self._device = as_device(device)
+        episodes, relabel = hindsight_parts(her, episode_end_field, self._device, seed, lambda: self._storage)
         super().__init__(
             data_spec,
             batch_size,
             max_length,
             storage=lambda flat, ring: TorchStorage(flat.leaves, ring.capacity, self._device),
-            sampler=lambda flat, ring: TorchUniformSampler(self._device),
+            sampler=episodes or (lambda flat, ring: TorchUniformSampler(self._device)),
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,
             single_stream=_single_stream,
+            relabel=relabel,
         )
         self._validate = DeviceBatcher(self._flat, self._device).batch
         self._rng = make_generator(self._device, seed)

@@ -1,0 +1,205 @@
+"""Checkpoint soaks (issue 34): adds, samples, saves and loads at once, and SIGKILLs during
+saves, for REPLAYBUF_SOAK_SECONDS per buffer family (default 2 s, so ``make test`` runs them
+briefly; docs/persistence.md, "Soaks", has the long mode and its figures).
+
+Every sample's items match its ids (no torn read), every folder a load finds loads whole and
+matches its ids (no torn checkpoint), and the last save, loaded into a twin, holds exactly the
+buffer's items (none lost). Each test prints its counts (``pytest -s`` shows them).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import replaybuf
+from conformance_data import SPEC, assert_items_match_ids, step_batch
+from replaybuf.errors import CheckpointError
+
+SECONDS = float(os.environ.get("REPLAYBUF_SOAK_SECONDS", "2"))
+pytestmark = pytest.mark.timeout(int(SECONDS * 3) + 120)
+
+
+def _stored(rb) -> np.ndarray:
+    """The buffer's stored ids, checking every item against its id."""
+    items = rb.gather_all()
+    ids = np.asarray(items["id"].cpu() if hasattr(items["id"], "cpu") else items["id"])
+    assert_items_match_ids({k: v for k, v in _numpy(items).items()}, ids)
+    return ids
+
+
+def _numpy(items):
+    return {
+        k: _numpy(v) if isinstance(v, dict) else np.asarray(v.cpu() if hasattr(v, "cpu") else v)
+        for k, v in items.items()
+    }
+
+
+def _thread_soak(make, tmp_path) -> Counter:
+    """An adder, a sampler, a saver and a loader thread on one buffer for SECONDS."""
+    rb, twin = make(), make()
+    folder = tmp_path / "ckpt"
+    counts: Counter = Counter()
+    errors: list = []
+    end = time.monotonic() + SECONDS
+
+    def run(body):
+        def loop():
+            try:
+                while time.monotonic() < end:
+                    body()
+            except BaseException as err:  # reported by the test, not lost in the thread
+                errors.append(err)
+
+        return threading.Thread(target=loop)
+
+    def add():
+        rb.add_batch(step_batch(counts["adds"], 2))
+        counts["adds"] += 1
+
+    def sample():
+        if rb.num_frames():
+            items, info = rb.get_next(8)
+            assert_items_match_ids(_numpy(items), np.asarray(info.ids.cpu() if hasattr(info.ids, "cpu") else info.ids))
+            counts["reads"] += 1
+
+    def save():
+        rb.save(folder)
+        counts["saves"] += 1
+
+    def load():
+        if (folder / "CURRENT").exists():
+            twin.load(folder)
+            _stored(twin)
+            counts["loads"] += 1
+
+    threads = [run(body) for body in (add, sample, save, load)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    rb.save(folder)
+    twin.load(folder)
+    counts["lost"] = int(np.setxor1d(_stored(rb), _stored(twin)).size)
+    assert counts["lost"] == 0 and counts["saves"] and counts["loads"] and counts["reads"]
+    return counts
+
+
+FAMILIES = {
+    "numpy": lambda: replaybuf.UniformReplayBuffer(SPEC, 2, 64, seed=0),
+    "prioritized": lambda: replaybuf.PrioritizedReplayBuffer(SPEC, 2, 64, seed=0),
+    "torch": lambda: __import__("replaybuf.torch", fromlist=["x"]).TorchUniformReplayBuffer(SPEC, 2, 64, seed=0),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_threads_adding_sampling_saving_and_loading_at_once(family, tmp_path):
+    if family == "torch":
+        pytest.importorskip("torch")
+    counts = _thread_soak(FAMILIES[family], tmp_path)
+    print(f"soak {family} {SECONDS:.0f} s: {dict(counts)}")
+
+
+def _save_forever(rb, folder) -> None:  # pragma: no cover - a forked child, killed by the test
+    while True:
+        rb.save(folder)
+
+
+def test_shared_buffer_writer_processes_and_sigkilled_saves(tmp_path):
+    """Two writer processes add while a forked child saves in a loop and is SIGKILLed at
+    random times; after every kill the folder loads whole (the old version or the new)."""
+    from shared_workers import write_until_closed
+
+    spawn = multiprocessing.get_context("spawn")
+    fork = multiprocessing.get_context("fork")
+    rb = replaybuf.SharedReplayBuffer(SPEC, 2, 2, 64, seed=0)
+    twin = replaybuf.SharedReplayBuffer(SPEC, 2, 2, 64, seed=0)
+    writers = [spawn.Process(target=write_until_closed, args=(rb.writer(w), 0)) for w in range(2)]
+    for process in writers:
+        process.start()
+    folder, counts, rng = tmp_path / "ckpt", Counter(), random.Random(0)
+    try:
+        started = time.monotonic()
+        while not rb.num_frames() and time.monotonic() < started + 120:  # spawned writers start slowly
+            time.sleep(0.05)
+        end = time.monotonic() + SECONDS
+        while time.monotonic() < end:
+            saver = fork.Process(target=_save_forever, args=(rb, folder))
+            saver.start()
+            time.sleep(rng.uniform(0.0, 0.6))  # some kills land mid-save, some after a save completed
+            os.kill(saver.pid, signal.SIGKILL)
+            saver.join()
+            counts["kills"] += 1
+            if rb.num_frames():
+                items, info = rb.get_next(8)
+                assert_items_match_ids(items, info.ids)
+                counts["reads"] += 1
+            try:
+                twin.load(folder)
+            except CheckpointError as err:  # only before the first save completed
+                assert not (folder / "CURRENT").exists(), err
+                continue
+            _stored_shared(twin)
+            counts["loads"] += 1
+        rb.save(folder)  # the writers still adding
+        twin.load(folder)
+        _stored_shared(twin)
+    finally:
+        rb.close()
+        for process in writers:
+            process.join(60)
+    assert counts["kills"] and counts["reads"] and all(p.exitcode == 0 for p in writers)
+    print(f"soak shared {SECONDS:.0f} s: {dict(counts)}")
+
+
+def _stored_shared(rb) -> None:
+    items = rb.gather_all()
+    ids = np.asarray(items["id"])
+    assert_items_match_ids(items, ids)
+    assert ids.size <= rb.num_frames()  # gather_all: the steps every writer holds
+
+
+def test_a_load_reads_the_files_it_opened_though_a_save_replaced_them(tmp_path):
+    """The race the soak found: a save deletes the previous version while a load still reads it."""
+    rb = replaybuf.UniformReplayBuffer(SPEC, 2, 8, seed=0)
+    for t in range(3):
+        rb.add_batch(step_batch(t, 2))
+    rb.save(tmp_path / "ckpt")
+    opened = replaybuf.persistence.read_state(tmp_path / "ckpt", lazy=("items",))
+    rb.add_batch(step_batch(3, 2))
+    rb.save(tmp_path / "ckpt")  # deletes the version ``opened`` came from
+    assert not (tmp_path / "ckpt" / "v000001").exists()
+    twin = replaybuf.UniformReplayBuffer(SPEC, 2, 8)
+    twin.load_state_dict(opened)
+    np.testing.assert_array_equal(_stored(twin), [[0, 2, 4], [1, 3, 5]])
+
+
+def test_a_load_retries_when_a_save_replaced_the_version_before_it_opened_it(tmp_path, monkeypatch):
+    from replaybuf.persistence import folder
+
+    rb = replaybuf.UniformReplayBuffer(SPEC, 2, 8, seed=0)
+    rb.add_batch(step_batch(0, 2))
+    rb.save(tmp_path / "ckpt")
+    opening = folder._open_npy
+    calls = Counter()
+
+    def save_first(where, entry, current=False):  # the first open finds a newer save in between
+        calls["opens"] += 1
+        if calls["opens"] == 1:
+            rb.add_batch(step_batch(1, 2))
+            rb.save(tmp_path / "ckpt")
+        return opening(where, entry, current)
+
+    monkeypatch.setattr(folder, "_open_npy", save_first)
+    twin = replaybuf.UniformReplayBuffer(SPEC, 2, 8)
+    twin.load(tmp_path / "ckpt")
+    np.testing.assert_array_equal(_stored(twin), [[0, 2], [1, 3]])  # the newer version, whole
