@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     data = pool(64)
     ours = make_buffer(SPEC, STREAMS, args.capacity // STREAMS)
-    per = make_buffer(SPEC, STREAMS, args.capacity // STREAMS, prioritized=True, alpha=0.6)
+    per = make_buffer(SPEC, STREAMS, args.capacity // STREAMS, sampler="prioritized", alpha=0.6)
     state = fill(ours.init(), ours.add, data, args.capacity // STREAMS)
     per_state = fill(per.init(), per.add, data, args.capacity // STREAMS)
     ids = jnp.arange(SAMPLE, dtype=jnp.int32) * 97

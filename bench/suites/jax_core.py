@@ -117,7 +117,7 @@ JOBS = [Job("jax", "jax", ("replaybuf", FLASHBAX))]
 def ours_cases(capacity: int, steps: int, data) -> dict[str, Case]:
     max_length = capacity // STREAMS
     ours = make_buffer(SPEC, STREAMS, max_length)
-    ours_per = make_buffer(SPEC, STREAMS, max_length, prioritized=True, alpha=0.6)
+    ours_per = make_buffer(SPEC, STREAMS, max_length, sampler="prioritized", alpha=0.6)
     ours_ep = make_buffer(
         SPEC, STREAMS, max_length, respect_episodes=True, episode_end_field="done", episode_num_steps=WINDOW
     )
