@@ -145,7 +145,7 @@ class TorchRelabelMachine(RelabelMachine):
     @invariant()
     def finished_items_are_counted(self):  # once the episode index has caught up with a loaded state
         if hasattr(self, "model") and self.buffer._sampler._steps == self.buffer._ring.steps:
-            assert self.buffer._relabel.ends.finished == self.model.finished()
+            assert self.buffer.relabel.ends.finished == self.model.finished()
 
 
 def test_torch_relabelled_goals_match_the_model():

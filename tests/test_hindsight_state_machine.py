@@ -162,7 +162,7 @@ class RelabelMachine(RuleBasedStateMachine):
     @invariant()
     def finished_items_are_counted(self):  # what replaybuf.sb3.HerReplayBuffer samples from
         if hasattr(self, "model"):
-            assert self.buffer._relabel.ends.finished == self.model.finished()
+            assert self.buffer.relabel.ends.finished == self.model.finished()
 
     @rule(batch=st.sampled_from([None, 1, 16]), num_steps=st.sampled_from([None, 1, 2, 3]))
     def sample(self, batch, num_steps):

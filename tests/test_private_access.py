@@ -30,8 +30,6 @@ OTHER_LIBRARIES = {
 # move to ``ring`` / ``read_ids`` and public hooks, then leave this list
 PENDING = {
     "sb3/buffers.py": "issue 39: self._native._ring / _storage / _read_ids",
-    "sb3/her.py": "issue 32: self._native._ring / _storage / _read_ids / _reindex / _relabel",
-    "shared/checkpoint.py": "issue 34: rb._cursors / _records / _priorities ... (the buffer's state, outside it)",
 }
 
 

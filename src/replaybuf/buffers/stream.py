@@ -99,7 +99,7 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         self._validate: Callable[[Any, int | None], list] = self._flat.flatten_batch
         self._rng: Any = np.random.default_rng(seed)
         if self._ring.steps:  # a reopened storage (memmap folder): derive the sampler's state
-            self._reindex()
+            self.reindex()
 
     # -- geometry ----------------------------------------------------------------------------
     @property
@@ -127,6 +127,18 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
     def ring(self) -> StreamRing:
         """The ring (steps added, the first valid step, ids): read it under ``lock``, never write it."""
         return self._ring
+
+    @property
+    def storage(self) -> Any:
+        """The storage; its ``fields`` are views of the stored columns (replaybuf.sb3 shows them
+        as SB3's arrays): write them only under ``lock``, then call ``reindex()``."""
+        return self._storage
+
+    @property
+    def relabel(self) -> Any:
+        """The hindsight relabelling part (``her=``), None without: its ``ends`` say where each
+        stored episode ends."""
+        return self._relabel
 
     @property
     def lock(self) -> threading.RLock:
@@ -394,7 +406,7 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
             rate_limiter=self._limiter is not None,
         )
 
-    def _reindex(self) -> None:
+    def reindex(self) -> None:
         """Derive the sampler's and the relabelling's bookkeeping from the stored items (a
         reopened storage, or items edited in place through the storage's views: replaybuf.sb3)."""
         with self._lock:

@@ -130,7 +130,7 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
         self._valid, self._valid_version = np.zeros(0, np.int64), -1
         views = [
             field.reshape(self.buffer_size, self.n_envs, *leaf.shape)
-            for field, leaf in zip(self._native._storage.fields, flat.leaves, strict=True)
+            for field, leaf in zip(self._native.storage.fields, flat.leaves, strict=True)
         ]
         fields = flat.unflatten(views)
         self.observations, self.next_observations = fields["observation"], fields["next_observation"]
@@ -189,7 +189,7 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
             )
         sampled = np.random.choice(valid, size=batch_size, replace=True)
         slots = np.concatenate([sampled[virtual:], sampled[:virtual]])  # real first, as SB3's
-        items, _ = self._native._read_ids(slots)
+        items, _ = self._native.read_ids(slots)
         obs, next_obs, rewards = items["observation"], items["next_observation"], items["reward"]
         if virtual:
             goals = self._goals(sampled[:virtual])
@@ -222,14 +222,14 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
         self.dones[self.pos - 1, open_envs] = True
         if self.handle_timeout_termination:
             self.timeouts[self.pos - 1, open_envs] = True  # not an actual timeout, but it allows bootstrapping
-        self._native._reindex()
+        self._native.reindex()
 
     # -- SB3's episode arrays, derived -------------------------------------------------------------
     @property
     def _current_ep_start(self) -> np.ndarray:
         """Where each env's current episode started (``pos`` when its last one ended)."""
-        index = self._native._relabel.ends.index
-        ring = self._native._ring
+        index = self._native.relabel.ends.index
+        ring = self._native.ring
         if ring.steps == 0:
             return np.zeros(self.n_envs, np.int64)
         newest = index.position[ring.slot(ring.steps - 1) : ring.slot(ring.steps - 1) + self.n_envs]
@@ -239,7 +239,7 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
     @property
     def ep_start(self) -> np.ndarray:
         """``[buffer_size, n_envs]``: the position of each stored transition's episode start."""
-        index, ring = self._native._relabel.ends.index, self._native._ring
+        index, ring = self._native.relabel.ends.index, self._native.ring
         step = np.arange(self.buffer_size * self.n_envs) // self.n_envs
         step = step + (ring.steps - 1 - step) // self.buffer_size * self.buffer_size  # the newest step in each slot
         return ((step - index.position) % self.buffer_size).reshape(self.buffer_size, self.n_envs)
@@ -248,7 +248,7 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
     def ep_length(self) -> np.ndarray:
         """``[buffer_size, n_envs]``: the length of each stored transition's finished episode, 0
         while it is unfinished or for slots never written."""
-        ends, ring = self._native._relabel.ends, self._native._ring
+        ends, ring = self._native.relabel.ends, self._native.ring
         step = np.arange(self.buffer_size * self.n_envs) // self.n_envs
         step = step + (ring.steps - 1 - step) // self.buffer_size * self.buffer_size
         length = np.where((ends.end >= 0) & (step >= 0), ends.end - step + ends.index.position + 1, 0)
@@ -258,7 +258,7 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
     def _finished_slots(self) -> np.ndarray:
         """Slots (``pos * n_envs + env``, SB3's order) of the transitions of finished episodes;
         found again only after an episode ended or a finished transition was overwritten."""
-        ends = self._native._relabel.ends
+        ends = self._native.relabel.ends
         if self._valid_version != ends.version:
             self._valid = np.flatnonzero(ends.end >= 0)
             self._valid_version = ends.version
@@ -266,7 +266,7 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
 
     def _goals(self, slots: np.ndarray) -> np.ndarray:
         """New goals for the transitions at ``slots``, drawn as SB3's ``_sample_goals`` draws them."""
-        ring, ends = self._native._ring, self._native._relabel.ends
+        ring, ends = self._native.ring, self._native.relabel.ends
         length = ring.max_length
         position = slots // self.n_envs
         step = position + (ring.steps - 1 - position) // length * length  # the transition stored there
@@ -279,11 +279,11 @@ class HerReplayBuffer(DictReplayBuffer, _SB3HerReplayBuffer):
         else:
             chosen = np.random.randint(0, episode_length)
         goal_slots = (start + chosen) % length * self.n_envs + slots % self.n_envs
-        return self._native._storage.fields[self._achieved][goal_slots]
+        return self._native.storage.fields[self._achieved][goal_slots]
 
     def _env_rewards(self, achieved: np.ndarray, goals: np.ndarray, ids: np.ndarray) -> np.ndarray:
         if self.infos is not None:
-            ring = self._native._ring
+            ring = self._native.ring
             infos = copy.deepcopy(self.infos[(ids // ring.batch_size) % self.buffer_size, ids % ring.batch_size])
         else:
             infos = [{} for _ in range(len(ids))]

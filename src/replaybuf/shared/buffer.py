@@ -556,7 +556,7 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         streams while every writer holds the same steps, else one segment per writer."""
         self._check_open()
         with self._lock:
-            return checkpoint.state_of(self)
+            return checkpoint.state_of(self._checkpoint_parts())
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a ``state_dict()`` of this or any buffer of ``writers x batch_size`` streams of
@@ -567,9 +567,31 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
                 cannot, or malformed; the buffer is left unchanged.
         """
         self._check_open()
-        plan = checkpoint.check_state(self, state)
+        parts = self._checkpoint_parts()
+        plan = checkpoint.check_state(parts, state)
         with self._lock:
-            checkpoint.load_state(self, plan)
+            checkpoint.load_state(parts, plan)
+
+    def _checkpoint_parts(self) -> checkpoint.SharedParts:
+        return checkpoint.SharedParts(
+            type(self).__name__,
+            self._flat,
+            self._writers,
+            self._batch_size,
+            self._streams,
+            self._max_length,
+            self._names,
+            self._records,
+            self._cursors,
+            self._commits,
+            self._priorities,
+            self._episodes,
+            self._windows,
+            self._limiter,
+            self._rng,
+            self._bounds,
+            self._slots,
+        )
 
     # -- life -------------------------------------------------------------------------------
     def close(self) -> None:

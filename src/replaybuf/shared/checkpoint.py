@@ -21,7 +21,32 @@ from replaybuf.persistence.state import check_items, check_rng_state, check_spec
 from replaybuf.ring import WriterCursors
 from replaybuf.samplers.prioritized import check_priority_state
 
-__all__ = ["LoadPlan", "check_state", "load_state", "state_of"]
+__all__ = ["LoadPlan", "SharedParts", "check_state", "load_state", "state_of"]
+
+
+class SharedParts(NamedTuple):
+    """What a checkpoint reads and restores of a ``SharedReplayBuffer`` (its ``checkpoint_parts()``):
+    the spec, the geometry, the shared records with their writer cursors and commit log, the
+    samplers' shared state, the rate limiter and the generator. ``bounds()`` gives each writer's
+    committed ``(low, high)`` steps; ``slots(writer, steps, streams)`` the records' rows."""
+
+    saved_by: str
+    flat: Any
+    writers: int
+    batch_size: int
+    streams: int
+    max_length: int
+    names: list[str]
+    records: np.ndarray
+    cursors: list[Any]
+    commits: Any
+    priorities: Any
+    episodes: Any
+    windows: Any
+    limiter: Any
+    rng: np.random.Generator
+    bounds: Any
+    slots: Any
 
 
 class LoadPlan(NamedTuple):
@@ -35,153 +60,153 @@ class LoadPlan(NamedTuple):
     limiter: Any
 
 
-def holds(rb: Any) -> Holds:
+def holds(parts: SharedParts) -> Holds:
     """What the buffer's checkpoints hold: its episode index is re-read from the items, never saved."""
-    return Holds(priorities=rb._priorities is not None, rate_limiter=rb._limiter is not None)
+    return Holds(priorities=parts.priorities is not None, rate_limiter=parts.limiter is not None)
 
 
-def state_of(rb: Any) -> dict:
+def state_of(parts: SharedParts) -> dict:
     """The state (copies) of the buffer; the caller holds its lock. Each writer's segment is cut
     at one committed step, items a writer overwrote during the copy cut off its old end."""
-    low, high = rb._bounds()
+    low, high = parts.bounds()
     segments = []
-    for w in range(rb._writers):
+    for w in range(parts.writers):
         start, stop = int(low[w]), int(high[w])
         steps = np.arange(start, stop)
-        rows = rb._records.take(rb._slots(w, steps[:, None], np.arange(rb._batch_size)))
-        first = max(start, rb._commits.overwritten_below()[w], 0)  # read after the copy
-        segments.append((stop, [rows[name][first - start :] for name in rb._names]))
+        rows = parts.records.take(parts.slots(w, steps[:, None], np.arange(parts.batch_size)))
+        first = max(start, parts.commits.overwritten_below()[w], 0)  # read after the copy
+        segments.append((stop, [rows[name][first - start :] for name in parts.names]))
     masses = None
-    if rb._priorities is not None:
-        rb._priorities.take_in(low.tolist(), high.tolist())  # steps committed since the last draw: max priority
-        masses = [rb._priorities.masses(w, stop - len(rows[0]), stop) for w, (stop, rows) in enumerate(segments)]
+    if parts.priorities is not None:
+        parts.priorities.take_in(low.tolist(), high.tolist())  # steps committed since the last draw: max priority
+        masses = [parts.priorities.masses(w, stop - len(rows[0]), stop) for w, (stop, rows) in enumerate(segments)]
     state = {
-        "checkpoint": header(holds(rb), type(rb).__name__),
-        "spec": spec_state(rb._flat),
-        "writers": rb._writers,
-        "max_length": rb._max_length,
-        "rng": rb._rng.bit_generator.state,
+        "checkpoint": header(holds(parts), parts.saved_by),
+        "spec": spec_state(parts.flat),
+        "writers": parts.writers,
+        "max_length": parts.max_length,
+        "rng": parts.rng.bit_generator.state,
     }
     if len({(stop, len(rows[0])) for stop, rows in segments}) <= 1:  # one ring: the neutral layout
-        state.update(batch_size=rb._streams, steps=segments[0][0], items=_interleave(rb, [r for _, r in segments]))
+        state.update(batch_size=parts.streams, steps=segments[0][0], items=_interleave(parts, [r for _, r in segments]))
     else:
-        state["batch_size"] = rb._batch_size
+        state["batch_size"] = parts.batch_size
         state["segments"] = {
             str(w): {"steps": stop, "items": {str(i): leaf for i, leaf in enumerate(rows)}}
             for w, (stop, rows) in enumerate(segments)
         }
-    if rb._limiter is not None:
-        state["rate_limiter"] = rb._limiter.state()
+    if parts.limiter is not None:
+        state["rate_limiter"] = parts.limiter.state()
     if masses is not None:
-        mass = np.concatenate(masses) if "segments" in state else _interleave(rb, [[m] for m in masses])["0"]
-        state["priorities"] = {"mass": mass, "max_priority": float(rb._priorities.max_priority)}
+        mass = np.concatenate(masses) if "segments" in state else _interleave(parts, [[m] for m in masses])["0"]
+        state["priorities"] = {"mass": mass, "max_priority": float(parts.priorities.max_priority)}
     return state
 
 
-def _interleave(rb: Any, per_writer: list[list[np.ndarray]]) -> dict:
+def _interleave(parts: SharedParts, per_writer: list[list[np.ndarray]]) -> dict:
     """Per-writer leaves ``[count, batch_size, ...]`` (or ``[count * batch_size]``) as one ring's
     ``items``: ``[count * writers * batch_size, ...]``, step-major, stream ``w * batch_size + b``."""
     out = {}
     for i in range(len(per_writer[0])):
-        leaves = [rows[i].reshape(-1, rb._batch_size, *rows[i].shape[2:]) for rows in per_writer]
+        leaves = [rows[i].reshape(-1, parts.batch_size, *rows[i].shape[2:]) for rows in per_writer]
         stacked = np.stack(leaves, axis=1)  # [count, writers, batch_size, ...]
         out[str(i)] = stacked.reshape(-1, *stacked.shape[3:])
     return out
 
 
-def check_state(rb: Any, state: Any) -> LoadPlan:
+def check_state(parts: SharedParts, state: Any) -> LoadPlan:
     """Every check of ``state`` against the buffer, before anything changes (CheckpointError)."""
     if isinstance(state, dict) and "segments" in state:
-        segments, same_rng, new = _check_segments(rb, state)
+        segments, same_rng, new = _check_segments(parts, state)
     else:
-        geometry = {"batch_size": rb._streams, "max_length": rb._max_length}
-        steps, same_rng, new = check_header(state, holds(rb), rb._flat, geometry)
-        segments = _split(rb, state, steps)
+        geometry = {"batch_size": parts.streams, "max_length": parts.max_length}
+        steps, same_rng, new = check_header(state, holds(parts), parts.flat, geometry)
+        segments = _split(parts, state, steps)
     masses = None
-    if rb._priorities is not None and not new:
-        total = sum(count for _, count, _ in segments) * rb._batch_size
+    if parts.priorities is not None and not new:
+        total = sum(count for _, count, _ in segments) * parts.batch_size
         mass, largest = check_priority_state(state.get("priorities"), total)
         if "segments" in state:
-            cuts = np.cumsum([count * rb._batch_size for _, count, _ in segments])[:-1]
+            cuts = np.cumsum([count * parts.batch_size for _, count, _ in segments])[:-1]
             masses = (np.split(mass, cuts), largest)
         else:
-            per = mass.reshape(-1, rb._writers, rb._batch_size)
-            masses = ([per[:, w].ravel() for w in range(rb._writers)], largest)
-    limiter = rb._limiter.check_state(state.get("rate_limiter")) if rb._limiter is not None else None
-    rng = check_rng_state(rb._rng, state.get("rng")) if same_rng else None
+            per = mass.reshape(-1, parts.writers, parts.batch_size)
+            masses = ([per[:, w].ravel() for w in range(parts.writers)], largest)
+    limiter = parts.limiter.check_state(state.get("rate_limiter")) if parts.limiter is not None else None
+    rng = check_rng_state(parts.rng, state.get("rng")) if same_rng else None
     return LoadPlan(segments, masses, rng, limiter)
 
 
-def _split(rb: Any, state: dict, steps: int) -> list[tuple[int, int, list[np.ndarray]]]:
+def _split(parts: SharedParts, state: dict, steps: int) -> list[tuple[int, int, list[np.ndarray]]]:
     """A one-ring state's items as per-writer segments (``[count, batch_size, ...]`` each)."""
-    leaves = check_items(rb._flat, state, range(len(rb._flat.leaves)), (np.ndarray,))
+    leaves = check_items(parts.flat, state, range(len(parts.flat.leaves)), (np.ndarray,))
     count = leaves[0].shape[0] if leaves else 0
-    first_stored_step(steps, count, rb._streams, rb._max_length, crash_safe=True)
-    rows = count // rb._streams
-    per = [leaf.reshape(rows, rb._writers, rb._batch_size, *leaf.shape[1:]) for leaf in leaves]
-    return [(steps, rows, [leaf[:, w] for leaf in per]) for w in range(rb._writers)]
+    first_stored_step(steps, count, parts.streams, parts.max_length, crash_safe=True)
+    rows = count // parts.streams
+    per = [leaf.reshape(rows, parts.writers, parts.batch_size, *leaf.shape[1:]) for leaf in leaves]
+    return [(steps, rows, [leaf[:, w] for leaf in per]) for w in range(parts.writers)]
 
 
-def _check_segments(rb: Any, state: dict) -> tuple[list, bool, bool]:
+def _check_segments(parts: SharedParts, state: dict) -> tuple[list, bool, bool]:
     """The per-writer segments of a state of writers at different steps (or of a class-name
     header); ``(segments, same_rng, new_priorities)``."""
     saved = describe(state)
     if "class" in state and state["class"] != "SharedReplayBuffer":
         raise CheckpointError(f"state['class']: saved from a {state['class']!s:.80}, not a SharedReplayBuffer")
-    check_spec_state(rb._flat, state.get("spec"))
-    for key, mine in (("writers", rb._writers), ("batch_size", rb._batch_size), ("max_length", rb._max_length)):
+    check_spec_state(parts.flat, state.get("spec"))
+    for key, mine in (("writers", parts.writers), ("batch_size", parts.batch_size), ("max_length", parts.max_length)):
         if state.get(key) != mine:
             raise CheckpointError(f"state[{key!r}]: saved {state.get(key)!r}, this buffer has {mine!r}")
-    if saved.priorities and rb._priorities is None:
+    if saved.priorities and parts.priorities is None:
         raise CheckpointError("state['priorities']: the checkpoint holds priorities; load it into a prioritized buffer")
     segments = state["segments"]
-    if not isinstance(segments, dict) or sorted(segments) != sorted(map(str, range(rb._writers))):
+    if not isinstance(segments, dict) or sorted(segments) != sorted(map(str, range(parts.writers))):
         raise CheckpointError(f"state['segments']: expected one entry per writer, got {segments!r:.80}")
     checked = []
-    for w in range(rb._writers):
+    for w in range(parts.writers):
         segment = segments[str(w)]
         steps = segment.get("steps") if isinstance(segment, dict) else None
         items = segment.get("items") if isinstance(segment, dict) else None
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0 or not isinstance(items, dict):
             raise CheckpointError(f"state['segments'][{w!r}]: expected steps (int >= 0) and items")
-        leaves = [items.get(str(i)) for i in range(len(rb._flat.leaves))]
+        leaves = [items.get(str(i)) for i in range(len(parts.flat.leaves))]
         count = leaves[0].shape[0] if isinstance(leaves[0], np.ndarray) else -1
-        if not 0 <= count <= min(steps, rb._max_length):
+        if not 0 <= count <= min(steps, parts.max_length):
             raise CheckpointError(f"state['segments'][{w!r}]: {count} steps do not fit steps={steps}")
-        for leaf, spec, path in zip(leaves, rb._flat.leaves, rb._flat.paths, strict=True):
-            want = (count, rb._batch_size, *spec.shape)
+        for leaf, spec, path in zip(leaves, parts.flat.leaves, parts.flat.paths, strict=True):
+            want = (count, parts.batch_size, *spec.shape)
             if not isinstance(leaf, np.ndarray) or leaf.shape != want or leaf.dtype != spec.dtype:
                 got = f"{leaf.shape} {leaf.dtype}" if isinstance(leaf, np.ndarray) else type(leaf).__name__
                 raise CheckpointError(f"state['segments'][{w!r}] {path}: expected {want} {spec.dtype}, got {got}")
         checked.append((steps, count, leaves))
-    if saved.rate_limiter != (rb._limiter is not None):
-        mine = "one" if rb._limiter is not None else "none"
+    if saved.rate_limiter != (parts.limiter is not None):
+        mine = "one" if parts.limiter is not None else "none"
         raise CheckpointError(
             f"state['rate_limiter']: saved {'one' if saved.rate_limiter else 'none'}, this buffer has {mine}"
         )
-    return checked, saved.rng == "PCG64", rb._priorities is not None and not saved.priorities
+    return checked, saved.rng == "PCG64", parts.priorities is not None and not saved.priorities
 
 
-def load_state(rb: Any, plan: LoadPlan) -> None:
+def load_state(parts: SharedParts, plan: LoadPlan) -> None:
     """Apply a checked plan; the caller holds the buffer's lock."""
     for w, (steps, count, leaves) in enumerate(plan.segments):
-        cursor = WriterCursors(rb._cursors[w], rb._max_length)
+        cursor = WriterCursors(parts.cursors[w], parts.max_length)
         cursor.reset()
         step_ids = np.arange(steps - count, steps)
-        slots = rb._slots(w, step_ids[:, None], np.arange(rb._batch_size))
-        for name, leaf in zip(rb._names, leaves, strict=True):
-            rb._records[name][slots] = leaf
+        slots = parts.slots(w, step_ids[:, None], np.arange(parts.batch_size))
+        for name, leaf in zip(parts.names, leaves, strict=True):
+            parts.records[name][slots] = leaf
         cursor.reset(steps, steps - count)
     if plan.rng is not None:  # another backend's generator state: this buffer keeps its own
-        rb._rng.bit_generator.state = plan.rng
-    if rb._limiter is not None:
-        rb._limiter.load_state(plan.limiter)
+        parts.rng.bit_generator.state = plan.rng
+    if parts.limiter is not None:
+        parts.limiter.load_state(plan.limiter)
     if plan.masses is not None:
         bounds = [(steps - count, steps) for steps, count, _ in plan.segments]
-        rb._priorities.load(bounds, *plan.masses)
-    elif rb._priorities is not None:  # a state without priorities: every item at a new item's priority
-        rb._priorities.cleared()
-    if rb._episodes is not None:  # positions are read again from the loaded records
-        rb._episodes.cleared()
-    if rb._windows is not None:
-        rb._windows.cleared()
+        parts.priorities.load(bounds, *plan.masses)
+    elif parts.priorities is not None:  # a state without priorities: every item at a new item's priority
+        parts.priorities.cleared()
+    if parts.episodes is not None:  # positions are read again from the loaded records
+        parts.episodes.cleared()
+    if parts.windows is not None:
+        parts.windows.cleared()
