@@ -27,12 +27,23 @@ from replaybuf.buffers import FrameStackReplayBuffer, UniformReplayBuffer
 from replaybuf.errors import ArgumentError, EmptyBufferError, SpecMismatchError
 from replaybuf.nest import FlatSpec
 from replaybuf.sb3.spaces import layout
-from replaybuf.specs import ArraySpec
 
 __all__ = ["DictReplayBuffer", "ReplayBuffer"]
 
 # attributes rebuilt from the native buffer when unpickled, never pickled themselves
 _DERIVED = ("_native", "observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+
+
+def _row_meta(spec: dict, n_envs: int) -> dict:
+    """``field path: (shape, dtype)`` of one add's rows per leaf; ``(None, None)`` for a Dict observation."""
+    meta = {}
+    for name, leaf in spec.items():
+        if isinstance(leaf, dict):
+            meta[name] = (None, None)
+            meta.update({f"{name}/{key}": ((n_envs, *sub.shape), sub.dtype) for key, sub in leaf.items()})
+        else:
+            meta[name] = ((n_envs, *leaf.shape), leaf.dtype)
+    return meta
 
 
 class ReplayBuffer(sb3.ReplayBuffer):
@@ -92,6 +103,9 @@ class ReplayBuffer(sb3.ReplayBuffer):
                 "compression_level": compression_level,
             }
         self._spec = plan.spec
+        self._row_meta = _row_meta(plan.spec, self.n_envs)
+        self._no_timeouts = np.zeros(self.n_envs, np.float32)
+        self._flag_rows = (self._no_timeouts, np.ones(self.n_envs, np.float32))  # False, True
         self._open()
 
     # -- storage -------------------------------------------------------------------------------
@@ -170,23 +184,27 @@ class ReplayBuffer(sb3.ReplayBuffer):
                 that is neither ``n_envs`` dicts nor one dict of per-env arrays (Gymnasium's
                 vector envs); nothing is written.
         """
+        n = self.n_envs
         if not self.handle_timeout_termination:
-            timeouts: Any = 0.0
+            timeouts: Any = self._no_timeouts
+        elif infos.__class__ is list and len(infos) == n:
+            if n == 1:  # the common case: one of two constant rows, no array built
+                timeouts = self._flag_rows[bool(infos[0].get("TimeLimit.truncated", False))]
+            else:
+                timeouts = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos], np.float32)
         elif isinstance(infos, dict):  # Gymnasium's vector-env infos: one dict of per-env arrays
-            timeouts = infos.get("TimeLimit.truncated", 0.0)
-        elif len(infos) != self.n_envs:
-            raise SpecMismatchError(f"infos: expected a list of {self.n_envs} dicts (one per env), got {len(infos)}")
+            timeouts = infos.get("TimeLimit.truncated", self._no_timeouts)
         else:
-            timeouts = [info.get("TimeLimit.truncated", False) for info in infos]
-        spec = self._spec
+            raise SpecMismatchError(f"infos: expected a list of {n} dicts (one per env), got {len(infos)}")
+        rows = self._rows
         self._native.add_batch(
             {
-                "observation": self._observation_rows("obs", obs),
-                "next_observation": self._observation_rows("next_obs", next_obs),
-                "action": self._rows("action", action, spec["action"]),
-                "reward": self._rows("reward", reward, spec["reward"]),
-                "done": self._rows("done", done, spec["done"]),
-                "timeout": self._rows("infos", timeouts, spec["timeout"], broadcast=True),
+                "observation": rows("obs", obs, "observation"),
+                "next_observation": rows("next_obs", next_obs, "observation"),
+                "action": rows("action", action, "action"),
+                "reward": rows("reward", reward, "reward"),
+                "done": rows("done", done, "done"),
+                "timeout": rows("infos", timeouts, "timeout"),
             }
         )
         self.pos += 1
@@ -259,33 +277,37 @@ class ReplayBuffer(sb3.ReplayBuffer):
             return {key: self._tensor(value) for key, value in obs.items()}
         return self._tensor(obs)
 
-    def _observation_rows(self, name: str, obs: Any) -> Any:
-        spec = self._spec["observation"]
-        if not isinstance(spec, dict):
-            return self._rows(name, obs, spec)
-        if not isinstance(obs, dict) or set(obs) != set(spec):
-            got = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
-            raise SpecMismatchError(f"{name}: expected a dict with the keys {sorted(spec)}, got {got}")
-        return {key: self._rows(f"{name}/{key}", obs[key], leaf) for key, leaf in spec.items()}
-
-    def _rows(self, name: str, value: Any, spec: ArraySpec, broadcast: bool = False) -> np.ndarray:
-        """``value`` as ``[n_envs, *spec.shape]`` rows of the spec's dtype (cast as SB3's
-        assignment casts), or SpecMismatchError naming ``name``."""
-        shape = (self.n_envs, *spec.shape)
+    def _rows(self, name: str, value: Any, field: str) -> Any:
+        """``value`` as ``[n_envs, *shape]`` rows of ``field``'s dtype (cast as SB3's assignment
+        casts; Dict observations: a dict of such rows by key), or SpecMismatchError naming ``name``.
+        An array of the right shape passes with two attribute checks (the per-step path)."""
+        shape, dtype = self._row_meta[field]
+        if value.__class__ is np.ndarray and shape is not None:
+            if value.shape != shape and value.size == prod(shape):  # e.g. SB3's DQN actions: [n_envs]
+                value = value.reshape(shape)
+            if value.shape == shape:
+                return value if value.dtype == dtype else value.astype(dtype)
+        if shape is None:
+            return self._dict_rows(name, value)
         try:
-            array = value if value.__class__ is np.ndarray else np.asarray(value)
-            if array.shape == shape and array.dtype == spec.dtype:
-                return array
-            if broadcast and array.ndim == 0:
+            array = np.asarray(value)
+            if field == "timeout" and array.ndim == 0:  # one flag for every env
                 array = np.broadcast_to(array, shape)
             if array.size == prod(shape):
-                return array.reshape(shape).astype(spec.dtype, copy=False)
+                return array.reshape(shape).astype(dtype, copy=False)
             got = f"shape {array.shape} {array.dtype}"
         except (TypeError, ValueError):
             got = f"{value!r:.80}"
         raise SpecMismatchError(
-            f"{name}: expected {self.n_envs} rows (one per env) of shape {spec.shape} {spec.dtype}, got {got}"
+            f"{name}: expected {shape[0]} rows (one per env) of shape {shape[1:]} {dtype}, got {got}"
         )
+
+    def _dict_rows(self, name: str, obs: Any) -> dict:
+        spec = self._spec["observation"]
+        if not isinstance(obs, dict) or set(obs) != set(spec):
+            got = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
+            raise SpecMismatchError(f"{name}: expected a dict with the keys {sorted(spec)}, got {got}")
+        return {key: self._rows(f"{name}/{key}", obs[key], f"observation/{key}") for key in spec}
 
 
 class DictReplayBuffer(ReplayBuffer, sb3.DictReplayBuffer):
