@@ -147,7 +147,8 @@ def bench_dqn_loop(game: str, settings: dict) -> dict:
     }
     times = {lib: [] for lib in variants}
     for rep in range(reps):
-        for lib, kwargs in variants.items():
+        for lib in list(variants)[:: 1 if rep % 2 else -1]:  # each library first in every other rep
+            kwargs = variants[lib]
             model = DQN(buffer_size=max(steps, 1000), seed=rep, **common, **kwargs)
             start = time.perf_counter()
             model.learn(steps)
