@@ -71,7 +71,7 @@ test: $(STAMP) $(TFA)/.installed $(SB3_SDIST) $(GYM029)/.installed $(ZOO)/.insta
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(TFA)/bin/python -m pytest -q -c tests/tf_agents_suite/pytest.ini tests/tf_agents_suite
 	$(PY) -m pytest -q -c tests/sb3_suite/pytest.ini tests/sb3_suite
-	PYTHONPATH=src $(GYM029)/bin/python -m pytest -q -p no:cacheprovider tests/test_sb3.py tests/test_sb3_cleanrl.py
+	PYTHONPATH=src $(GYM029)/bin/python -m pytest -q -p no:cacheprovider tests/test_sb3.py tests/test_sb3_next_obs.py tests/test_sb3_cleanrl.py
 	PYTHONPATH=src $(ZOO)/bin/python -m pytest -q -p no:cacheprovider tests/test_sb3_zoo.py
 
 # make lint: ruff's checks and its formatter (configured in pyproject.toml) over the code,
