@@ -37,7 +37,7 @@ $(SB3_SDIST): tests/sb3_suite/suite.py tests/sb3_suite/fetch.py $(STAMP)
 # CleanRL pins gymnasium 0.29.1: a venv holding it and CleanRL 1.2.0 (+ TensorBoard, which
 # its scripts log to) that takes everything else from .venv through a .pth file (listed
 # after its own site-packages, so its gymnasium wins). replaybuf.sb3's tests and CleanRL's
-# dqn.py with the one-line switch run there (tests/test_sb3_cleanrl.py).
+# dqn.py and dqn_atari.py with the one-line switch run there (tests/test_sb3_cleanrl.py).
 GYM029 := .venv-gym029
 GYM029_PINS := gymnasium==0.29.1 cleanrl==1.2.0 tensorboard==2.21.0 tensorboard-data-server==0.7.2 markdown==3.10.2 werkzeug==3.1.5
 
