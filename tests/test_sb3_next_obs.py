@@ -4,6 +4,7 @@ a done flag), where the true final observation is kept apart."""
 
 from __future__ import annotations
 
+import math
 import pickle
 
 import numpy as np
@@ -58,8 +59,8 @@ def test_every_next_observation_is_sb3s_and_only_episode_ends_are_stored_twice(s
     ends = _fill(mine, theirs, steps)
     # each stored item holds the observation once (no next observation field) ...
     assert "next_observation" not in mine.native.data_spec
-    item_bytes = mine.native._storage.records.dtype.itemsize
-    assert item_bytes < 2 * 6 * 4 + 8 + 3 * 4  # two observations, the action, reward, done, timeout
+    item_bytes = sum(leaf.dtype.itemsize * math.prod(leaf.shape) for leaf in mine.native.data_spec.values())
+    assert item_bytes == 6 * 4 + 8 + 3 * 4 + 8  # one observation, the action, reward, done, timeout, a counter
     # ... and the kept final observations are the episode ends (not the last step's: it waits)
     assert mine._finals.count == sum(ends[:-1])
     stored = min(steps, mine.buffer_size)
