@@ -338,14 +338,13 @@ class ReplayBuffer(sb3.ReplayBuffer):
     def _read(self, batch_inds: np.ndarray, env_indices: np.ndarray) -> dict:
         """The stored fields of steps ``batch_inds`` of environments ``env_indices``: one
         gather (and, where observations are stored once, one for the next observations)."""
-        slots = np.asarray(batch_inds, np.int64) * self.n_envs + env_indices
-        items, _ = self._native._read_ids(slots)
-        return self._with_next(items, slots)
+        steps = np.asarray(batch_inds, np.int64)
+        items, _ = self._native._read_ids(steps * self.n_envs + env_indices)
+        return self._with_next(items, steps, env_indices)
 
-    def _with_next(self, items: dict, slots: np.ndarray) -> dict:
-        """``items`` (read from native ``slots``) with their ``next_observation``."""
+    def _with_next(self, items: dict, steps: np.ndarray, envs: np.ndarray) -> dict:
+        """``items`` (those of steps ``steps`` of envs ``envs``) with their ``next_observation``."""
         if self._once:
-            steps, envs = np.divmod(slots, self.n_envs)
             items["next_observation"] = self._next_observation(steps, envs, items.pop("final"))
         return items
 
