@@ -37,7 +37,7 @@ $(SB3_SDIST): tests/sb3_suite/suite.py tests/sb3_suite/fetch.py $(STAMP)
 # CleanRL pins gymnasium 0.29.1: a venv holding it and CleanRL 1.2.0 (+ TensorBoard, which
 # its scripts log to) that takes everything else from .venv through a .pth file (listed
 # after its own site-packages, so its gymnasium wins). replaybuf.sb3's tests and CleanRL's
-# dqn.py with the one-line switch run there (tests/test_sb3_cleanrl.py).
+# dqn.py and dqn_atari.py with the one-line switch run there (tests/test_sb3_cleanrl.py).
 GYM029 := .venv-gym029
 GYM029_PINS := gymnasium==0.29.1 cleanrl==1.2.0 tensorboard==2.21.0 tensorboard-data-server==0.7.2 markdown==3.10.2 werkzeug==3.1.5
 
@@ -47,14 +47,32 @@ $(GYM029)/.installed: $(STAMP)
 	$(GYM029)/bin/python -m pip install -q --no-deps --ignore-requires-python $(GYM029_PINS)
 	touch $@
 
+# rl-zoo3 2.9.2 cannot join .venv: its pytablewriter~=1.2 needs typepy[datetime], which
+# needs python-dateutil<3, and .venv holds python-dateutil 4.0.0. A venv like .venv-gym029
+# holds rl-zoo3 and what it pulls (pinned), the rest from .venv; tests/test_sb3_zoo.py runs there.
+ZOO := .venv-zoo
+ZOO_PINS := rl_zoo3==2.9.2 sb3_contrib==2.9.2 sb3-team-hf-integration==3.2 huggingface_hub==2.4.0 hf-xet==1.8.0 \
+	httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 anyio==4.16.0 truststore==0.10.5 optuna==5.0.0 alembic==1.20.1 \
+	SQLAlchemy==2.1.9 Mako==1.4.3 colorlog==6.12.0 Shimmy==2.0.1 wasabi==1.1.3 moviepy==1.0.3 decorator==4.4.2 \
+	ImageIO==2.38.1 imageio-ffmpeg==0.8.1 proglog==0.1.12 pytablewriter==1.2.1 DataProperty==1.1.1 \
+	mbstrdecoder==1.1.5 chardet==6.0.0.post1 pathvalidate==3.3.1 tabledata==1.3.5 tcolorpy==0.1.7 typepy==1.3.5 \
+	python-dateutil==2.9.0.post0 pytz==2026.6
+
+$(ZOO)/.installed: $(STAMP)
+	test -x $(ZOO)/bin/python || $(PYTHON) -m venv $(ZOO)
+	$(ZOO)/bin/python -c "import site, sys; open(site.getsitepackages()[0] + '/replaybuf-main-venv.pth', 'w').write(sys.argv[1] + '\n')" "$$($(PY) -c 'import site; print(site.getsitepackages()[0])')"
+	$(ZOO)/bin/python -m pip install -q --no-deps $(ZOO_PINS)
+	touch $@
+
 # make test also runs TF-Agents 0.19.0's own test files and example scripts
 # (tests/tf_agents_suite) with replaybuf's classes swapped in, in .venv-tf-agents, and
 # SB3's (tests/sb3_suite) with replaybuf.sb3's.
-test: $(STAMP) $(TFA)/.installed $(SB3_SDIST) $(GYM029)/.installed
+test: $(STAMP) $(TFA)/.installed $(SB3_SDIST) $(GYM029)/.installed $(ZOO)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(TFA)/bin/python -m pytest -q -c tests/tf_agents_suite/pytest.ini tests/tf_agents_suite
 	$(PY) -m pytest -q -c tests/sb3_suite/pytest.ini tests/sb3_suite
-	PYTHONPATH=src $(GYM029)/bin/python -m pytest -q -p no:cacheprovider tests/test_sb3.py tests/test_sb3_cleanrl.py
+	PYTHONPATH=src $(GYM029)/bin/python -m pytest -q -p no:cacheprovider tests/test_sb3.py tests/test_sb3_next_obs.py tests/test_sb3_cleanrl.py
+	PYTHONPATH=src $(ZOO)/bin/python -m pytest -q -p no:cacheprovider tests/test_sb3_zoo.py
 
 # make lint: ruff's checks and its formatter (configured in pyproject.toml) over the code,
 # tests, benchmarks and examples.

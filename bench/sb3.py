@@ -69,7 +69,8 @@ def _step_args(n: int):
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(n + 1, 1, 4)).astype(np.float32)
     done = rng.random((n, 1)) < 0.02
-    return [(obs[i], obs[i + 1], np.array([[i % 2]]), np.ones(1), done[i], [{}]) for i in range(n)]
+    # what SB3's DQN passes for CartPole: float32 obs, int64 actions [n_envs], float32 rewards, bool dones
+    return [(obs[i], obs[i + 1], np.array([i % 2]), np.ones(1, np.float32), done[i], [{}]) for i in range(n)]
 
 
 def _alternating(runs: dict, settings: dict) -> dict:
@@ -146,7 +147,8 @@ def bench_dqn_loop(game: str, settings: dict) -> dict:
     }
     times = {lib: [] for lib in variants}
     for rep in range(reps):
-        for lib, kwargs in variants.items():
+        for lib in list(variants)[:: 1 if rep % 2 else -1]:  # each library first in every other rep
+            kwargs = variants[lib]
             model = DQN(buffer_size=max(steps, 1000), seed=rep, **common, **kwargs)
             start = time.perf_counter()
             model.learn(steps)

@@ -205,3 +205,11 @@ def test_gymnasium_vector_infos_dict_is_accepted():
     buffer.add(obs, next_obs, action, reward, done, {"TimeLimit.truncated": np.array([True, False])})
     buffer.add(obs, next_obs, action, reward, done, {})
     np.testing.assert_array_equal(buffer.timeouts[:2], [[1, 0], [0, 0]])
+
+
+def test_infos_as_a_tuple_of_dicts_is_accepted():
+    # SubprocVecEnv hands its infos over as a tuple
+    buffer = ours.ReplayBuffer(8, BOX, spaces.Discrete(4), device="cpu", n_envs=2)
+    obs, next_obs, action, reward, done, _ = next(_steps(BOX, 2, 1))
+    buffer.add(obs, next_obs, action, reward, done, ({"TimeLimit.truncated": True}, {}))
+    np.testing.assert_array_equal(buffer.timeouts[:1], [[1, 0]])

@@ -40,14 +40,31 @@ def test_runs_under_gymnasium_0_29():
     assert gymnasium.__version__ == "0.29.1"
 
 
-# CleanRL 1.2.0's sac_continuous_action.py still imports the old ``gym`` package, and its
-# dqn_atari.py needs an ale-py for gymnasium 0.29: only dqn.py runs here (docs/sb3.md)
-@pytest.mark.parametrize(("script", "extra"), [("dqn.py", ["--train-frequency", "2"])])
-def test_cleanrl_script_trains_with_replaybuf(script, extra, tmp_path):
+# ale-py's v4 Atari ids (BreakoutNoFrameskip-v4): ale-py 0.12 registers them when asked
+# (gymnasium 0.29 has no register_envs and ale-py 0.12 no plugin entry point), so the script
+# runs after that call; CleanRL's own extra would install ale-py 0.7.4 and download ROMs
+ATARI = "import ale_py.registration, runpy, sys; ale_py.registration.register_v0_v4_envs(); "
+ATARI += "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+
+
+# CleanRL 1.2.0's sac_continuous_action.py still imports the old ``gym`` package (docs/sb3.md)
+@pytest.mark.parametrize(
+    ("script", "extra", "prefix"),
+    [
+        ("dqn.py", ["--train-frequency", "2"], []),
+        ("dqn_atari.py", ["--buffer-size", "1000", "--train-frequency", "4"], ["-c", ATARI]),
+    ],
+)
+def test_cleanrl_script_trains_with_replaybuf(script, extra, prefix, tmp_path):
     path = _switched(script, tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run(
-        [sys.executable, str(path), *SHORT, *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, *prefix, str(path), *SHORT, *extra],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "SPS:" in result.stdout + result.stderr  # the training loop ran past learning_starts

@@ -15,6 +15,7 @@ arrays are. Samples are SB3's ``ReplayBufferSamples`` / ``DictReplayBufferSample
 from __future__ import annotations
 
 from math import prod
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,15 +25,37 @@ from stable_baselines3.common.type_aliases import DictReplayBufferSamples, Repla
 
 from replaybuf.buffer import check_positive
 from replaybuf.buffers import FrameStackReplayBuffer, UniformReplayBuffer
-from replaybuf.errors import ArgumentError, EmptyBufferError, SpecMismatchError
+from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, SpecMismatchError
 from replaybuf.nest import FlatSpec
+from replaybuf.persistence.folder import read_state, write_state
+from replaybuf.sb3.finals import FinalObservations
 from replaybuf.sb3.spaces import layout
-from replaybuf.specs import ArraySpec
 
 __all__ = ["DictReplayBuffer", "ReplayBuffer"]
 
 # attributes rebuilt from the native buffer when unpickled, never pickled themselves
-_DERIVED = ("_native", "observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+_DERIVED = (
+    "_native",
+    "observations",
+    "_next_observations",
+    "actions",
+    "rewards",
+    "dones",
+    "timeouts",
+    "_final_counters",
+)
+
+
+def _row_meta(spec: dict, n_envs: int) -> dict:
+    """``field path: (shape, dtype)`` of one add's rows per leaf; ``(None, None)`` for a Dict observation."""
+    meta = {}
+    for name, leaf in spec.items():
+        if isinstance(leaf, dict):
+            meta[name] = (None, None)
+            meta.update({f"{name}/{key}": ((n_envs, *sub.shape), sub.dtype) for key, sub in leaf.items()})
+        else:
+            meta[name] = ((n_envs, *leaf.shape), leaf.dtype)
+    return meta
 
 
 class ReplayBuffer(sb3.ReplayBuffer):
@@ -92,6 +115,15 @@ class ReplayBuffer(sb3.ReplayBuffer):
                 "compression_level": compression_level,
             }
         self._spec = plan.spec
+        self._row_meta = _row_meta(plan.spec, self.n_envs)
+        self._no_timeouts = np.zeros(self.n_envs, np.float32)
+        self._flag_rows = (self._no_timeouts, np.ones(self.n_envs, np.float32))  # False, True
+        self._once = "final" in plan.spec  # plain observations: each stored once (replaybuf.sb3.finals)
+        if self._once:
+            self._steps = 0  # steps added since the buffer was empty
+            self._no_finals = np.full(self.n_envs, -1, np.int64)
+            self._finals = FinalObservations(plan.spec["observation"].shape, plan.spec["observation"].dtype)
+            self._pending = np.zeros((self.n_envs, *plan.spec["observation"].shape), plan.spec["observation"].dtype)
         self._open()
 
     # -- storage -------------------------------------------------------------------------------
@@ -111,11 +143,32 @@ class ReplayBuffer(sb3.ReplayBuffer):
         for i, field in zip(plain, storage.fields, strict=False):
             views[i] = field.reshape(self.buffer_size, self.n_envs, *flat.leaves[i].shape)
         fields = flat.unflatten(views)
-        for name, attribute in (("observation", "observations"), ("next_observation", "next_observations")):
-            if not stacked:  # frame stacks have no array of whole observations
-                setattr(self, attribute, fields[name])
+        if not stacked:  # frame stacks have no array of whole observations
+            self.observations = fields["observation"]
+        if "next_observation" in fields and not stacked:
+            self.next_observations = fields["next_observation"]
         self.actions, self.rewards = fields["action"], fields["reward"]
         self.dones, self.timeouts = fields["done"], fields["timeout"]
+        self._final_counters = fields.get("final")
+
+    @property
+    def next_observations(self) -> Any:
+        """SB3's ``next_observations``: a writable view of the stored ones (Dict spaces), or,
+        where each observation is stored once, a fresh array built from the stored ones
+        (reading only: writing to it changes nothing). Absent for frame stacks."""
+        if self._once:
+            steps = np.repeat(np.arange(self.buffer_size), self.n_envs)
+            envs = np.tile(np.arange(self.n_envs), self.buffer_size)
+            counters = self._final_counters[steps, envs]
+            return self._next_observation(steps, envs, counters).reshape(self.observations.shape)
+        try:
+            return self.__dict__["_next_observations"]
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__} of frame stacks has no next_observations array") from None
+
+    @next_observations.setter
+    def next_observations(self, value: Any) -> None:
+        self.__dict__["_next_observations"] = value
 
     @property
     def native(self) -> Any:
@@ -123,17 +176,42 @@ class ReplayBuffer(sb3.ReplayBuffer):
         return self._native
 
     def save(self, path: Any) -> None:
-        """Write replaybuf's checkpoint folder of the transitions (``replaybuf``'s ``save``)."""
-        self._native.save(path)
+        """Write replaybuf's checkpoint folders under ``path``: ``transitions`` (the native
+        buffer's ``save``) and, where observations are stored once, ``next_observations``
+        (the newest steps' and the final ones)."""
+        root = Path(path)
+        self._native.save(root / "transitions")
+        if self._once:
+            write_state(
+                root / "next_observations", {"steps": self._steps, "pending": self._pending, **self._finals.state()}
+            )
 
     def load(self, path: Any) -> None:
-        """Replace the transitions with a checkpoint folder's (a buffer of the same spaces,
+        """Replace the transitions with those ``save`` wrote (a buffer of the same spaces,
         ``buffer_size`` and ``n_envs``); ``pos`` and ``full`` follow.
 
         Raises:
-            CheckpointError: as ``replaybuf.UniformReplayBuffer.load``; nothing changes.
+            CheckpointError: as ``replaybuf.UniformReplayBuffer.load``, or next observations
+                of another shape or dtype; nothing changes.
         """
-        self._native.load(path)
+        root = Path(path)
+        kept = read_state(root / "next_observations") if self._once else None
+        if kept is not None:
+            pending, rows = np.asarray(kept.get("pending")), np.asarray(kept.get("rows"))
+            if (pending.shape, pending.dtype, rows.shape[1:]) != (
+                self._pending.shape,
+                self._pending.dtype,
+                self._pending.shape[1:],
+            ):
+                raise CheckpointError(
+                    f"{root / 'next_observations'}: expected next observations {self._pending.shape} "
+                    f"{self._pending.dtype}, got {pending.shape} {pending.dtype} (rows {rows.shape[1:]})"
+                )
+        self._native.load(root / "transitions")
+        if kept is not None:
+            self._steps = int(kept["steps"])
+            self._pending[...] = pending
+            self._finals.load_state(kept)
         steps = self._native.num_frames() // self.n_envs
         self.full = steps >= self.buffer_size
         self.pos = self._native._ring.steps % self.buffer_size
@@ -170,29 +248,53 @@ class ReplayBuffer(sb3.ReplayBuffer):
                 that is neither ``n_envs`` dicts nor one dict of per-env arrays (Gymnasium's
                 vector envs); nothing is written.
         """
+        n = self.n_envs
         if not self.handle_timeout_termination:
-            timeouts: Any = 0.0
+            timeouts: Any = self._no_timeouts
+        elif infos.__class__ is list and n == 1 and len(infos) == 1:  # one of two constant rows: no array built
+            timeouts = self._flag_rows[bool(infos[0].get("TimeLimit.truncated", False))]
         elif isinstance(infos, dict):  # Gymnasium's vector-env infos: one dict of per-env arrays
-            timeouts = infos.get("TimeLimit.truncated", 0.0)
-        elif len(infos) != self.n_envs:
-            raise SpecMismatchError(f"infos: expected a list of {self.n_envs} dicts (one per env), got {len(infos)}")
+            timeouts = infos.get("TimeLimit.truncated", self._no_timeouts)
+        elif len(infos) == n:  # a list (a tuple from SubprocVecEnv) of one dict per env
+            timeouts = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos], np.float32)
         else:
-            timeouts = [info.get("TimeLimit.truncated", False) for info in infos]
-        spec = self._spec
-        self._native.add_batch(
-            {
-                "observation": self._observation_rows("obs", obs),
-                "next_observation": self._observation_rows("next_obs", next_obs),
-                "action": self._rows("action", action, spec["action"]),
-                "reward": self._rows("reward", reward, spec["reward"]),
-                "done": self._rows("done", done, spec["done"]),
-                "timeout": self._rows("infos", timeouts, spec["timeout"], broadcast=True),
-            }
-        )
+            raise SpecMismatchError(f"infos: expected a list of {n} dicts (one per env), got {len(infos)}")
+        rows = self._rows
+        items = {
+            "observation": rows("obs", obs, "observation"),
+            "next_observation": rows("next_obs", next_obs, "observation"),
+            "action": rows("action", action, "action"),
+            "reward": rows("reward", reward, "reward"),
+            "done": rows("done", done, "done"),
+            "timeout": rows("infos", timeouts, "timeout"),
+        }
+        if self._once:
+            self._add_once(items)
+        else:
+            self._native.add_batch(items)
         self.pos += 1
         if self.pos == self.buffer_size:
             self.full = True
             self.pos = 0
+
+    def _add_once(self, items: dict) -> None:
+        """Store a step's observations once: its next observation waits (``_pending``) for
+        the next step, and is kept among the finals only where that step's observation differs."""
+        next_obs = items.pop("next_observation")
+        items["final"] = self._no_finals
+        self._native.add_batch(items)
+        if self._steps:
+            previous, obs, n = self._pending, items["observation"], self.n_envs
+            if n == 1:
+                envs = [0] if previous.tobytes() != obs.tobytes() else []
+            else:  # byte for byte, so a NaN matches itself
+                obs = np.ascontiguousarray(obs).reshape(n, -1).view(np.uint8)
+                envs = np.flatnonzero((previous.reshape(n, -1).view(np.uint8) != obs).any(axis=1))
+            if len(envs):
+                counters = self._finals.append(previous[envs], self._steps - 1, self._steps - self.buffer_size + 1)
+                self._final_counters[(self.pos - 1) % self.buffer_size, envs] = counters
+        self._pending[...] = next_obs
+        self._steps += 1
 
     def sample(self, batch_size: int, env: Any = None) -> Any:
         """``batch_size`` transitions drawn uniformly (with replacement), as SB3's.
@@ -227,14 +329,36 @@ class ReplayBuffer(sb3.ReplayBuffer):
     def reset(self) -> None:
         """Forget every transition (SB3's only rewinds ``pos``; ours empties the storage)."""
         self._native.clear()
+        if self._once:
+            self._steps = 0
+            self._finals = FinalObservations(self._pending.shape[1:], self._pending.dtype)
         super().reset()
 
     # -- internals ----------------------------------------------------------------------------
     def _read(self, batch_inds: np.ndarray, env_indices: np.ndarray) -> dict:
-        """The stored fields of steps ``batch_inds`` of environments ``env_indices``: one gather."""
-        slots = np.asarray(batch_inds, np.int64) * self.n_envs + env_indices
-        items, _ = self._native._read_ids(slots)
+        """The stored fields of steps ``batch_inds`` of environments ``env_indices``: one
+        gather (and, where observations are stored once, one for the next observations)."""
+        steps = np.asarray(batch_inds, np.int64)
+        items, _ = self._native._read_ids(steps * self.n_envs + env_indices)
+        return self._with_next(items, steps, env_indices)
+
+    def _with_next(self, items: dict, steps: np.ndarray, envs: np.ndarray) -> dict:
+        """``items`` (those of steps ``steps`` of envs ``envs``) with their ``next_observation``."""
+        if self._once:
+            items["next_observation"] = self._next_observation(steps, envs, items.pop("final"))
         return items
+
+    def _next_observation(self, steps: np.ndarray, envs: np.ndarray, counters: np.ndarray) -> np.ndarray:
+        """The next observations of steps ``steps`` of envs ``envs``, whose items hold ``counters``:
+        the next step's observation, a final one, or the newest step's (``_pending``)."""
+        following = self.observations[(steps + 1) % self.buffer_size, envs]
+        finals = counters >= 0
+        if finals.any():
+            following[finals] = self._finals.read(counters[finals])
+        newest = steps == (self.pos - 1) % self.buffer_size
+        if newest.any():
+            following[newest] = self._pending[envs[newest]]
+        return following
 
     def _samples(
         self, obs: Any, actions: np.ndarray, next_obs: Any, dones: np.ndarray, rewards: np.ndarray, env: Any, **extra
@@ -259,33 +383,37 @@ class ReplayBuffer(sb3.ReplayBuffer):
             return {key: self._tensor(value) for key, value in obs.items()}
         return self._tensor(obs)
 
-    def _observation_rows(self, name: str, obs: Any) -> Any:
-        spec = self._spec["observation"]
-        if not isinstance(spec, dict):
-            return self._rows(name, obs, spec)
-        if not isinstance(obs, dict) or set(obs) != set(spec):
-            got = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
-            raise SpecMismatchError(f"{name}: expected a dict with the keys {sorted(spec)}, got {got}")
-        return {key: self._rows(f"{name}/{key}", obs[key], leaf) for key, leaf in spec.items()}
-
-    def _rows(self, name: str, value: Any, spec: ArraySpec, broadcast: bool = False) -> np.ndarray:
-        """``value`` as ``[n_envs, *spec.shape]`` rows of the spec's dtype (cast as SB3's
-        assignment casts), or SpecMismatchError naming ``name``."""
-        shape = (self.n_envs, *spec.shape)
+    def _rows(self, name: str, value: Any, field: str) -> Any:
+        """``value`` as ``[n_envs, *shape]`` rows of ``field``'s dtype (cast as SB3's assignment
+        casts; Dict observations: a dict of such rows by key), or SpecMismatchError naming ``name``.
+        An array of the right shape passes with two attribute checks (the per-step path)."""
+        shape, dtype = self._row_meta[field]
+        if value.__class__ is np.ndarray and shape is not None:
+            if value.shape != shape and value.size == prod(shape):  # e.g. SB3's DQN actions: [n_envs]
+                value = value.reshape(shape)
+            if value.shape == shape:
+                return value if value.dtype == dtype else value.astype(dtype)
+        if shape is None:
+            return self._dict_rows(name, value)
         try:
-            array = value if value.__class__ is np.ndarray else np.asarray(value)
-            if array.shape == shape and array.dtype == spec.dtype:
-                return array
-            if broadcast and array.ndim == 0:
+            array = np.asarray(value)
+            if field == "timeout" and array.ndim == 0:  # one flag for every env
                 array = np.broadcast_to(array, shape)
             if array.size == prod(shape):
-                return array.reshape(shape).astype(spec.dtype, copy=False)
+                return array.reshape(shape).astype(dtype, copy=False)
             got = f"shape {array.shape} {array.dtype}"
         except (TypeError, ValueError):
             got = f"{value!r:.80}"
         raise SpecMismatchError(
-            f"{name}: expected {self.n_envs} rows (one per env) of shape {spec.shape} {spec.dtype}, got {got}"
+            f"{name}: expected {shape[0]} rows (one per env) of shape {shape[1:]} {dtype}, got {got}"
         )
+
+    def _dict_rows(self, name: str, obs: Any) -> dict:
+        spec = self._spec["observation"]
+        if not isinstance(obs, dict) or set(obs) != set(spec):
+            got = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
+            raise SpecMismatchError(f"{name}: expected a dict with the keys {sorted(spec)}, got {got}")
+        return {key: self._rows(f"{name}/{key}", obs[key], f"observation/{key}") for key in spec}
 
 
 class DictReplayBuffer(ReplayBuffer, sb3.DictReplayBuffer):

@@ -77,6 +77,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """
         check_positive("batch_size", batch_size, allow_none=False)
         items, info = self._native.get_next(batch_size)
+        items = self._with_next(items, *np.divmod(info.ids % self._native.capacity, self.n_envs))
         samples = self._one_step_samples(items, env)
         return PrioritizedReplayBufferSamples(*samples, weights=self._tensor(info.weights.reshape(-1, 1)), ids=info.ids)
 

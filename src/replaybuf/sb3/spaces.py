@@ -2,7 +2,10 @@
 
 The item is SB3's transition (observation, next observation, action, reward, done,
 timeout) with SB3's shapes and dtypes (``get_obs_shape``, ``get_action_dim``, float64
-actions kept as float32), so the fields read back as SB3's arrays would. Image spaces
+actions kept as float32), so the fields read back as SB3's arrays would. A plain (non-Dict,
+non-image) observation is stored once: in place of the next observation the item keeps
+``final``, the counter of its next observation in ``replaybuf.sb3.finals`` or -1 where it
+is the next step's observation. Image spaces
 (SB3's ``is_image_space``: uint8 ``[H, W, C]`` or ``[C, H, W]``, e.g. ``VecFrameStack``'s
 stacks) go to the frame-stack storage, which keeps each frame once.
 """
@@ -27,6 +30,7 @@ from replaybuf.specs import ArraySpec
 __all__ = ["Layout", "layout"]
 
 _FLAG = ArraySpec((), np.float32)
+_COUNTER = ArraySpec((), np.int64)  # a row of FinalObservations, or -1: the next step's observation
 
 
 class Layout(NamedTuple):
@@ -67,6 +71,9 @@ def layout(observation_space: Any, action_space: Any, dict_space: bool, frames: 
         "timeout": _FLAG,
     }
     if frames is False or (frames is None and not images):
+        if not dict_space:  # the next observation is the next step's (replaybuf.sb3.finals)
+            del spec["next_observation"]
+            spec["final"] = _COUNTER
         return Layout(spec, [], 0)
     if not images:
         raise ArgumentError(
