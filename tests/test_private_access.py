@@ -26,13 +26,6 @@ OTHER_LIBRARIES = {
     "tf/iteration.py": {"dataset._variant_tensor"},
 }
 
-# modules of other engineers that still read a buffer's privates (issues 39, 32, 34); they
-# move to ``ring`` / ``read_ids`` and public hooks, then leave this list
-PENDING = {
-    "sb3/buffers.py": "issue 39: self._native._ring / _storage / _read_ids",
-}
-
-
 def _own_privates(cls: ast.ClassDef) -> set[str]:
     """Private names a class defines: its methods and the ``self._x`` it assigns."""
     names = set()
@@ -89,8 +82,6 @@ MODULES = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py"))
 
 @pytest.mark.parametrize("module", MODULES)
 def test_no_module_touches_another_objects_private_members(module):
-    if module in PENDING:
-        pytest.xfail(PENDING[module])
     allowed = OTHER_LIBRARIES.get(module, set())
     found = [hit for hit in private_accesses((PACKAGE / module).read_text()) if hit.split(": ", 1)[1] not in allowed]
     assert not found, f"{module} touches private members: {found}"

@@ -136,7 +136,7 @@ class ReplayBuffer(sb3.ReplayBuffer):
         else:
             self._native = uniform(self._spec, self.n_envs, self.buffer_size, **options)
         flat = FlatSpec(self._spec)
-        storage = self._native._storage
+        storage = self._native.storage
         stacked = {leaf.index for leaf in getattr(storage, "stacked", ())}
         plain = [i for i in range(len(flat.leaves)) if i not in stacked]
         views: list[Any] = [None] * len(flat.leaves)
@@ -214,7 +214,7 @@ class ReplayBuffer(sb3.ReplayBuffer):
             self._finals.load_state(kept)
         steps = self._native.num_frames() // self.n_envs
         self.full = steps >= self.buffer_size
-        self.pos = self._native._ring.steps % self.buffer_size
+        self.pos = self._native.ring.steps % self.buffer_size
 
     def __getstate__(self) -> dict:
         """Pickles (``save_replay_buffer``, ``deepcopy``) as the attributes plus the native
@@ -339,7 +339,7 @@ class ReplayBuffer(sb3.ReplayBuffer):
         """The stored fields of steps ``batch_inds`` of environments ``env_indices``: one
         gather (and, where observations are stored once, one for the next observations)."""
         steps = np.asarray(batch_inds, np.int64)
-        items, _ = self._native._read_ids(steps * self.n_envs + env_indices)
+        items, _ = self._native.read_ids(steps * self.n_envs + env_indices)
         return self._with_next(items, steps, env_indices)
 
     def _with_next(self, items: dict, steps: np.ndarray, envs: np.ndarray) -> dict:
