@@ -1,5 +1,5 @@
 """Checkpoint soaks (issue 34): adds, samples, saves and loads at once, and SIGKILLs during
-saves, for REPLAYBUF_SOAK_SECONDS per buffer family (default 2 s, so ``make test`` runs them
+saves (of shared-buffer savers and of Ray shard actors), for REPLAYBUF_SOAK_SECONDS per buffer family (default 2 s, so ``make test`` runs them
 briefly; docs/persistence.md, "Soaks", has the long mode and its figures).
 
 Every sample's items match its ids (no torn read), every folder a load finds loads whole and
@@ -203,3 +203,62 @@ def test_a_load_retries_when_a_save_replaced_the_version_before_it_opened_it(tmp
     twin = replaybuf.UniformReplayBuffer(SPEC, 2, 8)
     twin.load(tmp_path / "ckpt")
     np.testing.assert_array_equal(_stored(twin), [[0, 2], [1, 3]])  # the newer version, whole
+
+
+def test_ray_shards_sigkilled_while_checkpointing_every_add(tmp_path):
+    """Two shard actors checkpoint after every add while two writers add, and are killed
+    (``ray.kill``, a SIGKILL of the actor's process) at random times, so kills land inside
+    saves; each restarts from its last checkpoint and the writers resend what it had not
+    saved. At the end every tag is stored once and matches its items, none is lost, and the
+    buffer saved as one folder loads into a twin whole."""
+    ray = pytest.importorskip("ray")
+    rb_ray = pytest.importorskip("replaybuf.ray")
+    import sys
+
+    from conformance_data import fields_for_ids
+
+    if ray.is_initialized():  # another module's session
+        ray.shutdown()
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.cloudpickle.register_pickle_by_value(sys.modules["conformance_data"])
+    geometry = {"shards": 2, "batch_size": 2, "max_length": 100_000, "seed": 0}
+    try:
+        buffer = rb_ray.ShardedReplayBuffer(
+            SPEC, **geometry, checkpoint_dir=tmp_path / "shards", checkpoint_every=1, retry_timeout=300
+        )
+        writers = [buffer.writer(shard) for shard in range(2)]
+        rng, counts, sent = random.Random(0), Counter(), [[], []]
+        end = time.monotonic() + SECONDS
+        kill_at = time.monotonic() + rng.uniform(0.1, 1.0)
+        while time.monotonic() < end or not counts["kills"]:
+            for shard, writer in enumerate(writers):
+                tags = 1_000_000 * (shard + 1) + len(sent[shard]) + np.arange(writer.batch_size)
+                writer.add_batch(fields_for_ids(tags))
+                sent[shard].extend(tags.tolist())
+                counts["adds"] += 1
+            if time.monotonic() >= kill_at:
+                ray.kill(buffer.actors[rng.randrange(2)], no_restart=False)
+                counts["kills"] += 1
+                kill_at = time.monotonic() + rng.uniform(0.1, 1.0)
+        for writer in writers:
+            writer.flush()
+        counts["resent"] = sum(writer.retried for writer in writers)
+        stored = buffer.gather_shards()
+        for shard in range(2):
+            tags = stored[shard]["id"].ravel()
+            assert np.unique(tags).size == tags.size, "an add was inserted twice"
+            assert_items_match_ids(stored[shard], stored[shard]["id"])  # every field is its tag's: none torn
+            counts["lost"] += len(set(sent[shard]) - set(tags.tolist()))
+        assert counts["lost"] == 0
+        items, _ = buffer.get_next(64)
+        assert_items_match_ids(items, items["id"])
+        buffer.save(tmp_path / "one", gather=True)
+        twin = rb_ray.ShardedReplayBuffer(SPEC, **geometry)
+        twin.load(tmp_path / "one")
+        for mine, theirs in zip(stored, twin.gather_shards(), strict=True):
+            np.testing.assert_array_equal(np.sort(mine["id"].ravel()), np.sort(theirs["id"].ravel()))
+        twin.shutdown()
+        buffer.shutdown()
+    finally:
+        ray.shutdown()
+    print(f"soak ray {SECONDS:.0f} s: {dict(counts)}")
