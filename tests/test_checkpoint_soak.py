@@ -1,6 +1,7 @@
 """Checkpoint soaks (issue 34): adds, samples, saves and loads at once, and SIGKILLs during
-saves (of shared-buffer savers and of Ray shard actors), for REPLAYBUF_SOAK_SECONDS per buffer family (default 2 s, so ``make test`` runs them
-briefly; docs/persistence.md, "Soaks", has the long mode and its figures).
+saves (of shared-buffer savers and of Ray shard actors), for REPLAYBUF_SOAK_SECONDS per buffer
+family (default 2 s, so ``make test`` runs them briefly; docs/persistence.md, "Soaks", has the
+long mode and its figures).
 
 Every sample's items match its ids (no torn read), every folder a load finds loads whole and
 matches its ids (no torn checkpoint), and the last save, loaded into a twin, holds exactly the
