@@ -57,6 +57,20 @@ def small_pool(n: int) -> dict[str, np.ndarray]:
     }
 
 
+def small_spec() -> dict:
+    """replaybuf's ArraySpecs of ``small_pool``'s transitions (replaybuf imported on call: a peer's
+    environment may lack it)."""
+    from replaybuf import ArraySpec
+
+    return {
+        "obs": ArraySpec(OBS_SHAPE, np.float32),
+        "action": ArraySpec((), np.int64),
+        "reward": ArraySpec((), np.float32),
+        "done": ArraySpec((), np.bool_),
+        "next_obs": ArraySpec(OBS_SHAPE, np.float32),
+    }
+
+
 def single_rows(pool: dict[str, np.ndarray], n: int = 4096) -> list[tuple]:
     """The first ``n`` transitions as per-row NumPy values (what an environment step hands over)."""
     return [tuple(pool[k][i] for k in ("obs", "action", "reward", "done", "next_obs")) for i in range(n)]

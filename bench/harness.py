@@ -181,11 +181,13 @@ def measure(
     timing: Timing,
     notes: dict[str, str] | None = None,
     before: dict[str, Callable[[], object]] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
     **extra: object,
 ) -> list[dict]:
     """Time ``runs`` (label -> ``run(n)``) interleaved and emit each one's figure in ``workload.unit``:
-    ``per_call`` over the median seconds per call, with the load beside it (``before``: see ``interleave``)."""
-    times, runnable = interleave(runs, timing, before=before)
+    ``per_call`` over the median seconds per call, with the load beside it (``before``, ``clock``:
+    see ``interleave``)."""
+    times, runnable = interleave(runs, timing, clock, before)
     load1 = load()[0]
     out = []
     for label, got in times.items():

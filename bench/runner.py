@@ -27,18 +27,16 @@ import venvs
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-QUIET_ENV = {
-    "TF_CPP_MIN_LOG_LEVEL": "3",
-    "JAX_PLATFORMS": "cpu",
-    "CUDA_VISIBLE_DEVICES": "",
-    "PYTHONWARNINGS": "ignore",
-}
+QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore"}
+#: what keeps a job off the accelerators (all but a ``Job(device=True)``'s)
+CPU_ONLY_ENV = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
 TIMEOUTS = {"full": 1200, "quick": 400, "tiny": 300}
 
 
-def run_job(python: str, argv: list[str], timeout: float, log) -> tuple[list[dict], str | None]:
-    """The records a worker printed, and why it stopped early (None when it finished)."""
-    env = dict(os.environ, **QUIET_ENV)
+def run_job(python: str, argv: list[str], timeout: float, log, device: bool = False) -> tuple[list[dict], str | None]:
+    """The records a worker printed, and why it stopped early (None when it finished); ``device``:
+    the worker may see the accelerators."""
+    env = dict(os.environ, **QUIET_ENV, **({} if device else CPU_ONLY_ENV))
     env["PYTHONPATH"] = str(ROOT / "src")  # replaybuf from this checkout, in every environment
     cmd = [python, str(HERE / "worker.py"), *argv]
     try:
@@ -59,7 +57,7 @@ def run_job(python: str, argv: list[str], timeout: float, log) -> tuple[list[dic
 def run_suite(name: str, args: argparse.Namespace, size: str) -> dict:
     """Run suite ``name``'s jobs (``--libs`` only) for ``--rounds``; the run's results."""
     suite = suites.load(name)
-    keys = [w.key for w in suite.WORKLOADS if not args.workloads or w.key in args.workloads]
+    wanted = [w.key for w in suite.WORKLOADS if not args.workloads or w.key in args.workloads]
     jobs = [job for job in suite.JOBS if not args.libs or job.name in args.libs]
     run = {
         "command": "python -m bench " + " ".join(args.argv),
@@ -74,6 +72,9 @@ def run_suite(name: str, args: argparse.Namespace, size: str) -> dict:
     with open(HERE / ".cache" / f"{name}.log", "w") as log:
         for round_ in range(args.rounds):
             for job in jobs:
+                keys = [key for key in wanted if not job.workloads or key in job.workloads]
+                if not keys:
+                    continue
                 start = time.time()
                 try:
                     python = str(venvs.ensure(job.env)) if job.env and not args.here else sys.executable
@@ -81,7 +82,8 @@ def run_suite(name: str, args: argparse.Namespace, size: str) -> dict:
                     failure = f"environment not built: {exc}"
                     got = []
                 else:
-                    got, failure = run_job(python, [name, job.name, size, *keys], args.timeout or TIMEOUTS[size], log)
+                    timeout = args.timeout or (job.timeout if size == "full" and job.timeout else TIMEOUTS[size])
+                    got, failure = run_job(python, [name, job.name, size, *keys], timeout, log, job.device)
                 if failure:
                     got += [{"workload": k, "lib": label, "missing": failure} for k in keys for label in job.labels]
                 records += [dict(r, round=round_) for r in got]

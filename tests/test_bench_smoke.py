@@ -28,6 +28,8 @@ SMOKE = {
     "frames_compressed": ["fc_add", "fc_sample32"],  # fc_rss fills each buffer again in a process of its own
     "writers": ["learner_alone", "add_1w_1r", "learner_1w_1r"],  # tiny: 1 writer, 1 row per add
     "ray_shards": ["add_1s", "add_actors_1s", "get_next_1s", "dataset_1s"],  # tiny: 1 shard
+    "sb3": ["sb3_add", "sb3_sample256", "sb3_dqn_cartpole"],  # Atari: a CnnPolicy; RSS: three more processes
+    "jax_gpu": ["jg_j2b", "jg_j3"],
 }
 
 
@@ -167,35 +169,47 @@ def test_a_crashing_worker_is_reported_not_raised(bench, tmp_path):
     assert "exited with 1" in failure and "no job 'no_such_job'" in failure
 
 
-def test_sb3_bench_quick_rows(tmp_path):
-    """bench/sb3.py --quick: replaybuf.sb3 and SB3's buffer give positive figures and a ratio
-    for add, sample and the DQN CartPole loop (the Atari rows run in the full benchmark)."""
-    pytest.importorskip("stable_baselines3")
-    sys.path.insert(0, str(BENCH))
-    try:
-        import sb3
-    finally:
-        sys.path.remove(str(BENCH))
-    out = tmp_path / "sb3.json"
-    assert sb3.main(["--quick", "--rows", "add,sample,cartpole", "--out", str(out)]) == 0
-    results = json.loads(out.read_text())
-    for row in ("add", "sample", "cartpole"):
-        assert all(math.isfinite(results[row][k]) and results[row][k] > 0 for k in ("replaybuf", "sb3", "ratio"))
-    assert results["command"].startswith("python bench/sb3.py --quick")
+def _tiny(runner, tmp_path, suite, *extra):
+    """Run ``suite`` at tiny size here; its records with a figure, by (workload, label), and the report."""
+    argv = [suite, "--tiny", "--here", *extra, "--results", str(tmp_path), "--out", str(tmp_path / "bench.md")]
+    assert runner.main(argv + ["--readme", ""]) == 0
+    records = json.loads((tmp_path / f"{suite}.json").read_text())["records"]
+    return records, (tmp_path / "bench.md").read_text()
 
 
-def test_her_bench_quick_run_measures_every_contender():
-    pytest.importorskip("stable_baselines3")
-    sys.path.insert(0, str(BENCH))
-    try:
-        import her
+def test_the_gpu_suite_records_its_device_and_the_bare_loop_beside_every_sample(bench, tmp_path):
+    runner, *_ = bench
+    records, table = _tiny(runner, tmp_path, "gpu", "--libs", "replaybuf")
+    figures = {(r["workload"], r["lib"]): r for r in records if "value" in r}
+    for key in ("gpu_frames32", "gpu_frames256", "gpu_sample256"):
+        assert {(key, "replaybuf"), (key, "replaybuf captured"), (key, "bare loop")} <= set(figures)
+    assert all(r["note"] == "CPU, 1 torch thread" for r in figures.values())  # no GPU in the tests' process
+    missing = {(r["workload"], r["lib"]): r["missing"] for r in records if "missing" in r}
+    assert missing[("gpu_sample256", "kernel alone")] == "a CUDA graph: none on the cpu"
+    assert "| gpu | sample 256 small transitions on the device | >= 0.67x bare loop |" in table
 
-        results = her.main(["--quick"])
-    finally:
-        sys.path.remove(str(BENCH))
-    for name in (
-        "replaybuf get_next(256) with her=",
-        "replaybuf.sb3.HerReplayBuffer.sample",
-        "SB3 HerReplayBuffer.sample",
-    ):
-        assert len(results[name]) == 2 and all(math.isfinite(r) and r > 0 for r in results[name])
+
+def test_the_jax_gpu_suite_times_the_prioritized_rows_beside_the_uniform_sample(bench, tmp_path):
+    runner, *_ = bench
+    records, table = _tiny(runner, tmp_path, "jax_gpu", "--workloads", "jg_j3")
+    assert {r["lib"] for r in records if "value" in r} == {"replaybuf", "uniform pairs"}
+    assert "| jax_gpu | J3 prioritized sample 256 + update | >= 0.5x uniform pairs |" in table
+
+
+def test_the_her_suite_times_the_relabelled_sample_beside_its_floor_and_sb3(bench, tmp_path):
+    runner, *_ = bench
+    records, table = _tiny(runner, tmp_path, "her")
+    figures = {(r["workload"], r["lib"]) for r in records if "value" in r}
+    assert {("her_sample256", label) for label in ("replaybuf", "no-her floor", "stable-baselines3")} <= figures
+    assert {("her_sb3_sample256", "replaybuf"), ("her_sb3_sample256", "stable-baselines3")} <= figures
+    assert ">= 3x stable-baselines3" in table and ">= 1.5x cpprb" in table
+
+
+def test_a_job_runs_only_for_the_workloads_it_measures(bench, tmp_path):
+    """sb3's DQN and RSS jobs start no process when only the buffers' workloads are asked for."""
+    runner, *_ = bench
+    records, _ = _tiny(runner, tmp_path, "sb3", "--workloads", "sb3_add")
+    assert {(r.get("workload"), r["lib"]) for r in records if "value" in r} == {
+        ("sb3_add", "replaybuf"),
+        ("sb3_add", "stable-baselines3"),
+    }

@@ -3,7 +3,7 @@ beside a uniform sample (issue 33's target: at most 2x)? Answer: docs/gpu.md, "F
 
 us per scanned iteration (the jax_core suite's cases: one jitted, donated ``lax.scan``), median
 of ``--reps`` repetitions of one scan each, the cases interleaved by the harness
-(bench/harness.py), at bench/gpu.py's JAX capacity:
+(bench/harness.py), at the jax_gpu suite's full capacity:
 
     PYTHONPATH=src python bench/studies/jax_per_parts.py [--capacity 262144] [--reps 7]
 

@@ -19,18 +19,37 @@ import dataclasses
 import importlib
 from types import ModuleType
 
-SUITES = ("peers", "tf", "jax_core", "frames", "frames_compressed", "writers", "ray_shards", "minari_load")
+SUITES = (
+    "peers",
+    "tf",
+    "jax_core",
+    "frames",
+    "frames_compressed",
+    "writers",
+    "ray_shards",
+    "minari_load",
+    "sb3",
+    "her",
+    "gpu",
+    "jax_gpu",
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Job:
     """One process of a suite: its name (``--libs``), environment (bench/.venvs/ENV; None: the
-    runner's own interpreter), the labels of what it measures, and the adapters it loads."""
+    runner's own interpreter), the labels of what it measures, and the adapters it loads.
+    ``workloads``: the keys it measures (empty: every workload of the suite); ``device``: the
+    process may see the accelerators (the runner hides them from the others); ``timeout``:
+    seconds at full size, where the runner's default is too short."""
 
     name: str
     env: str | None
     labels: tuple[str, ...]
     adapters: tuple[str, ...] = ()
+    workloads: tuple[str, ...] = ()
+    device: bool = False
+    timeout: float = 0.0
 
 
 def load(name: str) -> ModuleType:

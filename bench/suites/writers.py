@@ -50,7 +50,7 @@ sys.path.insert(0, str(BENCH))
 import numpy as np  # noqa: E402
 
 import harness  # noqa: E402
-from common import small_pool  # noqa: E402
+from common import small_pool, small_spec  # noqa: E402
 from harness import Workload  # noqa: E402
 from suites import Job  # noqa: E402
 
@@ -66,15 +66,7 @@ class ReplaybufShared:
 
     @staticmethod
     def spec() -> dict:
-        from replaybuf import ArraySpec
-
-        return {
-            "obs": ArraySpec((4,), np.float32),
-            "action": ArraySpec((), np.int64),
-            "reward": ArraySpec((), np.float32),
-            "done": ArraySpec((), np.bool_),
-            "next_obs": ArraySpec((4,), np.float32),
-        }
+        return small_spec()
 
     def __init__(self, writers: int, rows: int, staged: bool):
         from replaybuf.shared import SharedReplayBuffer

@@ -1,43 +1,70 @@
-"""Hindsight relabelling: a relabelled sample of 256 on the same episodes, in one run.
+"""Hindsight relabelling: a relabelled sample of 256 on the same episodes (docs/her.md).
 
 Episodes of BitFlipping with 15 bits (15 steps each; observation, achieved and desired goals
-of 15 float32 bits), one environment, ``--stored`` transitions in a buffer of ``--capacity``,
-"future" goals for 80% of the batch (SB3's n_sampled_goal=4):
-(a) replaybuf's UniformReplayBuffer(respect_episodes=True, her=HindsightRelabel(...)).get_next(256)
-    (NumPy arrays out; rewards from ``sparse_reward``, BitFlippingEnv's rule written vectorised);
-(a') the same buffer's items without ``her=``: the floor of (a), a plain episode-aware sample;
-(a'') TorchUniformReplayBuffer(her=...) on the CPU with the same items and draws (goals drawn on
-    the host, written and rewarded with torch ops);
-(b) replaybuf.sb3.HerReplayBuffer.sample(256) (SB3's API: torch tensors out, rewards through
-    the VecEnv's env_method, as SB3's);
-(c) SB3 2.9.2's HerReplayBuffer.sample(256);
-(d) cpprb's HindsightReplayBuffer(prioritized=False, additional_goals=4).sample(256), run in
-    bench/.venvs/cpprb (``python bench/venvs.py cpprb``) as a subprocess that samples n times
-    per request; cpprb relabels when an episode ends and stores the relabelled copies, so its
-    sample is a plain one (its buffer holds 5x the transitions).
+of 15 float32 bits), one environment, the size's transitions stored in buffers of its
+capacity (full: 50k in 1M, SB3's default ``buffer_size``), "future" goals for 80% of the
+batch (SB3's n_sampled_goal=4). ``her_sample256`` times, interleaved in one process:
 
-Timed by bench/harness.py's ``interleave``: every contender is a ``run(n)`` (cpprb's a request
-to its process), repetitions alternate between contenders, timed in CPU seconds of this
-process plus cpprb's (torch on one thread), so that a loaded machine's waits count for none;
-each figure is the median over the rounds, each ratio the median of the per-round ratios.
-    .venv/bin/python bench/her.py [--quick] [--capacity N] [--stored N] [--rounds N] [--seconds S]
+- ``replaybuf``: UniformReplayBuffer(respect_episodes=True, her=HindsightRelabel(...)).get_next(256)
+  (NumPy out; rewards from ``sparse_reward``, BitFlippingEnv's rule written vectorised);
+- ``no-her floor``: the same buffer's items without ``her=``, a plain episode-aware sample;
+- ``replaybuf.torch cpu``: TorchUniformReplayBuffer(her=...) on the CPU with the same items
+  (goals drawn on the host, written and rewarded with torch ops);
+- ``stable-baselines3``: SB3's HerReplayBuffer.sample(256);
+- ``cpprb``: HindsightReplayBuffer(prioritized=False, additional_goals=4).sample(256) in
+  bench/.venvs/cpprb, a subprocess that samples n times per request; cpprb relabels when an
+  episode ends and stores the relabelled copies, so its sample is a plain one.
+
+``her_sb3_sample256``: replaybuf.sb3.HerReplayBuffer.sample(256) (SB3's API, torch out,
+rewards through the VecEnv's env_method) beside SB3's. Timed in CPU seconds of this
+process plus cpprb's (torch on one thread), so that a loaded machine's waits count for none.
+Targets: >= 1.5x cpprb's sample, >= 3x SB3's.
+
+    PYTHONPATH=src .venv/bin/python -m bench her
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import subprocess
-import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+import venvs
+from harness import Workload
+from suites import Job
 
-from harness import Timing, interleave, repeat  # noqa: E402
-
+SB3, CPPRB_LABEL = "stable-baselines3", "cpprb"
+#: per size: (buffer capacity, transitions stored, timing in CPU seconds)
+SIZES = {
+    "full": (1_000_000, 50_000, harness.Timing(7, 0.3, 0.15)),
+    "quick": (100_000, 10_000, harness.Timing(3, 0.1, 0.05)),
+    "tiny": (3_000, 1_500, harness.Timing(2, 0.02, 0.01)),
+}
+WORKLOADS = [
+    Workload(
+        "her_sample256",
+        "relabelled sample of 256, BitFlipping 15 bits",
+        "batches/s",
+        references=("no-her floor", "replaybuf.torch cpu"),
+        peers=(SB3, CPPRB_LABEL),
+        goal_vs=CPPRB_LABEL,
+        goal_ratio=1.5,
+        readme="hindsight-relabelled sample of 256 (BitFlipping)",
+    ),
+    Workload(
+        "her_sb3_sample256",
+        "HerReplayBuffer.sample(256) through SB3's API",
+        "batches/s",
+        peers=(SB3,),
+        goal_vs=SB3,
+        goal_ratio=3.0,
+    ),
+]
+JOBS = [Job("replaybuf", None, ("replaybuf", "no-her floor", "replaybuf.torch cpu", SB3, CPPRB_LABEL))]
 BITS, B, N_SAMPLED_GOAL = 15, 256, 4
 
 
@@ -93,6 +120,7 @@ def fill_sb3(buffer, data: dict[str, np.ndarray]) -> None:
 
 
 def sb3_contenders(capacity: int, data: dict[str, np.ndarray]) -> dict:
+    """replaybuf.sb3's HerReplayBuffer (as ``replaybuf``) and SB3's, filled alike: label -> sample(256)."""
     import torch
     from stable_baselines3 import HerReplayBuffer as SB3Her
 
@@ -101,10 +129,7 @@ def sb3_contenders(capacity: int, data: dict[str, np.ndarray]) -> dict:
     torch.set_num_threads(1)
     env = bitflip_env()
     made = {}
-    for name, kind in (
-        ("replaybuf.sb3.HerReplayBuffer.sample", HerReplayBuffer),
-        ("SB3 HerReplayBuffer.sample", SB3Her),
-    ):
+    for name, kind in (("replaybuf", HerReplayBuffer), (SB3, SB3Her)):
         buffer = kind(
             capacity, env.observation_space, env.action_space, env, device="cpu", n_sampled_goal=N_SAMPLED_GOAL
         )
@@ -167,10 +192,7 @@ def native_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
     fill_native(buffer, data)
     plain = replaybuf.UniformReplayBuffer(spec, 1, capacity, seed=0, respect_episodes=True, episode_end_field="done")
     plain.load_state_dict(buffer.state_dict())  # the same items: what a sample costs without relabelling
-    return {
-        "replaybuf get_next(256) with her=": lambda: buffer.get_next(B),
-        "replaybuf get_next(256) without her (floor)": lambda: plain.get_next(B),
-    }
+    return {"replaybuf": lambda: buffer.get_next(B), "no-her floor": lambda: plain.get_next(B)}
 
 
 def torch_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
@@ -186,7 +208,7 @@ def torch_contender(capacity: int, data: dict[str, np.ndarray]) -> dict:
     spec, her = native_parts(reward)
     buffer = TorchUniformReplayBuffer(spec, 1, capacity, seed=0, episode_end_field="done", her=her)
     fill_native(buffer, data)
-    return {"replaybuf TorchUniformReplayBuffer(her=) get_next(256), CPU": lambda: buffer.get_next(B)}
+    return {"replaybuf.torch cpu": lambda: buffer.get_next(B)}
 
 
 CPPRB = """
@@ -196,7 +218,7 @@ from cpprb import HindsightReplayBuffer
 capacity, path = int(sys.argv[1]), sys.argv[2]
 data = dict(np.load(path))
 bits = data["obs"].shape[1]
-def reward(state, action, goal):  # sparse_reward of bench/her.py
+def reward(state, action, goal):  # sparse_reward of bench/suites/her.py
     return -(np.abs(state - goal).sum(axis=1) > 0).astype(np.float32)
 env_dict = {"obs": {"shape": bits}, "act": {"dtype": np.int64}, "next_obs": {"shape": bits}, "done": {}}
 buffer = HindsightReplayBuffer(capacity * 5, env_dict, max_episode_len=bits, reward_func=reward,
@@ -218,12 +240,8 @@ class CpprbProcess:
     """cpprb in its own venv, filled with the same episodes; ``run(n)`` samples n times there,
     and ``cpu`` is that process's CPU seconds as of its last reply."""
 
-    def __init__(self, capacity: int, data_path: Path):
-        python = Path(__file__).resolve().parent / ".venvs" / "cpprb" / "bin" / "python"
-        self.process, self.cpu = None, 0.0
-        if not python.exists():
-            print("bench/.venvs/cpprb is missing (python bench/venvs.py cpprb): no cpprb figures", file=sys.stderr)
-            return
+    def __init__(self, python: Path, capacity: int, data_path: Path):
+        self.cpu = 0.0
         self.process = subprocess.Popen(
             [str(python), "-c", CPPRB, str(capacity), str(data_path)],
             stdin=subprocess.PIPE,
@@ -231,10 +249,9 @@ class CpprbProcess:
             text=True,
         )
         if self.process.stdout.readline().strip() != "ready":
-            print("cpprb failed to start", file=sys.stderr)
             self.process.kill()
             self.close()
-            self.process = None
+            raise RuntimeError("cpprb's process failed to start")
 
     def run(self, n: int) -> None:
         self.process.stdin.write(f"{n}\n")
@@ -245,62 +262,51 @@ class CpprbProcess:
         self.cpu = float(reply)
 
     def close(self) -> None:
-        if self.process is not None:
-            self.process.stdin.close()
-            self.process.wait(timeout=60)
-            self.process.stdout.close()
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+        self.process.stdout.close()
 
 
-def main(argv: list[str] | None = None) -> dict[str, list[float]]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes and short rounds (smoke test)")
-    parser.add_argument("--capacity", type=int, default=1_000_000, help="buffer size in transitions (SB3's default)")
-    parser.add_argument("--stored", type=int, default=200_000, help="transitions added before sampling")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--seconds", type=float, default=1.0, help="seconds per contender per round")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.capacity, args.stored, args.rounds, args.seconds = 3000, 1500, 2, 0.05
-    data = episodes(args.stored)
-    import tempfile
+def cpprb_python(size: str) -> Path:
+    """bench/.venvs/cpprb's interpreter, built first unless at the smoke tests' size (where a missing one
+    raises ``VenvError``)."""
+    if size == "tiny" and not venvs.python_of("cpprb").exists():
+        raise venvs.VenvError("bench/.venvs/cpprb is not built (python bench/venvs.py cpprb)")
+    return venvs.ensure("cpprb")
 
+
+def measure(job: Job, size: str, keys: list[str]) -> None:
+    """Fill every contender with the same episodes, then time each workload's contenders interleaved."""
+    import stable_baselines3
+
+    import replaybuf
+
+    capacity, stored, timing = SIZES[size]
+    harness.emit(lib="replaybuf", version=f"replaybuf {replaybuf.__version__}")
+    harness.emit(lib=SB3, version=f"stable-baselines3 {stable_baselines3.__version__}")
+    data = episodes(stored)
+    cpprb = None
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "episodes.npz"
         np.savez(path, **data)
-        cpprb = CpprbProcess(args.capacity, path)
         try:
-            steps = {
-                **native_contender(args.capacity, data),
-                **torch_contender(args.capacity, data),
-                **sb3_contenders(args.capacity, data),
+            cpprb = CpprbProcess(cpprb_python(size), capacity, path)
+        except (venvs.VenvError, RuntimeError) as exc:
+            harness.missing(["her_sample256"], CPPRB_LABEL, str(exc)[:300])
+        try:
+            sb3 = sb3_contenders(capacity, data)
+            native = {**native_contender(capacity, data), **torch_contender(capacity, data), SB3: sb3[SB3]}
+            runs = {
+                "her_sample256": {label: harness.repeat(step) for label, step in native.items()},
+                "her_sb3_sample256": {label: harness.repeat(step) for label, step in sb3.items()},
             }
-            runs = {name: repeat(step) for name, step in steps.items()}
-            if cpprb.process is not None:
-                runs["cpprb HindsightReplayBuffer.sample"] = cpprb.run
+            if cpprb is not None:
+                runs["her_sample256"][CPPRB_LABEL] = cpprb.run
             # CPU seconds of this process and cpprb's (a shared machine's waits count for nobody)
-            clock = lambda: time.process_time() + cpprb.cpu  # noqa: E731
-            times, _ = interleave(runs, Timing(args.rounds, args.seconds, args.seconds / 2), clock)
+            clock = lambda: time.process_time() + (cpprb.cpu if cpprb else 0.0)  # noqa: E731
+            for workload in WORKLOADS:
+                if not keys or workload.key in keys:
+                    harness.measure(workload, runs[workload.key], timing, clock=clock)
         finally:
-            cpprb.close()
-    results: dict[str, list[float]] = {}
-    for name, got in times.items():
-        if isinstance(got, Exception):
-            raise got
-        results[name] = [1 / seconds for seconds in got]  # samples per second, round by round
-    print(
-        f"BitFlipping {BITS} bits, capacity {args.capacity}, stored {args.stored}, batch {B}, "
-        f"median of {args.rounds} rounds"
-    )
-    for name, rates in results.items():
-        print(f"{statistics.median(rates):10.0f} samples/s  {name}  (rounds: {', '.join(f'{r:.0f}' for r in rates)})")
-    for ours in ("replaybuf get_next(256) with her=", "replaybuf.sb3.HerReplayBuffer.sample"):
-        for peer in ("SB3 HerReplayBuffer.sample", "cpprb HindsightReplayBuffer.sample"):
-            if peer in results:
-                ratios = [a / b for a, b in zip(results[ours], results[peer], strict=True)]
-                listed = ", ".join(f"{r:.2f}" for r in ratios)
-                print(f"{ours} / {peer}: median {statistics.median(ratios):.2f}x (rounds: {listed})")
-    return results
-
-
-if __name__ == "__main__":
-    main()
+            if cpprb is not None:
+                cpprb.close()
