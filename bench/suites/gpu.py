@@ -276,6 +276,10 @@ def measure(job: Job, size: str, keys: list[str]) -> None:
 
 
 def _version(label: str) -> str:
-    from importlib.metadata import version
+    if label == TORCHRL:
+        import torchrl
 
-    return f"torchrl {version('torchrl')}" if label == TORCHRL else f"replaybuf {version('replaybuf')}"
+        return f"torchrl {torchrl.__version__}"
+    import replaybuf
+
+    return f"replaybuf {replaybuf.__version__}"

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import harness
+import replaybuf
 from harness import Workload
 from replaybuf import ArraySpec
 from replaybuf.jax import make_buffer
@@ -202,7 +203,7 @@ def flashbax_cases(capacity: int, steps: int, data) -> dict[str, Case]:
 def measure(job: Job, size: str, keys: list[str]) -> None:
     """Every case (``keys`` only) of both libraries, interleaved; flashbax missing: replaybuf alone."""
     data = pool(64)
-    harness.emit(lib="replaybuf", version=f"replaybuf {version('replaybuf')}, jax {jax.__version__}")
+    harness.emit(lib="replaybuf", version=f"replaybuf {replaybuf.__version__}, jax {jax.__version__}")
     sides = {"replaybuf": ours_cases(CAPACITY[size], STEPS, data)}
     try:
         sides[FLASHBAX] = flashbax_cases(CAPACITY[size], STEPS, data)

@@ -46,12 +46,13 @@ def measure(job: Job, size: str, keys: list[str]) -> None:
 
     import jax
 
+    import replaybuf
     from suites.jax_core import flashbax_cases, ours_cases, pool
 
     capacity, steps, reps = SIZES[size]
     data = pool(4 if size == "tiny" else 64)
     where = f"{jax.devices()[0].platform} ({jax.devices()[0].device_kind})"
-    harness.emit(lib="replaybuf", version=f"replaybuf {version('replaybuf')}, jax {jax.__version__} on {where}")
+    harness.emit(lib="replaybuf", version=f"replaybuf {replaybuf.__version__}, jax {jax.__version__} on {where}")
     ours = ours_cases(capacity, steps, data)
     try:
         theirs = flashbax_cases(capacity, steps, data)
