@@ -152,11 +152,9 @@ class Table:
     def frames_buffers(self) -> dict:
         import torch
 
-        from replaybuf import ArraySpec
-
         if "frames" in self.built:
             return self.built["frames"]
-        streams, spec = 8, {"frame": ArraySpec(FRAME, np.uint8)}
+        streams = 8
         rng = np.random.default_rng(0)
         block = torch.as_tensor(rng.integers(0, 256, (streams, *FRAME), dtype=np.uint8), device=self.device)
         made = {}
@@ -167,7 +165,10 @@ class Table:
             chunk = min(1024, self.frames)  # whole chunks of the streams' block, at least one even at tiny sizes
             for _ in range(self.frames // chunk):
                 made[TORCHRL].extend(TensorDict({"frame": block.repeat(chunk // streams, 1, 1, 1)}, [chunk]))
-        else:
+        else:  # replaybuf only here: a peer's environment may lack its dependencies
+            from replaybuf import ArraySpec
+
+            spec = {"frame": ArraySpec(FRAME, np.uint8)}
             made["replaybuf"] = self._ours(spec, streams, self.frames // streams)
             made["replaybuf captured"] = self._ours(spec, streams, self.frames // streams, capture=True)
             for _ in range(self.frames // streams):
