@@ -23,7 +23,7 @@ import pytest
 
 import replaybuf
 from conformance_data import SPEC, assert_items_match_ids, step_batch
-from replaybuf.errors import CheckpointError
+from replaybuf.errors import CheckpointError, EmptyBufferError
 
 SECONDS = float(os.environ.get("REPLAYBUF_SOAK_SECONDS", "2"))
 pytestmark = pytest.mark.timeout(int(SECONDS * 3) + 120)
@@ -207,11 +207,12 @@ def test_a_load_retries_when_a_save_replaced_the_version_before_it_opened_it(tmp
 
 
 def test_ray_shards_sigkilled_while_checkpointing_every_add(tmp_path):
-    """Two shard actors checkpoint after every add while two writers add, and are killed
-    (``ray.kill``, a SIGKILL of the actor's process) at random times, so kills land inside
-    saves; each restarts from its last checkpoint and the writers resend what it had not
-    saved. At the end every tag is stored once and matches its items, none is lost, and the
-    buffer saved as one folder loads into a twin whole."""
+    """Two shard actors checkpoint after every add while two writers add and the driver
+    samples, and are killed (``ray.kill``, a SIGKILL of the actor's process) at random times,
+    so kills land inside saves; each restarts from its last checkpoint and the writers resend
+    what it had not acknowledged. Every sample matches its ids; at the end every tag is stored
+    once and matches its items, none is lost, and the buffer saved as one folder loads into a
+    twin whole."""
     ray = pytest.importorskip("ray")
     rb_ray = pytest.importorskip("replaybuf.ray")
     import sys
@@ -237,6 +238,16 @@ def test_ray_shards_sigkilled_while_checkpointing_every_add(tmp_path):
                 writer.add_batch(fields_for_ids(tags))
                 sent[shard].extend(tags.tolist())
                 counts["adds"] += 1
+            if counts["adds"] % 16 == 0:  # a shard being killed or restarted is left out of the draw
+                try:
+                    items, info = buffer.get_next(8)
+                except EmptyBufferError:  # only before the first add is applied
+                    assert not counts["samples"]
+                else:  # every field its tag's (none torn), under the id of the tag's add
+                    tags = items["id"]
+                    assert_items_match_ids(items, tags)
+                    np.testing.assert_array_equal(info.ids, 2 * (tags % 1_000_000) + tags // 1_000_000 - 1)
+                    counts["samples"] += 1
             if time.monotonic() >= kill_at:
                 ray.kill(buffer.actors[rng.randrange(2)], no_restart=False)
                 counts["kills"] += 1
@@ -244,6 +255,7 @@ def test_ray_shards_sigkilled_while_checkpointing_every_add(tmp_path):
         for writer in writers:
             writer.flush()
         counts["resent"] = sum(writer.retried for writer in writers)
+        counts["applied"] = sum(info["inserts"] for info in buffer.shard_info())  # one save each
         stored = buffer.gather_shards()
         for shard in range(2):
             tags = stored[shard]["id"].ravel()
