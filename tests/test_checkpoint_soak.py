@@ -241,8 +241,8 @@ def test_ray_shards_sigkilled_while_checkpointing_every_add(tmp_path):
             if counts["adds"] % 16 == 0:  # a shard being killed or restarted is left out of the draw
                 try:
                     items, info = buffer.get_next(8)
-                except EmptyBufferError:  # only before the first add is applied
-                    assert not counts["samples"]
+                except (EmptyBufferError, rb_ray.ShardUnavailableError):  # no live shard held items then
+                    counts["refused"] += 1
                 else:  # every field its tag's (none torn), under the id of the tag's add
                     tags = items["id"]
                     assert_items_match_ids(items, tags)
@@ -262,8 +262,13 @@ def test_ray_shards_sigkilled_while_checkpointing_every_add(tmp_path):
             assert np.unique(tags).size == tags.size, "an add was inserted twice"
             assert_items_match_ids(stored[shard], stored[shard]["id"])  # every field is its tag's: none torn
             counts["lost"] += len(set(sent[shard]) - set(tags.tolist()))
-        assert counts["lost"] == 0
-        items, _ = buffer.get_next(64)
+        assert counts["lost"] == 0 and counts["samples"]
+        for _ in range(600):  # the driver takes back a shard it saw down once that shard answers a ping
+            try:
+                items, _ = buffer.get_next(64)
+                break
+            except rb_ray.ShardUnavailableError:
+                time.sleep(0.1)
         assert_items_match_ids(items, items["id"])
         buffer.save(tmp_path / "one", gather=True)
         twin = rb_ray.ShardedReplayBuffer(SPEC, **geometry)
