@@ -162,6 +162,16 @@ def test_shared_buffer_writer_processes_and_sigkilled_saves(tmp_path):
     print(f"soak shared {SECONDS:.0f} s: {dict(counts)}")
 
 
+def _wait_until_up(ray, actor) -> None:
+    for _ in range(600):
+        try:
+            ray.get(actor.ping.remote(), timeout=30)
+            return
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            time.sleep(0.1)
+    raise AssertionError("a shard actor did not come back")
+
+
 def _stored_shared(rb) -> None:
     items = rb.gather_all()
     ids = np.asarray(items["id"])
@@ -254,6 +264,9 @@ def test_ray_shards_sigkilled_while_checkpointing_every_add(tmp_path):
                 kill_at = time.monotonic() + rng.uniform(0.1, 1.0)
         for writer in writers:
             writer.flush()
+        time.sleep(1.0)  # the last kill has taken effect (ray.kill returns before the process is gone)
+        for actor in buffer.actors:  # and the shard it killed answers again
+            _wait_until_up(ray, actor)
         counts["resent"] = sum(writer.retried for writer in writers)
         counts["applied"] = sum(info["inserts"] for info in buffer.shard_info())  # one save each
         stored = buffer.gather_shards()
