@@ -537,9 +537,9 @@ class FrameStorage:
                 self._last_raw = np.ascontiguousarray(last).reshape(self.batch_size, -1).view(np.uint8)
 
     # -- reading ---------------------------------------------------------------------------------
-    def read(self, slots: np.ndarray) -> list[np.ndarray]:
-        """The leaves of the items at ``slots``, each shaped ``slots.shape + leaf.shape``."""
-        rows = self.records.records.take(slots)
+    def read(self, ids: np.ndarray) -> list[np.ndarray]:
+        """The leaves of the items at ``ids`` (slot = id % capacity), each shaped ``ids.shape + leaf.shape``."""
+        rows = self.records.records.take(ids, mode="wrap")
         out: list = [None] * len(self.leaves)
         for i, name in zip(self._small, self._small_names, strict=True):
             out[i] = rows[name]
@@ -552,7 +552,7 @@ class FrameStorage:
         else:
             stacks = self._stacks(pointers)
         for leaf, stack in zip(self.stacked, stacks, strict=True):
-            out[leaf.index] = stack.reshape(slots.shape + self.leaves[leaf.index].shape)
+            out[leaf.index] = stack.reshape(ids.shape + self.leaves[leaf.index].shape)
         return out
 
     def _stacks(self, pointers: list[np.ndarray]) -> list[np.ndarray]:

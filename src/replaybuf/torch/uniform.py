@@ -175,7 +175,7 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
     def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
         device_ids = torch.as_tensor(ids, device=self._device)
         with self._lock:
-            leaves = self._storage.read(torch.remainder(device_ids, self._ring.capacity))
+            leaves = self._storage.read(device_ids)
         return self._flat.unflatten(leaves), BufferInfo(device_ids, ())
 
 
