@@ -14,19 +14,17 @@ one frame per transition in the steady state, plus one per episode start. When a
 first stacked leaf has the bytes of the previous add's last one (``obs[t+1]`` is
 ``next_obs[t]``), it takes that leaf's frames and pointers without matching.
 
-The parts: the frames live in a ``FramePool`` (``replaybuf.storages.frame_pool``: a ring
-addressed by frame counter, raw or compressed with a ``codec``, ``compression=`` of the
-presets); the records and small leaves in a ``RecordStorage``; a checkpoint's ``frames``
-key is built and checked by ``replaybuf.storages.frame_checkpoint``. Every record also
-keeps the smallest counter it points to (its floor); floors never decrease along a
-stream, so the oldest stored items' floors are what the pool must keep when it appends.
+The frames live in a ``FramePool`` (``storages.frame_pool``: a ring by frame counter, raw
+or compressed with a ``codec``); a checkpoint's ``frames`` key is built and checked by
+``storages.frame_checkpoint``. Every record also keeps the smallest counter it points to
+(its floor); floors never decrease along a stream, so the oldest stored items' floors are
+the frames the pool must keep when it appends.
 
 A stack along an inner axis (``[84, 84, 4]``) interleaves its frames pixel by pixel. With
 numba installed (``replaybuf[fast]``) the interleave on read, its inverse on add and the
 next observation (the observation shifted by one frame, plus one) run as compiled loops
-(``replaybuf.storages._frame_kernels``); without it, NumPy strided copies give the same bytes.
-Compressed frames that lie whole in their stacks are decoded straight into the batch;
-otherwise the stacks are built as above from the pool's scratch pool of decoded frames.
+(``replaybuf.storages._frame_kernels``); without it, NumPy strided copies give the same
+bytes. Compressed frames that lie whole in their stacks are decoded straight into the batch.
 """
 
 from __future__ import annotations
@@ -78,8 +76,8 @@ def _words(stack: np.ndarray) -> np.ndarray:
 class FrameStorage:
     """The storage of a frame-stack buffer (the storage protocol of ``replaybuf.storages``).
 
-    ``leaves`` are the flat spec's leaves; ``stacked`` names the stacked ones (at most one
-    pool: every stacked leaf must share a frame shape and dtype). ``codec``: keep the pool's
+    ``leaves`` are the flat spec's leaves; ``stacked`` names the stacked ones (one ``pool``:
+    every stacked leaf must share a frame shape and dtype). ``codec``: keep the pool's
     frames compressed with it (None: raw).
     """
 
@@ -331,10 +329,8 @@ class FrameStorage:
         return self._gather_numpy(pointers, frames, size)
 
     def _decoded_stacks(self, pointers: list[np.ndarray]) -> list[np.ndarray]:
-        """The stacks of ``pointers`` (compressed, frames whole in their stacks): each distinct
-        frame decoded once straight into the first place of the batch that holds it, then
-        copied to its other places; no scratch pool to gather from (a third less copying).
-        The stacked leaves returned are views of one block."""
+        """The stacks of ``pointers`` (compressed, frames whole in their stacks) decoded straight
+        into one block by ``FramePool.decode_batch``; the stacked leaves returned are views of it."""
         n = pointers[0].shape[0]
         every = pointers[0].reshape(-1) if len(pointers) == 1 else np.concatenate([p.reshape(-1) for p in pointers])
         block = self.pool.decode_batch(every, self.kernels, self.decode_threads)
