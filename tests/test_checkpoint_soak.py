@@ -23,7 +23,7 @@ import pytest
 
 import replaybuf
 from conformance_data import SPEC, assert_items_match_ids, step_batch
-from replaybuf.errors import CheckpointError
+from replaybuf.errors import CheckpointError, EmptyBufferError
 
 SECONDS = float(os.environ.get("REPLAYBUF_SOAK_SECONDS", "2"))
 pytestmark = pytest.mark.timeout(int(SECONDS * 3) + 120)
@@ -162,6 +162,16 @@ def test_shared_buffer_writer_processes_and_sigkilled_saves(tmp_path):
     print(f"soak shared {SECONDS:.0f} s: {dict(counts)}")
 
 
+def _wait_until_up(ray, actor) -> None:
+    for _ in range(600):
+        try:
+            ray.get(actor.ping.remote(), timeout=30)
+            return
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            time.sleep(0.1)
+    raise AssertionError("a shard actor did not come back")
+
+
 def _stored_shared(rb) -> None:
     items = rb.gather_all()
     ids = np.asarray(items["id"])
@@ -207,11 +217,12 @@ def test_a_load_retries_when_a_save_replaced_the_version_before_it_opened_it(tmp
 
 
 def test_ray_shards_sigkilled_while_checkpointing_every_add(tmp_path):
-    """Two shard actors checkpoint after every add while two writers add, and are killed
-    (``ray.kill``, a SIGKILL of the actor's process) at random times, so kills land inside
-    saves; each restarts from its last checkpoint and the writers resend what it had not
-    saved. At the end every tag is stored once and matches its items, none is lost, and the
-    buffer saved as one folder loads into a twin whole."""
+    """Two shard actors checkpoint after every add while two writers add and the driver
+    samples, and are killed (``ray.kill``, a SIGKILL of the actor's process) at random times,
+    so kills land inside saves; each restarts from its last checkpoint and the writers resend
+    what it had not acknowledged. Every sample matches its ids; at the end every tag is stored
+    once and matches its items, none is lost, and the buffer saved as one folder loads into a
+    twin whole."""
     ray = pytest.importorskip("ray")
     rb_ray = pytest.importorskip("replaybuf.ray")
     import sys
@@ -237,21 +248,40 @@ def test_ray_shards_sigkilled_while_checkpointing_every_add(tmp_path):
                 writer.add_batch(fields_for_ids(tags))
                 sent[shard].extend(tags.tolist())
                 counts["adds"] += 1
+            if counts["adds"] % 16 == 0:  # a shard being killed or restarted is left out of the draw
+                try:
+                    items, info = buffer.get_next(8)
+                except (EmptyBufferError, rb_ray.ShardUnavailableError):  # no live shard held items then
+                    counts["refused"] += 1
+                else:  # every field its tag's (none torn), under the id of the tag's add
+                    tags = items["id"]
+                    assert_items_match_ids(items, tags)
+                    np.testing.assert_array_equal(info.ids, 2 * (tags % 1_000_000) + tags // 1_000_000 - 1)
+                    counts["samples"] += 1
             if time.monotonic() >= kill_at:
                 ray.kill(buffer.actors[rng.randrange(2)], no_restart=False)
                 counts["kills"] += 1
                 kill_at = time.monotonic() + rng.uniform(0.1, 1.0)
         for writer in writers:
             writer.flush()
+        time.sleep(1.0)  # the last kill has taken effect (ray.kill returns before the process is gone)
+        for actor in buffer.actors:  # and the shard it killed answers again
+            _wait_until_up(ray, actor)
         counts["resent"] = sum(writer.retried for writer in writers)
+        counts["applied"] = sum(info["inserts"] for info in buffer.shard_info())  # one save each
         stored = buffer.gather_shards()
         for shard in range(2):
             tags = stored[shard]["id"].ravel()
             assert np.unique(tags).size == tags.size, "an add was inserted twice"
             assert_items_match_ids(stored[shard], stored[shard]["id"])  # every field is its tag's: none torn
             counts["lost"] += len(set(sent[shard]) - set(tags.tolist()))
-        assert counts["lost"] == 0
-        items, _ = buffer.get_next(64)
+        assert counts["lost"] == 0 and counts["samples"]
+        for _ in range(600):  # the driver takes back a shard it saw down once that shard answers a ping
+            try:
+                items, _ = buffer.get_next(64)
+                break
+            except rb_ray.ShardUnavailableError:
+                time.sleep(0.1)
         assert_items_match_ids(items, items["id"])
         buffer.save(tmp_path / "one", gather=True)
         twin = rb_ray.ShardedReplayBuffer(SPEC, **geometry)

@@ -129,7 +129,7 @@ def test_every_stored_item_reads_back_as_added(seed, batch, max_length, k, steps
         gathered = buffer.gather_all()
         for key, value in plain.gather_all().items():
             np.testing.assert_array_equal(value, gathered[key])
-    assert frames._storage.counter == numpy_path._storage.counter  # both match the same frames
+    assert frames._storage.pool.counter == numpy_path._storage.pool.counter  # both match the same frames
 
 
 @settings(max_examples=40, deadline=None)
@@ -165,14 +165,14 @@ def check_kernels(seed, k, frame, dtype, axis, two, n):
     storage = FrameStorage(flat.leaves, stacked_leaves(flat, None, axis), 1, 4)
     assert storage.kernels is not None
     rng = np.random.default_rng(seed)
-    storage.frames[:] = rng.integers(0, 256, storage.frames.shape).astype(dtype)
-    storage.frames[-1] = 0
-    pointers = [rng.integers(-1, 3 * storage.pool_size, (n, k)) for _ in storage.stacked]
+    storage.pool.frames[:] = rng.integers(0, 256, storage.pool.frames.shape).astype(dtype)
+    storage.pool.frames[-1] = 0
+    pointers = [rng.integers(-1, 3 * storage.pool.size, (n, k)) for _ in storage.stacked]
     if two and rng.random() < 0.7:  # mostly next observations that share k - 1 frames
         shares = rng.random(n) < 0.8
         pointers[1][shares, :-1] = pointers[0][shares, 1:]
-    compiled = storage._gather_compiled(pointers)
-    expected = storage._gather_numpy(pointers)
+    compiled = storage._gather_compiled(pointers, storage.pool.frames, storage.pool.size)
+    expected = storage._gather_numpy(pointers, storage.pool.frames, storage.pool.size)
     for got, want in zip(compiled, expected, strict=True):
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
@@ -242,9 +242,9 @@ def test_one_frame_per_transition_in_the_steady_state():
     for item in items:
         buffer.add_batch(item)
     starts = sum(int(item["step_type"][0] == 0) for item in items)
-    pads = buffer._storage.counter - len(items)  # the extra frames: one per start at most, unless raw padding
+    pads = buffer._storage.pool.counter - len(items)  # the extra frames: one per start at most, unless raw padding
     assert 0 <= pads <= starts * k
-    assert buffer._storage.counter < 2 * len(items)
+    assert buffer._storage.pool.counter < 2 * len(items)
 
 
 def test_the_pool_grows_when_stacks_share_no_frames():
@@ -252,7 +252,7 @@ def test_the_pool_grows_when_stacks_share_no_frames():
     data_spec = spec(4, 0)
     plain = replaybuf.UniformReplayBuffer(data_spec, 2, 5, seed=1)
     frames = FrameStackReplayBuffer(data_spec, 2, 5, seed=1)
-    size = frames._storage.pool_size
+    size = frames._storage.pool.size
     for _ in range(30):  # every stack new: 8 frames per item
         item = {
             "observation": rng.integers(0, 256, (2, 4, *FRAME), dtype=np.uint8),
@@ -262,7 +262,7 @@ def test_the_pool_grows_when_stacks_share_no_frames():
         }
         plain.add_batch(item)
         frames.add_batch(item)
-    assert frames._storage.pool_size > size
+    assert frames._storage.pool.size > size
     assert_same(plain.get_next(10, 2), frames.get_next(10, 2))
 
 
@@ -314,7 +314,7 @@ def test_gymnasium_frame_stack_observation_is_added_directly(padding_type):
         obs = env.reset()[0] if terminated or truncated else next_obs
     assert_same(plain.get_next(16), frames.get_next(16))
     np.testing.assert_array_equal(plain.gather_all()["next_observation"], frames.gather_all()["next_observation"])
-    assert frames._storage.counter <= 100 + 100 // 4 + 1  # one frame per step, one more per episode
+    assert frames._storage.pool.counter <= 100 + 100 // 4 + 1  # one frame per step, one more per episode
 
 
 def test_errors():
@@ -339,7 +339,7 @@ def test_errors():
     bad = dict(good, next_observation=good["next_observation"][:, :3])
     with pytest.raises(SpecMismatchError, match="next_observation"):
         buffer.add_batch(bad)
-    assert buffer.num_frames() == 0 and buffer._storage.counter == 0
+    assert buffer.num_frames() == 0 and buffer._storage.pool.counter == 0
 
 
 def filled_pair(cls, **kwargs):
@@ -371,14 +371,14 @@ def test_checkpoint_round_trip_continues_exactly(cls, kwargs, through_files, tmp
         restored.load_state_dict(original.state_dict())
     state = original.state_dict()
     assert set(state["items"]) == {"0", "3"}  # action, step_type: the stacks are in state["frames"]
-    assert state["frames"]["pool"].shape[0] <= original._storage.counter
+    assert state["frames"]["pool"].shape[0] <= original._storage.pool.counter
     for a, b in [(original, restored)] * 3:
         assert_same(a.get_next(6, 2), b.get_next(6, 2))
     for item in later:  # adds after the restore store as many frames and read back the same
-        counters = original._storage.counter, restored._storage.counter
+        counters = original._storage.pool.counter, restored._storage.pool.counter
         original.add_batch(item)
         restored.add_batch(item)
-        assert original._storage.counter - counters[0] == restored._storage.counter - counters[1]
+        assert original._storage.pool.counter - counters[0] == restored._storage.pool.counter - counters[1]
         sample = original.get_next(5)
         assert_same(sample, restored.get_next(5))
         if isinstance(original, PrioritizedReplayBuffer):
@@ -403,12 +403,12 @@ def test_checkpoint_of_a_grown_pool_and_of_an_empty_buffer_load(tmp_path):
             }
         )
     target = FrameStackReplayBuffer(data_spec, 2, 5, seed=1)
-    assert source._storage.pool_size > target._storage.pool_size
+    assert source._storage.pool.size > target._storage.pool.size
     target.load_state_dict(source.state_dict())
     assert_same(source.get_next(10, 2), target.get_next(10, 2))
     empty = FrameStackReplayBuffer(data_spec, 2, 5, seed=1)
     target.load_state_dict(empty.state_dict())
-    assert target.num_frames() == 0 and target._storage.counter == 0
+    assert target.num_frames() == 0 and target._storage.pool.counter == 0
     source.load_state_dict(empty.state_dict())
     source.save(tmp_path / "empty")
     target.load(tmp_path / "empty")
@@ -506,8 +506,8 @@ def test_save_streams_a_wrapped_frame_ring_and_load_reads_it_back(tmp_path):
     for item in episodes(np.random.default_rng(5), 1, 61, 4, -1, True, levels=256):
         original.add_batch(item)
     storage = original._storage
-    oldest = storage.counter - original.state_dict()["frames"]["pool"].shape[0]
-    assert oldest % storage.pool_size + storage.counter - oldest > storage.pool_size  # the live frames wrap
+    oldest = storage.pool.counter - original.state_dict()["frames"]["pool"].shape[0]
+    assert oldest % storage.pool.size + storage.pool.counter - oldest > storage.pool.size  # the live frames wrap
     original.save(tmp_path / "ckpt")
     restored = FrameStackReplayBuffer(data_spec, 1, 5, stack_axis=-1)
     restored.load(tmp_path / "ckpt")

@@ -21,12 +21,12 @@ CODECS = [("lz4", None), ("lz4", 0), ("lz4", 9), ("zstd", None), ("zstd", -3), (
 
 def blob_of(storage, counter: int) -> bytes:
     """The compressed bytes the storage holds for frame ``counter``."""
-    return storage.blobs.blob(counter % storage.pool_size).tobytes()
+    return storage.pool.blobs.blob(counter % storage.pool.size).tobytes()
 
 
 def live_blobs(storage) -> list[bytes]:
     """The blobs of the frames still in the pool's ring, oldest first."""
-    return [blob_of(storage, c) for c in range(max(0, storage.counter - storage.pool_size), storage.counter)]
+    return [blob_of(storage, c) for c in range(max(0, storage.pool.counter - storage.pool.size), storage.pool.counter)]
 
 
 @pytest.mark.parametrize("compression, level", CODECS)
@@ -41,17 +41,17 @@ def test_samples_equal_the_uncompressed_frame_buffer(compression, level, compile
         ),
         compiled,
     )
-    assert packed._storage.codec.name == compression and packed._storage.codec.level == level
+    assert packed._storage.pool.codec.name == compression and packed._storage.pool.codec.level == level
     for item in episodes(np.random.default_rng(5), batch, 45, 4, axis, True, levels=4):  # 3.5 wraps
         raw.add_batch(item)
         packed.add_batch(item)
-        assert packed._storage.counter == raw._storage.counter  # the same frames kept, once each
+        assert packed._storage.pool.counter == raw._storage.pool.counter  # the same frames kept, once each
         assert_same(raw.get_next(7), packed.get_next(7))
     assert_same(raw.get_next(5, 3), packed.get_next(5, 3))
     assert_same(raw.get_next(), packed.get_next())
     for key, value in raw.gather_all().items():
         np.testing.assert_array_equal(value, packed.gather_all()[key])
-    codec, held = packed._storage.codec, live_blobs(packed._storage)  # each decodes to one frame
+    codec, held = packed._storage.pool.codec, live_blobs(packed._storage)  # each decodes to one frame
     assert held and all(len(codec.checked(blob, "blob")) == codec.frame_bytes for blob in held)
 
 
@@ -75,12 +75,12 @@ def test_frames_are_held_compressed_and_decoded_exactly(compression):
         stacks = np.stack(frames[t : t + 4])[None], np.stack(frames[t + 1 : t + 5])[None]
         buffer.add_batch({"observation": stacks[0], "next_observation": stacks[1]})
     storage = buffer._storage
-    assert storage.counter == 12 and all(len(blob_of(storage, c)) < 84 * 84 // 4 for c in range(12))
+    assert storage.pool.counter == 12 and all(len(blob_of(storage, c)) < 84 * 84 // 4 for c in range(12))
     pointers = storage.records.records[storage._pointer_names[0]][:8]  # the observations' frames
     for t in range(8):
         for j in range(4):
             blob = blob_of(storage, pointers[t, j])
-            decoded = np.frombuffer(storage.codec.decompress(blob), np.uint8)
+            decoded = np.frombuffer(storage.pool.codec.decompress(blob), np.uint8)
             np.testing.assert_array_equal(decoded, frames[t + j].ravel())
     items = buffer.gather_all()
     for t in range(8):
@@ -129,8 +129,8 @@ def test_lz4_without_the_direct_decoder_reads_the_same_bytes():
     data_spec = spec(4, 0)
     raw = FrameStackReplayBuffer(data_spec, 2, 20, seed=4, stack_axis=0)
     packed = FrameStackReplayBuffer(data_spec, 2, 20, seed=4, stack_axis=0, compression="lz4")
-    assert packed._storage.codec.decode_many is not None  # numba, and the pinned lz4 wheel exports it
-    packed._storage.codec.decode_many = None
+    assert packed._storage.pool.codec.decode_many is not None  # numba, and the pinned lz4 wheel exports it
+    packed._storage.pool.codec.decode_many = None
     for item in episodes(np.random.default_rng(6), 2, 30, 4, 0, True, levels=50):
         raw.add_batch(item)
         packed.add_batch(item)
@@ -164,7 +164,7 @@ def test_a_damaged_blob_in_memory_raises_instead_of_returning_garbage():
     for item in episodes(np.random.default_rng(6), 1, 10, 4, 0, True, levels=50):
         packed.add_batch(item)
     storage = packed._storage
-    storage.blobs.lengths //= 2  # every blob cut short
+    storage.pool.blobs.lengths //= 2  # every blob cut short
     with pytest.raises(ReplayBufferError, match=r"frame pool: \d+ lz4 blob\(s\) did not decode to one frame"):
         packed.get_next(4)
 
@@ -209,7 +209,9 @@ def test_checkpoints_load_across_compressed_and_uncompressed_buffers(source, tar
         assert "pool" not in state["frames"]
         blobs = [
             blob_of(original._storage, c)
-            for c in range(original._storage.counter - len(state["frames"]["sizes"]), original._storage.counter)
+            for c in range(
+                original._storage.pool.counter - len(state["frames"]["sizes"]), original._storage.pool.counter
+            )
         ]
         assert state["frames"]["blobs"].tobytes() == b"".join(blobs)  # saved as they are
         np.testing.assert_array_equal(state["frames"]["sizes"], [len(b) for b in blobs])
@@ -219,9 +221,11 @@ def test_checkpoints_load_across_compressed_and_uncompressed_buffers(source, tar
     else:
         restored.load_state_dict(state)
     if source == target:  # the same codec: the blobs are taken as they are, not recompressed
-        assert b"".join(blob_of(restored._storage, c) for c in range(restored._storage.counter)) == b"".join(
+        assert b"".join(blob_of(restored._storage, c) for c in range(restored._storage.pool.counter)) == b"".join(
             blob_of(original._storage, c)
-            for c in range(original._storage.counter - restored._storage.counter, original._storage.counter)
+            for c in range(
+                original._storage.pool.counter - restored._storage.pool.counter, original._storage.pool.counter
+            )
         )
     for _ in range(3):
         assert_same(original.get_next(6, 2), restored.get_next(6, 2))
@@ -275,7 +279,10 @@ def test_a_blob_padded_past_the_codecs_bound_is_refused():
     blobs, sizes = frames["blobs"], frames["sizes"]
     padded = np.concatenate([blobs[: sizes[0]], np.zeros(4 << 20, np.uint8), blobs[sizes[0] :]])
     bad = dict(frames, blobs=padded, sizes=np.concatenate([[sizes[0] + (4 << 20)], sizes[1:]]))
-    assert len(buffer._storage.codec.checked(padded[: bad["sizes"][0]], "blob")) == buffer._storage.codec.frame_bytes
+    assert (
+        len(buffer._storage.pool.codec.checked(padded[: bad["sizes"][0]], "blob"))
+        == buffer._storage.pool.codec.frame_bytes
+    )
     before = buffer.gather_all()
     with pytest.raises(CheckpointError, match=r"sizes'\]: expected blobs of at most \d+ bytes .*got one of \d+"):
         buffer.load_state_dict(dict(good, frames=bad))

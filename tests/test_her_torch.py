@@ -105,6 +105,34 @@ def test_a_loaded_state_rebuilds_the_episodes_it_relabels_from():
     assert ((goal_step >= step) & (goal_step <= end)).all()
 
 
+@pytest.mark.parametrize("saver", ["torch", "numpy"])
+def test_a_load_continues_the_savers_host_draws(saver, tmp_path):
+    """The ids and goals of a relabelling torch buffer come from a NumPy generator: its checkpoint
+    holds that generator (kind PCG64), so a load continues the saver's draws, from either backend."""
+    make = {
+        "torch": lambda seed: TorchUniformReplayBuffer(SPEC, 2, 12, seed=seed, episode_end_field="done", her=relabel()),
+        "numpy": lambda seed: replaybuf.UniformReplayBuffer(
+            SPEC, 2, 12, seed=seed, respect_episodes=True, episode_end_field="done", her=relabel()
+        ),
+    }
+    source = make[saver](5)
+    fill([source], 20, 3, 2)
+    source.get_next(7)  # the generator has moved on from its seed
+    source.save(tmp_path / "ckpt")
+    loaded = make["torch"](99)
+    loaded.load(tmp_path / "ckpt")
+    for _ in range(3):
+        (want, want_info), (got, got_info) = source.get_next(32), loaded.get_next(32)
+        np.testing.assert_array_equal(np.asarray(got_info.ids), np.asarray(want_info.ids))
+        np.testing.assert_array_equal(np.asarray(got_info.relabelled), np.asarray(want_info.relabelled))
+        np.testing.assert_array_equal(
+            np.asarray(got["observation"]["desired_goal"]), np.asarray(want["observation"]["desired_goal"])
+        )
+    again = make["torch"](99)
+    again.load_state_dict(loaded.state_dict())  # the in-memory form holds the same generator
+    np.testing.assert_array_equal(np.asarray(again.get_next(32)[1].ids), np.asarray(loaded.get_next(32)[1].ids))
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

@@ -26,6 +26,7 @@ OTHER_LIBRARIES = {
     "tf/iteration.py": {"dataset._variant_tensor"},
 }
 
+
 def _own_privates(cls: ast.ClassDef) -> set[str]:
     """Private names a class defines: its methods and the ``self._x`` it assigns."""
     names = set()

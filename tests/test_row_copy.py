@@ -39,18 +39,16 @@ def test_the_compiled_copy_is_there_where_numba_is():
 def test_a_split_read_is_take_byte_for_byte(split_everything, count, workers):
     store = records()
     slots = np.random.default_rng(count).integers(0, len(store), (count, 2))  # any shape of slots
-    got = row_copy.read_rows(store, slots, workers)
+    got = row_copy.read_rows(store, slots + len(store), workers)  # ids one lap on: the same slots
     assert got.shape == slots.shape and got.dtype == DTYPE
     assert got.tobytes() == store.take(slots).tobytes()
 
 
-def test_slots_out_of_range_raise_as_take_does(split_everything):
+def test_ids_wrap_onto_slots_as_take_wraps_them(split_everything):
     store = records(10)
-    for bad in ([0, 10], [-11, 1]):
-        with pytest.raises(IndexError):
-            row_copy.read_rows(store, np.array(bad), 2)
-    # a negative slot in range reads as take reads it (from the end)
-    assert row_copy.read_rows(store, np.array([-1, 0]), 2).tobytes() == store.take([-1, 0]).tobytes()
+    ids = np.array([0, 10, 23, -1, -11, 9])  # a sample's ids run past the capacity: slot = id % capacity
+    assert row_copy.read_rows(store, ids, 2).tobytes() == store.take(ids, mode="wrap").tobytes()
+    assert row_copy.read_rows(store, ids, 2).tobytes() == store.take(ids % 10).tobytes()
 
 
 def test_small_reads_and_one_thread_stay_on_take(monkeypatch):

@@ -126,8 +126,8 @@ class RacingRecords:
         self.records, self.writer, self.steps = records, writer, list(steps)
         self.dtype = records.dtype  # the reads here are small: they stay on take
 
-    def take(self, slots):
-        rows = self.records.take(slots)
+    def take(self, ids, mode):
+        rows = self.records.take(ids, mode=mode)
         if self.steps:
             write(self.writer, self.steps)
             self.steps = []
@@ -308,8 +308,8 @@ class AlwaysRacingRecords:
         self.records, self.writer, self.max_length, self.next = records, writer, max_length, writer.steps
         self.dtype = records.dtype  # the reads here are small: they stay on take
 
-    def take(self, slots):
-        rows = self.records.take(slots)
+    def take(self, ids, mode):
+        rows = self.records.take(ids, mode=mode)
         write(self.writer, range(self.next, self.next + self.max_length))
         self.next += self.max_length
         return rows

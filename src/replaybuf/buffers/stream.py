@@ -222,7 +222,7 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
                 if self._limiter is not None:  # nothing was sampled: uncount the grant
                     self._limiter.undo_sample(sample_batch_size or 1)
                 raise
-            leaves = self._storage.read(ids % self._ring.capacity)
+            leaves = self._storage.read(ids)
             if self._relabel is not None:
                 drawn = self._relabel.draw(self._rng, ids, num_steps is not None, self._storage)
         if self._relabel is not None:
@@ -417,7 +417,7 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
     def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
         """``read_ids`` as this backend reads (the torch buffers read on their device)."""
         with self._lock:
-            leaves = self._storage.read(ids % self._ring.capacity)
+            leaves = self._storage.read(ids)
         return self._flat.unflatten(leaves), BufferInfo(ids, ())
 
     def _wrap_dataset(self, dataset: RandomDataset | DeterministicPass) -> Any:

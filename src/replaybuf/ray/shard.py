@@ -8,6 +8,9 @@ shard needs on top of it:
 - idempotent adds: every add carries ``(writer key, sequence number)``; a number at or
   below the last one applied for that key is a retry and is acknowledged without
   inserting anything. The last numbers are saved with the shard's checkpoints.
+- durable acknowledgments: with ``checkpoint_every``, an add's reply (the first attempt's
+  or a retry's) comes only after the checkpoint that is due for it is on disk; a retry of
+  an add that no checkpoint on disk holds yet waits for the save under way, or writes one.
 - masses: ``sample`` returns, beside the draw, the shard's current mass for the window
   length asked (valid window starts x streams for uniform samplers, windows inside one
   episode for episode-aware ones, the priority mass of the valid starts for prioritized
@@ -78,6 +81,7 @@ class Shard:
         self.folder = None if checkpoint_dir is None else os.path.join(checkpoint_dir, f"shard-{index:03d}")
         self.checkpoint_every = checkpoint_every
         self.since_checkpoint = 0
+        self.durable: dict[str, int] = {}  # writer key -> its last add in the checkpoint on disk
         self.restored = False
         self.renewed: set[str] = set()  # writers that resent under a new epoch since this restart
         self.restarted = reconstructed()
@@ -90,10 +94,11 @@ class Shard:
         """Add one step (flat leaves, ``[batch_size, ...]``) of writer ``key``, in ``seq`` order.
 
         A writer numbers its adds 1, 2, ...; they are applied in that order whatever order
-        Ray delivers them in, and a ``seq`` already applied is a retry: acknowledged, not
-        inserted (returns False). After a failure the writer resends its unacknowledged adds
-        under a new ``epoch`` starting at ``start``; adds before ``start`` that this shard
-        lost (it restarted from an older checkpoint) are then skipped, not waited for. A
+        Ray delivers them in, and a ``seq`` already applied is a retry: acknowledged (once a
+        checkpoint holding it is on disk), not inserted (returns False). After a failure the
+        writer resends its unacknowledged adds under a new ``epoch`` starting at ``start``;
+        adds before ``start`` that this shard lost (it restarted from an older checkpoint,
+        with ``checkpoint_every`` > 1) are then skipped, not waited for. A
         restarted shard answers an add past a gap, from a writer that has not resent since,
         with ``ResendRequested``: it cannot tell lost adds from ones still in flight.
         Returns True when inserted.
@@ -117,9 +122,12 @@ class Shard:
                         f"shard {self.index}: add {seq} of writer {key} waited {_ORDER_WAIT} s for add "
                         f"{state['applied'] + 1}, which never came"
                     )
-            if state["applied"] >= seq:
-                return False
-            state["busy"] = True
+            retry = state["applied"] >= seq
+            if not retry:
+                state["busy"] = True
+        if retry:
+            self._make_durable(key, seq)
+            return False
         inserted = False
         try:
             n = self.buffer.batch_size
@@ -153,6 +161,17 @@ class Shard:
         if evicted and self.limiter is not None:
             self.limiter.delete.remote(evicted)
         return True
+
+    def _make_durable(self, key: str, seq: int) -> None:
+        """Return once a checkpoint holding add ``seq`` of writer ``key`` is on disk (with
+        ``checkpoint_every``). A retry is acknowledged like the first attempt, whose save may
+        still be under way (this waits for it: saves hold ``saving``) or may have failed (this
+        writes one); acknowledged from memory, a kill before that save would lose the add."""
+        if self.checkpoint_every is None:
+            return
+        with self.saving:
+            if self.durable.get(key, 0) < seq:
+                self.save(self.folder)
 
     def update_priorities(self, local_ids: np.ndarray, priorities: np.ndarray, lengths: list) -> list[float]:
         """Set priorities; returns the shard's new mass for each window length in ``lengths``."""
@@ -231,16 +250,16 @@ class Shard:
         # killed mid-save then loses fewer than checkpoint_every acknowledged adds).
         with self.saving:
             with self.lock:
+                applied = {key: w["applied"] for key, w in self.writers.items()}
                 state = {
                     "buffer": self.buffer.state_dict(),
-                    "shard": {
-                        "index": self.index,
-                        "applied": {key: w["applied"] for key, w in self.writers.items()},
-                        **self.counts,
-                    },
+                    "shard": {"index": self.index, "applied": applied, **self.counts},
                 }
                 self.since_checkpoint = 0
-            return str(write_state(folder, state))
+            written = str(write_state(folder, state))
+            if os.fspath(folder) == self.folder:  # what a restart reloads
+                self.durable = applied
+            return written
 
     def state_dict(self) -> dict:
         """The buffer's ``state_dict()`` (a gathered checkpoint joins every shard's)."""
@@ -261,6 +280,8 @@ class Shard:
         with self.lock:
             self.buffer.load_state_dict(state["buffer"])
             self.writers = {str(k): {"applied": int(v), "epoch": 0, "busy": False} for k, v in meta["applied"].items()}
+            own = os.fspath(folder) == self.folder
+            self.durable = {key: w["applied"] for key, w in self.writers.items()} if own else {}
             self.cond.notify_all()
             self.counts = {key: int(meta.get(key, 0)) for key in ("inserts", "samples", "deletes")}
             self.since_checkpoint = 0

@@ -388,10 +388,11 @@ class ReplayBuffer(sb3.ReplayBuffer):
         casts; Dict observations: a dict of such rows by key), or SpecMismatchError naming ``name``.
         An array of the right shape passes with two attribute checks (the per-step path)."""
         shape, dtype = self._row_meta[field]
-        if value.__class__ is np.ndarray and shape is not None:
-            if value.shape != shape and value.size == prod(shape):  # e.g. SB3's DQN actions: [n_envs]
+        if value.__class__ is np.ndarray:
+            if value.shape == shape:  # the per-step case (a Dict observation's shape is None: never equal)
+                return value if value.dtype == dtype else value.astype(dtype)
+            if shape is not None and value.size == prod(shape):  # e.g. SB3's DQN actions: [n_envs]
                 value = value.reshape(shape)
-            if value.shape == shape:
                 return value if value.dtype == dtype else value.astype(dtype)
         if shape is None:
             return self._dict_rows(name, value)

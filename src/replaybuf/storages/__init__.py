@@ -5,7 +5,7 @@ Every storage satisfies ``replaybuf.storages.base.Storage`` (``write`` / ``commi
 
 ``RecordStorage`` (one structured record per item, in RAM), ``ColumnStorage`` (one array
 per leaf, in RAM), ``MemmapStorage`` (the same records in a memory-mapped folder) and
-``FrameStorage`` (stacked frames stored once).
+``FrameStorage`` (stacked frames stored once, in a ``FramePool``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.storages.base import Storage
 from replaybuf.storages.columns import ColumnStorage, FieldStorage
-from replaybuf.storages.frames import FrameStorage, StackedLeaf, stacked_leaves
+from replaybuf.storages.frame_leaves import StackedLeaf, stacked_leaves
+from replaybuf.storages.frames import FrameStorage
 from replaybuf.storages.memmap import MemmapStorage
 from replaybuf.storages.records import RecordStorage
 

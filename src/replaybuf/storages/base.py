@@ -36,8 +36,9 @@ class Storage(Protocol):
     def commit(self, steps: int) -> None:
         """The ring now counts ``steps`` (a crash-safe storage records it)."""
 
-    def read(self, slots: np.ndarray) -> list[np.ndarray]:
-        """Fresh arrays shaped ``slots.shape + leaf.shape``, one per leaf."""
+    def read(self, ids: np.ndarray) -> list[np.ndarray]:
+        """The items at ``ids`` (any non-negative ints: slot = id % capacity, so a sample's
+        ids need no wrapping of their own): fresh arrays ``ids.shape + leaf.shape``, one per leaf."""
 
     def clear(self) -> None:
         """Forget what later writes would match against (frames)."""

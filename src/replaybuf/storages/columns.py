@@ -104,9 +104,9 @@ class ColumnStorage(FieldStorage):
             field[start:] = array[:split]
             field[: n - split] = array[split:]
 
-    def read(self, slots: np.ndarray) -> list[np.ndarray]:
-        """Each leaf's rows at ``slots`` (fresh arrays shaped ``slots.shape + leaf.shape``)."""
-        return [field.take(slots, axis=0) for field in self.fields]
+    def read(self, ids: np.ndarray) -> list[np.ndarray]:
+        """Each leaf's rows at ``ids`` (slot = id % capacity; fresh arrays shaped ``ids.shape + leaf.shape``)."""
+        return [field.take(ids, axis=0, mode="wrap") for field in self.fields]
 
 
 def straight_writer(

@@ -14,52 +14,41 @@ one frame per transition in the steady state, plus one per episode start. When a
 first stacked leaf has the bytes of the previous add's last one (``obs[t+1]`` is
 ``next_obs[t]``), it takes that leaf's frames and pointers without matching.
 
-The pool is a ring of ``P`` frames addressed by ``counter % P``; row ``P`` is the zero
-frame. Every record also keeps the smallest counter it points to (its floor); floors
-never decrease along a stream, so the oldest stored items' floors protect every frame
-still referenced. An add that would overwrite a protected frame grows the pool first
-(doubling, a copy of the live frames), which only happens when episodes are much shorter
-than expected; RSS follows the frames written (the pool is calloc'ed).
+The frames live in a ``FramePool`` (``storages.frame_pool``: a ring by frame counter, raw
+or compressed with a ``codec``); a checkpoint's ``frames`` key is built and checked by
+``storages.frame_checkpoint``. Every record also keeps the smallest counter it points to
+(its floor); floors never decrease along a stream, so the oldest stored items' floors are
+the frames the pool must keep when it appends.
 
 A stack along an inner axis (``[84, 84, 4]``) interleaves its frames pixel by pixel. With
 numba installed (``replaybuf[fast]``) the interleave on read, its inverse on add and the
 next observation (the observation shifted by one frame, plus one) run as compiled loops
-(``replaybuf.storages._frame_kernels``); without it, NumPy strided copies give the same bytes.
-
-With a ``codec`` (``compression=`` of the presets, ``replaybuf.storages.codecs``) the pool
-holds each frame as one compressed blob (end to end in a ``BlobRing``, addressed by pool
-row) instead of raw bytes: a frame is compressed once when appended, and a read decodes
-each distinct frame its items use once (straight into the batch where frames lie whole in
-their stacks, else into a scratch pool the stacks are built from as above).
-
-Checkpoints (``state`` / ``check_state`` / ``load_state``) hold the small leaves, the live
-frames once (raw, or the blobs as they are with the codec's name), and the pointers
-rebased onto them (docs/images.md). Either form loads into a storage of either kind.
+(``replaybuf.storages._frame_kernels``); without it, NumPy strided copies give the same
+bytes. Compressed frames that lie whole in their stacks are decoded straight into the batch.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from math import prod
 from types import ModuleType
 
 import numpy as np
 
-from replaybuf.errors import ArgumentError, CheckpointError
+from replaybuf.errors import CheckpointError
 from replaybuf.nest import FlatSpec
-from replaybuf.persistence.folder import ArrayRun, StoredArray
-from replaybuf.persistence.state import check_items, plain_equal, read_run, ring_views
+from replaybuf.persistence.folder import StoredArray
+from replaybuf.persistence.state import check_items, read_run
 from replaybuf.specs import ArraySpec
-from replaybuf.storages.blobs import BlobRing
-from replaybuf.storages.codecs import CODECS, Codec, decode_frames, make_codec
+from replaybuf.storages.codecs import Codec
+from replaybuf.storages.frame_checkpoint import check_frames, frames_state
+from replaybuf.storages.frame_leaves import StackedLeaf
+from replaybuf.storages.frame_pool import ZERO, FramePool, pool_rows
 from replaybuf.storages.records import RecordStorage
 from replaybuf.storages.threads import usable_threads
 
-__all__ = ["FrameStorage", "StackedLeaf", "stacked_leaves"]
-
-ZERO = -1  # the pointer of the all-zero frame
+__all__ = ["FrameStorage"]
 
 _kernels: ModuleType | None | bool = False  # False: not looked up yet
 
@@ -84,76 +73,11 @@ def _words(stack: np.ndarray) -> np.ndarray:
     return raw.view(np.uint64) if raw.shape[-1] % 8 == 0 else raw
 
 
-@dataclass(frozen=True)
-class StackedLeaf:
-    """Leaf ``index`` of the flat spec is a stack of ``length`` frames along ``axis``."""
-
-    index: int
-    axis: int
-    length: int
-    frame_shape: tuple[int, ...]
-
-
-DEFAULT_FIELDS = ("observation", "next_observation")
-
-
-def stacked_leaves(flat: FlatSpec, stacked_fields: Sequence[str] | None, stack_axis: int) -> list[StackedLeaf]:
-    """The stacked leaves named by ``stacked_fields`` (default: whichever of observation and
-    next_observation the spec has), each split into frames along ``stack_axis``.
-
-    Raises:
-        ArgumentError: a named field is not a leaf of the data_spec, none is found,
-            ``stack_axis`` is outside a leaf's dims, or the leaves' frames differ in shape or dtype.
-    """
-    names = list(DEFAULT_FIELDS if stacked_fields is None else stacked_fields)
-    if isinstance(stacked_fields, str):
-        raise ArgumentError(f"stacked_fields: expected a sequence of field paths, got the string {stacked_fields!r}")
-    found = []
-    for name in names:
-        if name in flat.paths:
-            found.append(flat.paths.index(name))
-        elif stacked_fields is not None:
-            raise ArgumentError(f"stacked_fields: expected field paths of the data_spec ({flat.paths}), got {name!r}")
-    if not found:
-        raise ArgumentError(
-            f"stacked_fields: expected an observation or next_observation field in the data_spec, or "
-            f"stacked_fields naming the stacked ones (fields: {flat.paths}), got neither"
-        )
-    out = []
-    for index in found:
-        spec, path = flat.leaves[index], flat.paths[index]
-        is_int = isinstance(stack_axis, int) and not isinstance(stack_axis, bool)
-        if not is_int or not -len(spec.shape) <= stack_axis < len(spec.shape):
-            raise ArgumentError(f"stack_axis: expected an axis of {path} shaped {spec.shape}, got {stack_axis!r}")
-        axis = stack_axis % len(spec.shape)
-        frame = spec.shape[:axis] + spec.shape[axis + 1 :]
-        out.append(StackedLeaf(index, axis, spec.shape[axis], frame))
-    first = flat.leaves[out[0].index]
-    for leaf in out[1:]:
-        spec = flat.leaves[leaf.index]
-        if leaf.frame_shape != out[0].frame_shape or spec.dtype != first.dtype:
-            raise ArgumentError(
-                f"stacked_fields: expected frames shaped like {flat.paths[out[0].index]}'s {out[0].frame_shape} "
-                f"{first.dtype}, got {flat.paths[leaf.index]} frames {leaf.frame_shape} {spec.dtype}"
-            )
-    return out
-
-
-def _decode_plan(every: np.ndarray, pool_size: int) -> tuple[np.ndarray, ...]:
-    """NumPy's ``_frame_kernels.decode_plan`` (same arrays)."""
-    counters, first, inverse = np.unique(every, return_index=True, return_inverse=True)
-    live = counters >= 0
-    source = first[inverse]
-    zero = every < 0
-    targets = np.flatnonzero((source != np.arange(every.size)) & ~zero)
-    return counters[live] % pool_size, first[live], targets, source[targets], np.flatnonzero(zero)
-
-
 class FrameStorage:
     """The storage of a frame-stack buffer (the storage protocol of ``replaybuf.storages``).
 
-    ``leaves`` are the flat spec's leaves; ``stacked`` names the stacked ones (at most one
-    pool: every stacked leaf must share a frame shape and dtype). ``codec``: keep the pool's
+    ``leaves`` are the flat spec's leaves; ``stacked`` names the stacked ones (one ``pool``:
+    every stacked leaf must share a frame shape and dtype). ``codec``: keep the pool's
     frames compressed with it (None: raw).
     """
 
@@ -170,8 +94,7 @@ class FrameStorage:
         codec: Codec | None = None,
     ):
         self.leaves = list(leaves)
-        self.codec = codec
-        self.decode_threads = usable_threads()
+        self.decode_threads = usable_threads()  # a read's threads for decoding compressed frames
         self.stacked = list(stacked)
         self.batch_size, self.max_length = batch_size, max_length
         self.capacity = batch_size * max_length
@@ -189,12 +112,8 @@ class FrameStorage:
         self.frame_dtype = self.leaves[first.index].dtype
         longest = max(s.length for s in self.stacked)
         # Steady state: one new frame per item; a quarter more for episode starts; then grow.
-        self.pool_size = self.capacity + self.capacity // 4 + batch_size * (longest + 1) * len(self.stacked)
-        self.frame_shape = first.frame_shape
-        # Raw: the frame ring (row pool_size is the zero frame). Compressed: one blob per row.
-        self.frames = np.zeros((1 if codec else self.pool_size + 1, *first.frame_shape), self.frame_dtype)
-        self.blobs = BlobRing(self.pool_size, codec.largest_blob) if codec else None
-        self._held = np.empty((0, codec.frame_bytes if codec else 0), np.uint8)  # decoded frames of a read
+        pool_size = self.capacity + self.capacity // 4 + batch_size * (longest + 1) * len(self.stacked)
+        self.pool = FramePool(first.frame_shape, self.frame_dtype, pool_size, batch_size, codec)
         self.kernels = compiled_kernels() if compiled is not False else None
         itemsize = self.frame_dtype.itemsize
         # Each stack as [pre, k, post] bytes: the frame bytes before and after the stack axis.
@@ -218,10 +137,8 @@ class FrameStorage:
         self.written = steps
 
     def clear(self) -> None:
-        """Forget the previous add (nothing later is matched against it) and the floors."""
-        self.counter = 0  # frames appended so far
-        if self.blobs is not None:
-            self.blobs.clear()
+        """Forget the frames, the previous add (nothing later is matched against it) and the floors."""
+        self.pool.clear()
         self.written = 0  # steps written since the last clear
         self._previous: list[tuple[np.ndarray, np.ndarray]] | None = None
         self._last_raw: np.ndarray | None = None  # the previous add's last stacked leaf, [B, bytes]
@@ -230,7 +147,7 @@ class FrameStorage:
     # -- writing ---------------------------------------------------------------------------------
     def write(self, start: int, arrays: Sequence[np.ndarray], steps: int = 1) -> None:
         """Write one step of every stream (``arrays[k]`` shaped ``[batch_size, ...]``) at ``start``."""
-        base = self.counter
+        base = self.pool.counter
         new_frames: list[np.ndarray] = []  # [m, *frame] blocks of frames matching nothing held
         resolved: list[tuple[np.ndarray, np.ndarray]] = []  # (words [B, k, n], pointers [B, k])
         owned: list[bool] = []  # whether the words are a copy of ours (else copied for the next add)
@@ -257,7 +174,9 @@ class FrameStorage:
         self.records.write(start, rows)
         self.written += 1
         if new_frames:
-            self._append(start, new_frames[0] if len(new_frames) == 1 else np.concatenate(new_frames))
+            self.pool.append(
+                new_frames[0] if len(new_frames) == 1 else np.concatenate(new_frames), self._oldest_floor(start)
+            )
         self._previous = [(w if mine else w.copy(), p) for (w, p), mine in zip(resolved, owned, strict=True)]
         self._last_raw = raws[-1].copy() if len(raws) > 1 else None
 
@@ -333,20 +252,6 @@ class FrameStorage:
             pointers[:, j] = np.where(alias[:, j], pointers[:, j + 1], pointers[:, j])
         return pointers, fresh
 
-    def _append(self, start: int, new_frames: np.ndarray) -> None:
-        end = self.counter + len(new_frames)
-        if end - self.pool_size > self._oldest_floor(start):
-            self._grow(end - self._oldest_floor(start))
-        if self.blobs is not None:
-            compress, append, dead = self.codec.compress, self.blobs.append, end - self.pool_size  # type: ignore[union-attr]
-            for counter, frame in enumerate(new_frames, self.counter):
-                append(counter, compress(frame), dead)
-        elif end - self.counter == 1:
-            self.frames[self.counter % self.pool_size] = new_frames[0]
-        else:
-            self.frames[np.arange(self.counter, end) % self.pool_size] = new_frames
-        self.counter = end
-
     def _oldest_floor(self, start: int) -> int:
         """The smallest frame counter any stored item (after this write) points to."""
         if self.written >= self.max_length:  # full: the oldest are the next slots to be overwritten
@@ -355,181 +260,41 @@ class FrameStorage:
             first = 0
         return int(self.records.records[self._floor_name][first : first + self.batch_size].min())
 
-    def _grow(self, needed: int) -> None:
-        size = max(2 * self.pool_size, needed + self.batch_size)
-        live = np.arange(max(0, self.counter - self.pool_size), self.counter)
-        if self.blobs is not None:
-            self.blobs.resize(size, live)
-            self.pool_size = size
-            return
-        frames = np.zeros((size + 1, *self.frames.shape[1:]), self.frame_dtype)
-        frames[live % size] = self.frames[live % self.pool_size]
-        self.frames, self.pool_size = frames, size
-
     # -- checkpoints ---------------------------------------------------------------------------
     def state(self, start: int, count: int, views: bool = False) -> dict:
         """``{"items", "frames"}`` of the ``count`` items from slot ``start`` (id order): the
-        small leaves by flat index, and the frames they use once each with pointers into them.
-
-        ``frames`` holds ``codec`` (None, or the codec's name), the frames from the oldest one
-        still used to the newest: raw as ``pool`` (``[m, *frame]``), or compressed as
-        ``blobs`` (uint8, the m blobs end to end) and ``sizes`` (``[m]`` int64), then
-        ``pointers`` (per stacked leaf, ``[count, k]`` rows of ``pool``, -1
-        for the zero frame), ``floors`` (``[count]``, each item's oldest frame) and ``axes``.
-        With ``views`` (for ``save``, under the buffer's lock) the pool is an ``ArrayRun`` of
-        views of the frame ring instead of a copy.
-        """
+        small leaves by flat index, and the frames they use once each with pointers into them
+        (``frame_checkpoint.frames_state``; with ``views``, for ``save`` under the buffer's
+        lock, raw frames are views of the pool's ring instead of a copy)."""
         runs = read_run(self.fields, start, count)
-        floors = runs[-1]
-        base = int(floors.min()) if count else self.counter
-        pointer_runs = runs[len(self._small) : -1]
-        pointers = {
-            str(leaf.index): np.where(run >= 0, run - base, ZERO)
-            for leaf, run in zip(self.stacked, pointer_runs, strict=True)
-        }
-        frames: dict = {"codec": None if self.codec is None else self.codec.name}
-        if self.blobs is not None:  # the blobs as they are: joined (one copy), never recompressed
-            rows = np.arange(base, self.counter) % self.pool_size
-            blobs = [self.blobs.blob(row) for row in rows.tolist()]
-            frames["blobs"] = np.concatenate(blobs) if blobs else np.zeros(0, np.uint8)
-            frames["sizes"] = self.blobs.lengths[rows]
-        elif views:
-            frames["pool"] = ArrayRun(
-                ring_views(self.frames[: self.pool_size], base % self.pool_size, self.counter - base)
-            )
-        else:
-            frames["pool"] = self.frames[np.arange(base, self.counter) % self.pool_size]
-        frames |= {
-            "pointers": pointers,
-            "floors": floors - base,
-            "axes": [leaf.axis for leaf in self.stacked],
-        }
+        frames = frames_state(self.pool, self.stacked, runs[len(self._small) : -1], runs[-1], views)
         return {"items": {str(i): run for i, run in zip(self._small, runs, strict=False)}, "frames": frames}
 
     def check_state(self, flat: FlatSpec, state: dict) -> tuple[int, tuple[list, dict]]:
         """``(count, (small leaves, frames))`` of a ``state()``; CheckpointError when it does not fit."""
-        count = self._check_frames(state.get("frames"))
+        count = check_frames(state.get("frames"), self.stacked, self.pool)
         items = state.get("items")
         if isinstance(items, dict):  # files handed over lazily (read_state(lazy=...)) are read here, first
             items = {key: value.read() if isinstance(value, StoredArray) else value for key, value in items.items()}
         small = check_items(flat, dict(state, items=items), self._small, (np.ndarray,))
         if small and small[0].shape[0] != count:
             raise CheckpointError(f"state['items']: {small[0].shape[0]} items, but state['frames'] holds {count}")
-        return count, (small, state["frames"], self._checked_pool(state["frames"]))
-
-    def _check_pool(self, frames: dict) -> int:
-        """The frame count of a ``state()``'s raw ``pool`` or compressed ``blobs`` and ``sizes``."""
-        codec = frames.get("codec")
-        shape = self.frames.shape[1:]
-        if codec is None:
-            pool = frames.get("pool")
-            if not isinstance(pool, np.ndarray) or pool.shape[1:] != shape or pool.dtype != self.frame_dtype:
-                raise CheckpointError(f"state['frames']['pool']: expected frames [m, *{shape}] {self.frame_dtype}")
-            return pool.shape[0]
-        if not isinstance(codec, str) or codec not in CODECS:
-            raise CheckpointError(f"state['frames']['codec']: expected None or one of {CODECS}, got {codec!r}")
-        blobs, sizes = frames.get("blobs"), frames.get("sizes")
-        if not isinstance(blobs, np.ndarray) or blobs.ndim != 1 or blobs.dtype != np.uint8:
-            raise CheckpointError("state['frames']['blobs']: expected a 1-d uint8 array (the compressed frames)")
-        if not isinstance(sizes, np.ndarray) or sizes.ndim != 1 or sizes.dtype != np.int64:
-            raise CheckpointError("state['frames']['sizes']: expected a 1-d int64 array (one size per frame)")
-        if sizes.size and (sizes.min() < 1 or int(sizes.sum()) != blobs.size):
-            raise CheckpointError(
-                f"state['frames']['sizes']: expected positive sizes adding up to the {blobs.size} bytes of blobs"
-            )
-        if not sizes.size and blobs.size:
-            raise CheckpointError(f"state['frames']['sizes']: no frames, but blobs holds {blobs.size} bytes")
-        return sizes.shape[0]
-
-    def _checked_pool(self, frames: dict) -> np.ndarray | list[bytes]:
-        """The checked frames of a ``state()`` in this storage's form: raw ``[m, *frame]``, or
-        one blob per frame of this codec (the saved ones as they are when the codec is the
-        same, each verified to decode to one frame). CheckpointError when a blob does not."""
-        saved = frames.get("codec")
-        if saved is None and self.codec is None:
-            return frames["pool"]
-        frame_bytes = prod(self.frame_shape) * self.frame_dtype.itemsize
-        if saved is None:  # raw frames into a compressed pool
-            raw = np.ascontiguousarray(frames["pool"]).reshape(-1, frame_bytes)
-            return [self.codec.compress(frame) for frame in raw]  # type: ignore[union-attr]
-        try:
-            codec = make_codec(saved, None, frame_bytes)
-        except ArgumentError as err:
-            raise CheckpointError(f"state['frames']['codec']: cannot decode {saved!r} frames: {err}") from None
-        data = frames["blobs"].tobytes()
-        ends = np.cumsum(frames["sizes"]).tolist()
-        blobs = [data[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
-        decoded = [codec.checked(blob, f"state['frames']['blobs'][{i}]") for i, blob in enumerate(blobs)]  # type: ignore[union-attr]
-        if self.codec is not None and self.codec.name == saved:
-            largest = max(map(len, blobs), default=0)
-            if largest > self.codec.largest_blob:  # kept as they are: each must fit a chunk of the ring
-                raise CheckpointError(
-                    f"state['frames']['sizes']: expected blobs of at most {self.codec.largest_blob} bytes "
-                    f"(the {self.codec.name} bound for a frame of {frame_bytes} bytes), got one of {largest}"
-                )
-            return blobs
-        if self.codec is not None:
-            return [self.codec.compress(frame) for frame in decoded]
-        pool = np.frombuffer(bytearray().join(decoded), np.uint8)
-        return pool.view(self.frame_dtype).reshape(len(blobs), *self.frame_shape)
-
-    def _check_frames(self, frames: object) -> int:
-        """The item count of a ``state()``'s ``frames``; CheckpointError when it does not fit."""
-        if not isinstance(frames, dict):
-            raise CheckpointError(f"state['frames']: expected a dict, got {type(frames).__name__}")
-        pointers, floors = frames.get("pointers"), frames.get("floors")
-        m = self._check_pool(frames)
-        if not plain_equal(frames.get("axes"), [leaf.axis for leaf in self.stacked]):
-            raise CheckpointError(
-                f"state['frames']['axes']: saved stack axes {frames.get('axes')!r:.80}, this buffer has "
-                f"{[leaf.axis for leaf in self.stacked]}"
-            )
-        if not isinstance(floors, np.ndarray) or floors.ndim != 1 or floors.dtype != np.int64:
-            raise CheckpointError("state['frames']['floors']: expected a 1-d int64 array")
-        count = floors.shape[0]
-        keys = sorted(str(leaf.index) for leaf in self.stacked)
-        if not isinstance(pointers, dict) or set(pointers) != set(keys):
-            raise CheckpointError(f"state['frames']['pointers']: expected arrays for leaves {keys}")
-        oldest = np.full(count, m, np.int64)
-        for leaf in self.stacked:
-            rows = pointers[str(leaf.index)]
-            if not isinstance(rows, np.ndarray) or rows.shape != (count, leaf.length) or rows.dtype != np.int64:
-                raise CheckpointError(
-                    f"state['frames']['pointers'][{str(leaf.index)!r}]: expected ({count}, {leaf.length}) int64"
-                )
-            if count and (rows.min() < ZERO or rows.max() >= m):
-                raise CheckpointError(f"state['frames']['pointers']: rows outside the pool of {m} frames")
-            oldest = np.minimum(oldest, np.where(rows >= 0, rows, m).min(axis=1, initial=m))
-        if count and (floors.min() < 0 or (floors > oldest).any()):
-            raise CheckpointError("state['frames']['floors']: an item's floor is above a frame it uses")
-        return count
+        return count, (small, state["frames"], self.pool.checked(state["frames"]))
 
     def load_state(self, start: int, checked: tuple[list, dict]) -> None:
         """Hold the checked small leaves and ``frames`` of a ``state()`` from slot ``start``;
         later adds match against the newest step (``commit`` then gives the step count)."""
         small, frames, pool = checked
         self.clear()
-        m = len(pool)
-        if m > self.pool_size:
-            if self.blobs is None:
-                self.frames = np.zeros((m + self.batch_size + 1, *self.frames.shape[1:]), self.frame_dtype)
-            else:
-                self.blobs.resize(m + self.batch_size, np.zeros(0, np.int64))
-            self.pool_size = m + self.batch_size
-        if self.blobs is None:
-            self.frames[:m] = pool
-        else:
-            for counter, blob in enumerate(pool):
-                self.blobs.append(counter, blob, 0)
-        self.counter = m
+        self.pool.load(pool)
         pointers = [frames["pointers"][str(leaf.index)] for leaf in self.stacked]
         count = frames["floors"].shape[0]
         if count:
             self.records.write(start, [*small, *pointers, frames["floors"]])
             newest = [p[count - self.batch_size :] for p in pointers]
-            held, size, rows = self._pool_for(newest)
+            held, size, rows = self.pool.frames_for(newest, self.decode_threads)
             self._previous = [
-                (_words(held.take(self._rows(r, size), axis=0)), p) for r, p in zip(rows, newest, strict=True)
+                (_words(held.take(pool_rows(r, size), axis=0)), p) for r, p in zip(rows, newest, strict=True)
             ]
             if len(self.stacked) > 1:  # the newest step's last stacked leaf, as added
                 slots = np.arange(start + count - self.batch_size, start + count) % self.capacity
@@ -537,9 +302,9 @@ class FrameStorage:
                 self._last_raw = np.ascontiguousarray(last).reshape(self.batch_size, -1).view(np.uint8)
 
     # -- reading ---------------------------------------------------------------------------------
-    def read(self, slots: np.ndarray) -> list[np.ndarray]:
-        """The leaves of the items at ``slots``, each shaped ``slots.shape + leaf.shape``."""
-        rows = self.records.records.take(slots)
+    def read(self, ids: np.ndarray) -> list[np.ndarray]:
+        """The leaves of the items at ``ids`` (slot = id % capacity), each shaped ``ids.shape + leaf.shape``."""
+        rows = self.records.records.take(ids, mode="wrap")
         out: list = [None] * len(self.leaves)
         for i, name in zip(self._small, self._small_names, strict=True):
             out[i] = rows[name]
@@ -552,36 +317,23 @@ class FrameStorage:
         else:
             stacks = self._stacks(pointers)
         for leaf, stack in zip(self.stacked, stacks, strict=True):
-            out[leaf.index] = stack.reshape(slots.shape + self.leaves[leaf.index].shape)
+            out[leaf.index] = stack.reshape(ids.shape + self.leaves[leaf.index].shape)
         return out
 
     def _stacks(self, pointers: list[np.ndarray]) -> list[np.ndarray]:
         """The stacks of ``pointers`` gathered from the frame ring, or from the frames decoded
         into a scratch pool (compressed frames interleaved in their stacks)."""
-        frames, size, pointers = self._pool_for(pointers)
+        frames, size, pointers = self.pool.frames_for(pointers, self.decode_threads)
         if self.kernels is not None:
             return self._gather_compiled(pointers, frames, size)
         return self._gather_numpy(pointers, frames, size)
 
     def _decoded_stacks(self, pointers: list[np.ndarray]) -> list[np.ndarray]:
-        """The stacks of ``pointers`` (compressed, frames whole in their stacks): each distinct
-        frame decoded once straight into the first place of the batch that holds it, then
-        copied to its other places; no scratch pool to gather from (a third less copying).
-        The stacked leaves returned are views of one block."""
+        """The stacks of ``pointers`` (compressed, frames whole in their stacks) decoded straight
+        into one block by ``FramePool.decode_batch``; the stacked leaves returned are views of it."""
         n = pointers[0].shape[0]
         every = pointers[0].reshape(-1) if len(pointers) == 1 else np.concatenate([p.reshape(-1) for p in pointers])
-        block = np.empty((every.size, self.codec.frame_bytes), np.uint8)  # type: ignore[union-attr]
-        if self.kernels is not None:
-            rows, first, targets, sources, zeros = self.kernels.decode_plan(every, self.pool_size)
-        else:
-            rows, first, targets, sources, zeros = _decode_plan(every, self.pool_size)
-        decode_frames(self.codec, self.blobs, rows, block, first, self.decode_threads)  # type: ignore[arg-type]
-        if zeros.size:
-            block[zeros] = 0
-        if self.kernels is not None:
-            self.kernels.copy_rows(block, targets, sources)
-        else:
-            block[targets] = block[sources]
+        block = self.pool.decode_batch(every, self.kernels, self.decode_threads)
         stacks, at = [], 0
         for leaf in self.stacked:
             count = n * leaf.length
@@ -589,37 +341,11 @@ class FrameStorage:
             at += count
         return stacks
 
-    def _pool_for(self, pointers: list[np.ndarray]) -> tuple[np.ndarray, int, list[np.ndarray]]:
-        """``(frames, size, pointers)``: a frame pool holding every frame ``pointers`` name
-        (row ``size`` the zero frame) and the pointers into it. Raw: the frame ring itself.
-        Compressed: each distinct frame decoded once into a fresh pool, pointers renumbered."""
-        if self.codec is None:
-            return self.frames, self.pool_size, pointers
-        every = pointers[0].reshape(-1) if len(pointers) == 1 else np.concatenate([p.reshape(-1) for p in pointers])
-        counters = np.unique(every[every >= 0])
-        n = counters.size
-        size = max(n, 1)
-        if self._held.shape[0] < size + 1:  # reused between reads (all under the buffer's lock):
-            # a fresh array per read would fault in new pages, about as slow as the decoding
-            self._held = np.empty((max(size + 1, 2 * self._held.shape[0]), self.codec.frame_bytes), np.uint8)
-        held = self._held[: size + 1]
-        held[n:] = 0
-        decode_frames(self.codec, self.blobs, counters % self.pool_size, held, np.arange(n), self.decode_threads)  # type: ignore[arg-type]
-        renumbered = [np.where(p >= 0, np.searchsorted(counters, p), ZERO) for p in pointers]
-        return held.view(self.frame_dtype).reshape(size + 1, *self.frame_shape), size, renumbered
-
-    @staticmethod
-    def _rows(pointers: np.ndarray, size: int) -> np.ndarray:
-        return np.where(pointers < 0, size, pointers % size)
-
-    def _gather_numpy(
-        self, pointers: list[np.ndarray], pool: np.ndarray | None = None, size: int | None = None
-    ) -> list[np.ndarray]:
-        """The stacks of ``pointers`` from ``pool`` (default: the frame ring) of ``size`` rows."""
-        pool, size = (self.frames, self.pool_size) if pool is None or size is None else (pool, size)
+    def _gather_numpy(self, pointers: list[np.ndarray], pool: np.ndarray, size: int) -> list[np.ndarray]:
+        """The stacks of ``pointers`` from ``pool`` of ``size`` rows (row ``size``: the zero frame)."""
         out = []
         for leaf, layout, leaf_pointers in zip(self.stacked, self._layout, pointers, strict=True):
-            frames = pool.take(self._rows(leaf_pointers, size), axis=0)  # [n, k, *frame]
+            frames = pool.take(pool_rows(leaf_pointers, size), axis=0)  # [n, k, *frame]
             if layout[0] > 1:  # interleave: one strided copy per stack position beats one transpose
                 stacked = np.empty((frames.shape[0], *self.leaves[leaf.index].shape), self.frame_dtype)
                 view = np.moveaxis(stacked, 1 + leaf.axis, 1)
@@ -629,11 +355,8 @@ class FrameStorage:
             out.append(frames)
         return out
 
-    def _gather_compiled(
-        self, pointers: list[np.ndarray], pool: np.ndarray | None = None, size: int | None = None
-    ) -> list[np.ndarray]:
-        """The stacks of ``pointers`` from ``pool`` (default: the frame ring) of ``size`` rows."""
-        pool, size = (self.frames, self.pool_size) if pool is None or size is None else (pool, size)
+    def _gather_compiled(self, pointers: list[np.ndarray], pool: np.ndarray, size: int) -> list[np.ndarray]:
+        """The stacks of ``pointers`` from ``pool`` of ``size`` rows (row ``size``: the zero frame)."""
         kernels = self.kernels
         n = pointers[0].shape[0]
         out = [np.empty((n, *self.leaves[leaf.index].shape), self.frame_dtype) for leaf in self.stacked]
@@ -651,7 +374,7 @@ class FrameStorage:
             if len(self._pair) == 2 and i in self._pair:
                 continue
             if pre == 1:  # contiguous frames: a row memcpy (mode="clip": "raise" buffers out)
-                rows = self._rows(pointers[i], size)
+                rows = pool_rows(pointers[i], size)
                 np.take(pool, rows, axis=0, out=out[i].reshape(n, leaf.length, *leaf.frame_shape), mode="clip")
             elif words[i] is not None:
                 kernels.interleave4(raw, size, pointers[i], words[i])  # type: ignore[union-attr]

@@ -90,7 +90,7 @@ class RecordStorage(FieldStorage):
             else:
                 field[start:end] = array
 
-    def read(self, slots: np.ndarray) -> list[np.ndarray]:
-        """The leaves of the records at ``slots``, each shaped ``slots.shape + leaf.shape``."""
-        rows = read_rows(self.records, slots, self.read_threads)
+    def read(self, ids: np.ndarray) -> list[np.ndarray]:
+        """The leaves of the records at ``ids`` (slot = id % capacity), each shaped ``ids.shape + leaf.shape``."""
+        rows = read_rows(self.records, ids, self.read_threads)
         return [rows[name] for name in self._names]

@@ -46,20 +46,18 @@ def _copy_rows() -> Callable[..., None] | None:
     return copy
 
 
-def read_rows(records: np.ndarray, slots: np.ndarray, threads: int) -> np.ndarray:
-    """``records.take(slots)`` for a 1-D C-contiguous ``records``, split over up to ``threads``
-    threads (the idle cores' worth) when it copies at least ``PARALLEL_BYTES`` (and every slot
-    is in range: otherwise ``take`` raises as it would)."""
+def read_rows(records: np.ndarray, ids: np.ndarray, threads: int) -> np.ndarray:
+    """``records.take(ids, mode="wrap")`` for a 1-D C-contiguous ``records`` (slot = id %
+    len(records)), split over up to ``threads`` threads (the idle cores' worth) when it copies
+    at least ``PARALLEL_BYTES``."""
     row_bytes = records.dtype.itemsize
-    if threads <= 1 or slots.size * row_bytes < PARALLEL_BYTES or not records.flags.c_contiguous:
-        return records.take(slots)
+    if threads <= 1 or ids.size * row_bytes < PARALLEL_BYTES or not records.flags.c_contiguous:
+        return records.take(ids, mode="wrap")
     threads = idle_threads(threads)
-    if threads <= 1:
-        return records.take(slots)
-    flat = np.ascontiguousarray(slots, np.int64).reshape(-1)
     copy = _copy_rows()
-    if copy is None or flat.min() < 0 or flat.max() >= records.shape[0]:
-        return records.take(slots)
-    rows = np.empty(slots.shape, records.dtype)
+    if threads <= 1 or copy is None:
+        return records.take(ids, mode="wrap")
+    flat = np.remainder(np.asarray(ids, np.int64).reshape(-1), records.shape[0])
+    rows = np.empty(ids.shape, records.dtype)
     run_split(partial(copy, records.ctypes.data, row_bytes, flat, rows.ctypes.data), flat.size, threads)
     return rows

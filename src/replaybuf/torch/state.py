@@ -7,6 +7,10 @@ else is plain (str, int, lists), so ``torch.save(rb.state_dict(), f)`` and
 (docs/persistence.md): ``checkpoint`` (the backend-neutral header), ``spec``, the geometry
 (``batch_size``, ``max_length``), ``steps``, ``items`` (valid items only, id order), ``rng``.
 
+A buffer that draws on the host (``her=``: ids and goals from a NumPy generator) saves that
+generator's state instead, as the NumPy buffers do (``rng`` kind ``PCG64``), so a load continues
+its draws, from a torch or a NumPy buffer's checkpoint alike.
+
 ``save(path)`` / ``load(path)`` write and read the same checkpoint folders as the NumPy
 buffers (``replaybuf.persistence``), and a state is checked by the same rules
 (``replaybuf.persistence.state``): the items as ``.npy`` files streamed straight from a CPU
@@ -24,7 +28,14 @@ from replaybuf.errors import CheckpointError
 from replaybuf.persistence.folder import ArrayRun, StoredArray
 from replaybuf.persistence.front import Checkpoints
 from replaybuf.persistence.header import Holds, check_header, header
-from replaybuf.persistence.state import check_items, first_stored_step, ring_views, spec_state
+from replaybuf.persistence.state import (
+    check_items,
+    check_rng_state,
+    first_stored_step,
+    require,
+    ring_views,
+    spec_state,
+)
 from replaybuf.torch.convert import as_torch_dtype
 
 __all__ = ["TorchCheckpoints"]
@@ -57,7 +68,8 @@ class TorchCheckpoints(Checkpoints):
                 the buffer is left unchanged.
         """
         ring = self._ring
-        steps, same_rng, _ = check_header(state, Holds(rng="torch"), self._flat, self._geometry())
+        host = self._host_rng()
+        steps, same_rng, _ = check_header(state, self._holds(), self._flat, self._geometry())
         kinds = (torch.Tensor, np.ndarray, StoredArray)
 
         def dtypes(spec: Any) -> tuple:
@@ -72,14 +84,22 @@ class TorchCheckpoints(Checkpoints):
                 )
         count = leaves[0].shape[0] if leaves else 0
         first = first_stored_step(steps, count, ring.batch_size, ring.max_length, crash_safe=False)
-        rng = _generator_state(state.get("rng"), self._device) if same_rng else None  # else: keep this one
+        rng = None  # another backend's generator state: keep this buffer's own
+        if same_rng:
+            rng = (
+                check_rng_state(host, require(state, "rng", dict))
+                if host
+                else _generator_state(state.get("rng"), self._device)
+            )
         with self._lock, torch.no_grad():  # a state's tensor that requires grad copies as data
             ring.reset()  # stays empty if a file fails its checksum while read in
             start = ring.slot(first)
             for tensor, leaf in zip(self._storage.tensors, leaves, strict=True):
                 _fill(ring_views(tensor, start, count), leaf)
             ring.reset(steps)
-            if rng is not None:
+            if rng is not None and host is not None:
+                host.bit_generator.state = rng
+            elif rng is not None:
                 self._rng.set_state(rng)
 
     _lazy_keys = ("items",)
@@ -88,10 +108,18 @@ class TorchCheckpoints(Checkpoints):
         return self._lock
 
     def _saved_state(self) -> dict:
-        """Items as host views (CPU storage: no copy), the generator state as a uint8 array."""
+        """Items as host views (CPU storage: no copy), a torch generator's state as a uint8 array."""
         state = self._state(_host_run)
-        state["rng"] = state["rng"].numpy()
+        if isinstance(state["rng"], torch.Tensor):
+            state["rng"] = state["rng"].numpy()
         return state
+
+    def _host_rng(self) -> np.random.Generator | None:
+        """The NumPy generator the buffer draws from, when not its torch generator (``her=``)."""
+        return None
+
+    def _holds(self) -> Holds:
+        return Holds(rng="torch" if self._host_rng() is None else "PCG64")
 
     def _geometry(self) -> dict[str, int]:
         """The sizes a state must match, by key: the ring's streams and their length."""
@@ -102,13 +130,14 @@ class TorchCheckpoints(Checkpoints):
         first = ring.first_valid_step()
         count = (ring.steps - first) * ring.batch_size
         start = ring.slot(first)
+        host = self._host_rng()
         return {
-            "checkpoint": header(Holds(rng="torch"), type(self).__name__),
+            "checkpoint": header(self._holds(), type(self).__name__),
             "spec": spec_state(self._flat),
             **self._geometry(),
             "steps": ring.steps,
             "items": {str(i): export(ring_views(t, start, count)) for i, t in enumerate(self._storage.tensors)},
-            "rng": self._rng.get_state(),
+            "rng": self._rng.get_state() if host is None else host.bit_generator.state,
         }
 
 

@@ -6,7 +6,10 @@ A read gathers whole rows with one ``torch.index_select`` (one kernel on a GPU, 
 the number of leaves; on CPU uint8 rows gather about 8x faster than ``x[idx]``) and hands
 back each leaf as a strided view of the gathered rows (rows are gathered as the dtype of
 most leaves; a dtype view per other dtype and an ``as_strided`` per leaf: metadata only,
-no copy, no kernel). ``tensors`` are the same
+no copy, no kernel). On the CPU the same is done through NumPy views of the rows: one
+``take`` of whole rows (wrapping ids onto slots in the same call) and one
+``torch.from_numpy`` per leaf, since a NumPy call costs a fraction of a torch op's dispatch
+and a sample's host time is a handful of such calls (docs/gpu.md). ``tensors`` are the same
 views of the storage itself, ``[capacity] + leaf.shape`` each, through which checkpoints
 read and write leaf by leaf, in the per-leaf format every torch buffer has always saved.
 
@@ -51,6 +54,14 @@ class RowLayout:
         # the dtype rows are gathered as: that of most leaves, so one dtype view fewer per read
         self.gather_dtype = max(self.distinct, key=lambda d: (self.dtypes.count(d), d.itemsize), default=torch.uint8)
         self._plans: dict[tuple[int, ...], list[tuple]] = {}
+        self.host_dtype = np.dtype(
+            {
+                "names": [f"leaf{i}" for i in range(len(leaves))],
+                "formats": [(spec.dtype, spec.shape) if spec.shape else spec.dtype for spec in leaves],
+                "offsets": offsets,
+                "itemsize": self.row_bytes,
+            }
+        )
 
     def views(self, rows: torch.Tensor, lead: tuple[int, ...]) -> list[torch.Tensor]:
         """The leaves of ``rows`` (contiguous rows of ``row_bytes`` bytes, ``prod(lead)`` of
@@ -60,6 +71,16 @@ class RowLayout:
             plan = self._plans[lead] = self._plan(tuple(lead))
         typed = [rows if dtype == rows.dtype else rows.view(dtype) for dtype in self.distinct]
         return [typed[group].as_strided(size, stride, offset) for group, size, stride, offset in plan]
+
+    def host_views(self, rows: np.ndarray) -> list[torch.Tensor]:
+        """As ``views`` for NumPy ``rows`` of ``row_bytes``-byte void elements, shaped as the
+        sample: each leaf a field of the rows read as one structured dtype, shared with torch
+        through ``torch.from_numpy`` (a field costs a tenth of a dtype view or ``as_strided``)."""
+        fields = rows.view(self.host_dtype)
+        if rows.ndim:
+            return [torch.from_numpy(fields[name]) for name in self.host_dtype.names]
+        # a single item: a 0-d structured array's field is a NumPy scalar, so read it as one row
+        return [torch.from_numpy(fields.reshape(1)[name][0, ...]) for name in self.host_dtype.names]
 
     def _plan(self, lead: tuple[int, ...]) -> list[tuple]:
         """Per leaf: its dtype view's index and the size, strides and offset (in elements)."""
@@ -104,13 +125,14 @@ class RowLayout:
 class TorchStorage:
     """``capacity`` byte rows on ``device`` holding every leaf of ``leaves`` (see the module).
 
-    ``numpy_writes``: write NumPy leaves through NumPy views of the rows, leaf by leaf (the
-    default on the CPU, where a slice assignment costs a fraction of a torch op); False packs
-    them into host rows copied over at once, as on a GPU (which tests use on the CPU).
+    ``through_numpy``: write NumPy leaves through NumPy views of the rows, leaf by leaf, and
+    read with one NumPy ``take`` of rows (the default on the CPU, where a NumPy call costs a
+    fraction of a torch op); False packs writes into host rows copied over at once and reads
+    with ``torch.index_select``, as on a GPU (which tests use on the CPU).
     """
 
     def __init__(
-        self, leaves: Sequence[ArraySpec], capacity: int, device: torch.device, numpy_writes: bool | None = None
+        self, leaves: Sequence[ArraySpec], capacity: int, device: torch.device, through_numpy: bool | None = None
     ):
         self.capacity = capacity
         self.device = device
@@ -118,9 +140,11 @@ class TorchStorage:
         self.rows = torch.empty((capacity, self.layout.row_bytes), dtype=torch.uint8, device=device)
         self._gather_rows = self.rows.view(self.layout.gather_dtype)
         self.tensors = self.layout.views(self.rows, (capacity,))
-        if numpy_writes is None:
-            numpy_writes = device.type == "cpu"
-        self._views = [t.numpy() for t in self.tensors] if numpy_writes else None
+        if through_numpy is None:
+            through_numpy = device.type == "cpu"
+        self._views = [t.numpy() for t in self.tensors] if through_numpy else None
+        # the rows as one void element each: ``take`` copies whole rows without an axis loop
+        self._host_rows = self.rows.numpy().view(f"V{self.layout.row_bytes}")[:, 0] if through_numpy else None
 
     def write(self, start: int, batch: Sequence[Any], steps: int = 1) -> None:
         """Write rows ``batch[k][i]`` to slot ``(start + i) % capacity``; n <= capacity.
@@ -160,7 +184,10 @@ class TorchStorage:
     def clear(self) -> None:
         """Nothing to forget: slots are overwritten before they are read again."""
 
-    def read(self, slots: torch.Tensor) -> list[torch.Tensor]:
-        """The leaves at ``slots`` (int64 on the device), each ``slots.shape + leaf.shape``."""
-        flat = slots if slots.dim() == 1 else slots.reshape(-1)
-        return self.layout.views(torch.index_select(self._gather_rows, 0, flat), slots.shape)
+    def read(self, ids: torch.Tensor) -> list[torch.Tensor]:
+        """The leaves of the items at ``ids`` (int64 on the device, slot = id % capacity),
+        each ``ids.shape + leaf.shape``."""
+        if self._host_rows is not None:
+            return self.layout.host_views(self._host_rows.take(ids.numpy(), mode="wrap"))
+        slots = torch.remainder(ids if ids.dim() == 1 else ids.reshape(-1), self.capacity)
+        return self.layout.views(torch.index_select(self._gather_rows, 0, slots), ids.shape)

@@ -23,7 +23,7 @@ from replaybuf.hindsight import HindsightRelabel
 from replaybuf.torch.captured import CapturedSampler
 from replaybuf.torch.convert import DeviceBatcher
 from replaybuf.torch.dataset import TorchDataset
-from replaybuf.torch.hindsight import hindsight_parts
+from replaybuf.torch.hindsight import TorchEpisodeSampler, hindsight_parts
 from replaybuf.torch.sampler import TorchUniformSampler
 from replaybuf.torch.state import TorchCheckpoints
 from replaybuf.torch.storage import TorchStorage
@@ -169,13 +169,17 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         return super().as_dataset(sample_batch_size, num_steps, num_parallel_calls, single_deterministic_pass)
 
     # -- internals ---------------------------------------------------------------------------
+    def _host_rng(self) -> np.random.Generator | None:
+        """With ``her=`` the ids and goals are drawn on the host (replaybuf.torch.hindsight)."""
+        return self._sampler.host_rng if isinstance(self._sampler, TorchEpisodeSampler) else None
+
     def _wrap_dataset(self, dataset: Any) -> TorchDataset:
         return TorchDataset(dataset)
 
     def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
         device_ids = torch.as_tensor(ids, device=self._device)
         with self._lock:
-            leaves = self._storage.read(torch.remainder(device_ids, self._ring.capacity))
+            leaves = self._storage.read(device_ids)
         return self._flat.unflatten(leaves), BufferInfo(device_ids, ())
 
 
