@@ -2,7 +2,7 @@
 bare ``randint`` + one ``index_select`` loop (issue 33's CPU target: 1.5x)? Answer: docs/gpu.md,
 "CPU figures".
 
-Three calls over the same stored bytes (bench/gpu.py's small section: 100,352 transitions of
+Three calls over the same stored bytes (the gpu suite's small section: 100,352 transitions of
 obs f32[4], action i64, reward f32, done bool, next_obs f32[4]), interleaved by the harness,
 timed by the thread's CPU clock (``time.thread_time``: other jobs on a shared machine do not
 count, their cache traffic still does), torch on one thread:
@@ -30,8 +30,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 
 import harness  # noqa: E402
-from gpu import BATCH, SMALL, bare_loop, small_batch  # noqa: E402
+from common import small_pool, small_spec  # noqa: E402
 from replaybuf.torch import TorchUniformReplayBuffer  # noqa: E402
+from suites.gpu import BATCH, bare_loop  # noqa: E402
 
 CAPACITY = 100_352
 
@@ -40,7 +41,7 @@ def floor_call(buffer: TorchUniformReplayBuffer) -> Callable[[], object]:
     """The API's result made with the fewest calls: ids, one row ``take``, a tensor per leaf."""
     rows = buffer.storage.rows.numpy().view(f"V{buffer.storage.layout.row_bytes}")[:, 0]
     fields = buffer.storage.layout.host_dtype
-    names, keys = fields.names, list(SMALL)
+    names, keys = fields.names, list(small_spec())
     generator = torch.Generator().manual_seed(1)
 
     def call() -> object:
@@ -56,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=21)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    buffer = TorchUniformReplayBuffer(SMALL, BATCH, CAPACITY // BATCH, seed=0)
-    batch = small_batch(BATCH, 0)
+    buffer = TorchUniformReplayBuffer(small_spec(), BATCH, CAPACITY // BATCH, seed=0)
+    batch = small_pool(BATCH)
     for _ in range(CAPACITY // BATCH):
         buffer.add_batch(batch)
     calls = {
