@@ -124,10 +124,10 @@ class RacingRecords:
 
     def __init__(self, records, writer, steps):
         self.records, self.writer, self.steps = records, writer, list(steps)
-        self.dtype = records.dtype  # the reads here are small: they stay on take
+        self.dtype, self.shape = records.dtype, records.shape  # the reads here are small: they stay on take
 
-    def take(self, ids, mode):
-        rows = self.records.take(ids, mode=mode)
+    def take(self, slots):
+        rows = self.records.take(slots)
         if self.steps:
             write(self.writer, self.steps)
             self.steps = []
@@ -306,10 +306,10 @@ class AlwaysRacingRecords:
 
     def __init__(self, records, writer, max_length):
         self.records, self.writer, self.max_length, self.next = records, writer, max_length, writer.steps
-        self.dtype = records.dtype  # the reads here are small: they stay on take
+        self.dtype, self.shape = records.dtype, records.shape  # the reads here are small: they stay on take
 
-    def take(self, ids, mode):
-        rows = self.records.take(ids, mode=mode)
+    def take(self, slots):
+        rows = self.records.take(slots)
         write(self.writer, range(self.next, self.next + self.max_length))
         self.next += self.max_length
         return rows

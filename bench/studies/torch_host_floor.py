@@ -9,7 +9,7 @@ count, their cache traffic still does), torch on one thread:
 
 - ``replaybuf``: ``TorchUniformReplayBuffer.get_next(256)``, the whole API;
 - ``floor``: the least a call returning what the API returns can make: a ``randint`` of ids,
-  one NumPy ``take`` of whole rows wrapping the ids, one ``torch.from_numpy`` per leaf (no
+  the slots of the ids and one NumPy ``take`` of whole rows, one ``torch.from_numpy`` per leaf (no
   argument checks, no lock, no nest, no info);
 - ``bare loop``: ``torch.randint`` + ``torch.index_select`` (one tensor back).
 
@@ -46,7 +46,7 @@ def floor_call(buffer: TorchUniformReplayBuffer) -> Callable[[], object]:
 
     def call() -> object:
         ids = torch.randint(0, CAPACITY, (BATCH,), generator=generator)
-        gathered = rows.take(ids.numpy(), mode="wrap").view(fields)
+        gathered = rows.take(ids.numpy() % CAPACITY).view(fields)
         return dict(zip(keys, [torch.from_numpy(gathered[name]) for name in names], strict=True)), ids
 
     return call

@@ -106,7 +106,8 @@ class ColumnStorage(FieldStorage):
 
     def read(self, ids: np.ndarray) -> list[np.ndarray]:
         """Each leaf's rows at ``ids`` (slot = id % capacity; fresh arrays shaped ``ids.shape + leaf.shape``)."""
-        return [field.take(ids, axis=0, mode="wrap") for field in self.fields]
+        slots = ids % self.capacity
+        return [field.take(slots, axis=0) for field in self.fields]
 
 
 def straight_writer(

@@ -304,7 +304,7 @@ class FrameStorage:
     # -- reading ---------------------------------------------------------------------------------
     def read(self, ids: np.ndarray) -> list[np.ndarray]:
         """The leaves of the items at ``ids`` (slot = id % capacity), each shaped ``ids.shape + leaf.shape``."""
-        rows = self.records.records.take(ids, mode="wrap")
+        rows = self.records.records.take(ids % self.capacity)
         out: list = [None] * len(self.leaves)
         for i, name in zip(self._small, self._small_names, strict=True):
             out[i] = rows[name]

@@ -47,17 +47,19 @@ def _copy_rows() -> Callable[..., None] | None:
 
 
 def read_rows(records: np.ndarray, ids: np.ndarray, threads: int) -> np.ndarray:
-    """``records.take(ids, mode="wrap")`` for a 1-D C-contiguous ``records`` (slot = id %
-    len(records)), split over up to ``threads`` threads (the idle cores' worth) when it copies
-    at least ``PARALLEL_BYTES``."""
+    """The records at ``ids`` (slot = id % len(records)) of a 1-D C-contiguous ``records``: one
+    ``take``, split over up to ``threads`` threads (the idle cores' worth) when it copies at
+    least ``PARALLEL_BYTES``. (Ids wrap by ``%``: ``take(mode="wrap")`` subtracts the length
+    once per lap, so an id of a long-lived buffer would cost its number of laps.)"""
+    slots = ids % records.shape[0]
     row_bytes = records.dtype.itemsize
-    if threads <= 1 or ids.size * row_bytes < PARALLEL_BYTES or not records.flags.c_contiguous:
-        return records.take(ids, mode="wrap")
+    if threads <= 1 or slots.size * row_bytes < PARALLEL_BYTES or not records.flags.c_contiguous:
+        return records.take(slots)
     threads = idle_threads(threads)
     copy = _copy_rows()
     if threads <= 1 or copy is None:
-        return records.take(ids, mode="wrap")
-    flat = np.remainder(np.asarray(ids, np.int64).reshape(-1), records.shape[0])
-    rows = np.empty(ids.shape, records.dtype)
+        return records.take(slots)
+    flat = np.ascontiguousarray(slots, np.int64).reshape(-1)
+    rows = np.empty(slots.shape, records.dtype)
     run_split(partial(copy, records.ctypes.data, row_bytes, flat, rows.ctypes.data), flat.size, threads)
     return rows

@@ -7,7 +7,7 @@ the number of leaves; on CPU uint8 rows gather about 8x faster than ``x[idx]``) 
 back each leaf as a strided view of the gathered rows (rows are gathered as the dtype of
 most leaves; a dtype view per other dtype and an ``as_strided`` per leaf: metadata only,
 no copy, no kernel). On the CPU the same is done through NumPy views of the rows: one
-``take`` of whole rows (wrapping ids onto slots in the same call) and one
+``take`` of whole rows (at the ids' slots, ``ids % capacity`` in NumPy) and one
 ``torch.from_numpy`` per leaf, since a NumPy call costs a fraction of a torch op's dispatch
 and a sample's host time is a handful of such calls (docs/gpu.md). ``tensors`` are the same
 views of the storage itself, ``[capacity] + leaf.shape`` each, through which checkpoints
@@ -188,6 +188,6 @@ class TorchStorage:
         """The leaves of the items at ``ids`` (int64 on the device, slot = id % capacity),
         each ``ids.shape + leaf.shape``."""
         if self._host_rows is not None:
-            return self.layout.host_views(self._host_rows.take(ids.numpy(), mode="wrap"))
+            return self.layout.host_views(self._host_rows.take(ids.numpy() % self.capacity))
         slots = torch.remainder(ids if ids.dim() == 1 else ids.reshape(-1), self.capacity)
         return self.layout.views(torch.index_select(self._gather_rows, 0, slots), ids.shape)
