@@ -150,6 +150,8 @@ class ReplayBuffer(sb3.ReplayBuffer):
         self.actions, self.rewards = fields["action"], fields["reward"]
         self.dones, self.timeouts = fields["done"], fields["timeout"]
         self._final_counters = fields.get("final")
+        if self._once:  # which stored leaf the next observations are read from (one gather of records)
+            self._observation_leaf = flat.paths.index("observation")
 
     @property
     def next_observations(self) -> Any:
@@ -312,8 +314,15 @@ class ReplayBuffer(sb3.ReplayBuffer):
         return self._get_samples(np.random.randint(0, upper, size=batch_size), env=env)
 
     def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> Any:
-        env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
-        return self._one_step_samples(self._read(batch_inds, env_indices), env)
+        return self._one_step_samples(self._read(batch_inds, self._env_indices(len(batch_inds))), env)
+
+    def _env_indices(self, count: int) -> np.ndarray:
+        """SB3's draw of each sampled step's environment, from NumPy's global generator. With
+        one env, zeros without a draw: ``randint(0, 1)`` takes nothing from the generator, so
+        the draws that follow stay SB3's."""
+        if self.n_envs == 1:
+            return np.zeros(count, np.int64)
+        return np.random.randint(0, high=self.n_envs, size=(count,))
 
     def _one_step_samples(self, items: dict, env: Any) -> Any:
         """SB3's samples of stored transitions (dones that were timeouts count as not done)."""
@@ -339,7 +348,7 @@ class ReplayBuffer(sb3.ReplayBuffer):
         """The stored fields of steps ``batch_inds`` of environments ``env_indices``: one
         gather (and, where observations are stored once, one for the next observations)."""
         steps = np.asarray(batch_inds, np.int64)
-        items, _ = self._native.read_ids(steps * self.n_envs + env_indices)
+        items, _ = self._native.read_ids(steps * self.n_envs + env_indices if self.n_envs > 1 else steps)
         return self._with_next(items, steps, env_indices)
 
     def _with_next(self, items: dict, steps: np.ndarray, envs: np.ndarray) -> dict:
@@ -351,9 +360,11 @@ class ReplayBuffer(sb3.ReplayBuffer):
     def _next_observation(self, steps: np.ndarray, envs: np.ndarray, counters: np.ndarray) -> np.ndarray:
         """The next observations of steps ``steps`` of envs ``envs``, whose items hold ``counters``:
         the next step's observation, a final one, or the newest step's (``_pending``)."""
-        following = self.observations[(steps + 1) % self.buffer_size, envs]
-        finals = counters >= 0
-        if finals.any():
+        slots = (steps + 1) % self.buffer_size
+        following = self._native.storage.read(slots * self.n_envs + envs if self.n_envs > 1 else slots)
+        following = following[self._observation_leaf]
+        if counters.max(initial=-1) >= 0:
+            finals = counters >= 0
             following[finals] = self._finals.read(counters[finals])
         newest = steps == (self.pos - 1) % self.buffer_size
         if newest.any():

@@ -44,7 +44,7 @@ class NStepReplayBuffer(ReplayBuffer, sb3.NStepReplayBuffer):
 
     def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> Any:
         batch_inds = np.asarray(batch_inds, np.int64)
-        env_indices = np.random.randint(0, self.n_envs, size=batch_inds.shape)
+        env_indices = self._env_indices(len(batch_inds))
         steps = (batch_inds[:, None] + np.arange(self.n_steps)) % self.buffer_size  # [B, n]
         envs = env_indices[:, None]
         dones = self.dones[steps, envs] != 0
