@@ -39,7 +39,7 @@ def fill(buffer, batch_size: int, steps: int, start: int = 0) -> None:
 def test_properties(case):
     backend, batch_size = case
     buffer = build(backend, batch_size, max_length=8)
-    assert buffer.capacity == batch_size * 8
+    assert (buffer.capacity, buffer.batch_size, buffer.max_length) == (batch_size * 8, batch_size, 8)
     assert replaybuf.as_data_spec(buffer.data_spec) == replaybuf.as_data_spec(SPEC)
     assert buffer.num_frames() == 0
     fill(buffer, batch_size, 3)

@@ -79,17 +79,34 @@ def unstack_time(unflatten: Any, leaves: list, num_steps: int, batched: bool) ->
 
 
 class ReplayBuffer(abc.ABC):
-    """Abstract base: a store of items matching ``data_spec`` that is sampled back out."""
+    """Abstract base: a store of items matching ``data_spec`` that is sampled back out.
+
+    Its geometry is read from two attributes every buffer sets when built: ``_flat`` (the
+    data_spec flattened once, ``replaybuf.nest.FlatSpec``) and ``_geometry`` (its
+    ``StreamRing`` or a ``replaybuf.ring.Geometry``)."""
+
+    _flat: Any
+    _geometry: Any
 
     @property
-    @abc.abstractmethod
     def data_spec(self) -> Any:
         """The nest of specs every stored item matches."""
+        return self._flat.data_spec
 
     @property
-    @abc.abstractmethod
     def capacity(self) -> int:
         """How many items the buffer holds before it overwrites the oldest."""
+        return self._geometry.capacity
+
+    @property
+    def batch_size(self) -> int:
+        """How many streams ``add_batch`` writes side by side (per writer, in a shared buffer)."""
+        return self._geometry.batch_size
+
+    @property
+    def max_length(self) -> int:
+        """How many steps each stream holds."""
+        return self._geometry.max_length
 
     @abc.abstractmethod
     def add_batch(self, items: Any) -> None:

@@ -249,7 +249,7 @@ class ReplayBuffer(TorchCheckpoints):
         capacity = self._ring.capacity
         if isinstance(state, dict) and "capacity" in state and require(state, "capacity", int) != capacity:
             raise CheckpointError(f"state['capacity']: saved {state['capacity']}, this buffer has {capacity}")
-        steps = check_header(state, Holds(rng="torch"), self._flat, self._geometry()).steps
+        steps = check_header(state, Holds(rng="torch"), self._flat, self._geometry_state()).steps
         for key, mine in (("head", max(0, steps - capacity) % capacity), ("count", min(max(0, steps), capacity))):
             if key in state and require(state, key, int) != mine:  # (another backend's state has neither)
                 raise CheckpointError(f"state[{key!r}]: expected {mine} (from steps={steps}), got {state[key]}")

@@ -9,15 +9,25 @@ T steps starting at id ``i`` is ``i, i + B, ..., i + (T - 1) B``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from replaybuf.refusals import empty, window_too_long
 
-__all__ = ["FLOOR", "STEPS", "WRITING", "StreamRing", "WriterCursors", "append_rows"]
+__all__ = ["FLOOR", "STEPS", "WRITING", "Geometry", "StreamRing", "WriterCursors", "append_rows"]
 
 STEPS, WRITING, FLOOR = range(3)  # the columns of a writer cursor (replaybuf.shared keeps more after them)
+
+
+class Geometry(NamedTuple):
+    """A buffer's shape as ``ReplayBuffer`` reports it: ``batch_size`` streams (per writer, in a
+    shared buffer) of ``max_length`` steps, ``capacity`` items in all. A ``StreamRing`` has the
+    same three attributes, so a buffer built on one reports the ring's."""
+
+    batch_size: int
+    max_length: int
+    capacity: int
 
 
 class StreamRing:

@@ -92,7 +92,7 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         self._drop_remainder = bool(dataset_drop_remainder)
         self._window_shift = dataset_window_shift
         self._single_stream = single_stream
-        self._ring = StreamRing(int(batch_size), int(max_length), type(self).__name__)
+        self._ring = self._geometry = StreamRing(int(batch_size), int(max_length), type(self).__name__)
         self._storage = storage(self._flat, self._ring)
         self._sampler = sampler(self._flat, self._ring)
         self._relabel = None if relabel is None else relabel(self._flat, self._ring, self._sampler)
@@ -102,22 +102,6 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
             self.reindex()
 
     # -- geometry ----------------------------------------------------------------------------
-    @property
-    def data_spec(self) -> Any:
-        return self._flat.data_spec
-
-    @property
-    def capacity(self) -> int:
-        return self._ring.capacity
-
-    @property
-    def batch_size(self) -> int:
-        return self._ring.batch_size
-
-    @property
-    def max_length(self) -> int:
-        return self._ring.max_length
-
     @property
     def single_stream(self) -> bool:
         """True when ``add_batch`` appends a batch of any size to one stream (PyUniform)."""

@@ -118,7 +118,7 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
             beta=beta,
             epsilon=epsilon,
         )
-        self._ring = StreamRing(int(batch_size), int(max_length), type(self).__name__)
+        self._ring = self._geometry = StreamRing(int(batch_size), int(max_length), type(self).__name__)
         stored = zip(self._flat.leaves, self._core.dtypes, strict=True)
         self._narrowed = [
             (i, np.iinfo(dtype)) for i, (spec, dtype) in enumerate(stored) if spec.dtype != dtype and dtype.kind in "iu"
@@ -131,22 +131,6 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         self._state = self._fresh_state()
 
     # -- geometry and the state ---------------------------------------------------------------
-    @property
-    def data_spec(self) -> Any:
-        return self._flat.data_spec
-
-    @property
-    def capacity(self) -> int:
-        return self._ring.capacity
-
-    @property
-    def batch_size(self) -> int:
-        return self._ring.batch_size
-
-    @property
-    def max_length(self) -> int:
-        return self._ring.max_length
-
     @property
     def core(self) -> Buffer:
         """The functional core's description (``core.add(state, batch)``, ...)."""

@@ -50,7 +50,7 @@ from replaybuf.ray.remote import SHARD_DOWN, Limiter, ShardUnavailableError, cal
 from replaybuf.ray.shard import Shard
 from replaybuf.ray.writer import ShardWriter
 from replaybuf.refusals import bad_priorities, empty, unknown_ids, window_too_long
-from replaybuf.ring import StreamRing
+from replaybuf.ring import Geometry, StreamRing
 from replaybuf.samplers.choice import check_sampler
 from replaybuf.samplers.prioritized import priority_update
 from replaybuf.samplers.split import MassSplit
@@ -174,6 +174,7 @@ class ShardedReplayBuffer(ReplayBuffer):
             raise ArgumentError("ShardedReplayBuffer: expected a running Ray (call ray.init() first), got none")
         self._flat = FlatSpec(data_spec)
         self._shards, self._batch_size, self._max_length = int(shards), int(batch_size), int(max_length)
+        self._geometry = Geometry(self._batch_size, self._max_length, self._batch_size * self._max_length)
         self._stream_counts = np.array([len(range(k, batch_size, shards)) for k in range(shards)], np.int64)
         self._buffer_class, self._buffer_options = buffer_class, buffer_options
         self._max_in_flight = int(max_in_flight)
@@ -226,22 +227,6 @@ class ShardedReplayBuffer(ReplayBuffer):
         return options
 
     # -- geometry -------------------------------------------------------------------------------
-    @property
-    def data_spec(self) -> Any:
-        return self._flat.data_spec
-
-    @property
-    def capacity(self) -> int:
-        return self._batch_size * self._max_length
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch_size
-
-    @property
-    def max_length(self) -> int:
-        return self._max_length
-
     @property
     def shards(self) -> int:
         return self._shards

@@ -21,7 +21,7 @@ from replaybuf.nest import FlatSpec
 from replaybuf.persistence.front import Checkpoints
 from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
 from replaybuf.refusals import empty, no_episode_window, overwritten_while_read, window_too_long
-from replaybuf.ring import STEPS, WriterCursors
+from replaybuf.ring import STEPS, Geometry, WriterCursors
 from replaybuf.samplers.choice import check_sampler
 from replaybuf.samplers.episodes import episode_markers
 from replaybuf.samplers.prioritized import priority_update
@@ -128,6 +128,7 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         self._flat = FlatSpec(data_spec)
         self._writers, self._batch_size, self._max_length = int(writers), int(batch_size), int(max_length)
         self._streams = self._writers * self._batch_size
+        self._geometry = Geometry(self._batch_size, self._max_length, self._streams * self._max_length)
         self._layout = Layout(self._flat, self._writers, self._batch_size, self._max_length)
         self._flush_every = int(flush_every)
         self._drop_remainder, self._window_shift = bool(dataset_drop_remainder), dataset_window_shift
@@ -159,25 +160,8 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
 
     # -- properties -------------------------------------------------------------------------
     @property
-    def data_spec(self) -> Any:
-        return self._flat.data_spec
-
-    @property
-    def capacity(self) -> int:
-        return self._streams * self._max_length
-
-    @property
     def writers(self) -> int:
         return self._writers
-
-    @property
-    def batch_size(self) -> int:
-        """Streams per writer."""
-        return self._batch_size
-
-    @property
-    def max_length(self) -> int:
-        return self._max_length
 
     @property
     def name(self) -> str:

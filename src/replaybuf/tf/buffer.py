@@ -31,7 +31,7 @@ from replaybuf.dataset import check_pass_arguments, check_sample_arguments
 from replaybuf.errors import EmptyBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.refusals import empty, window_too_long
-from replaybuf.ring import StreamRing
+from replaybuf.ring import Geometry, StreamRing
 from replaybuf.tf import datasets
 from replaybuf.tf.convert import convert_batch
 from replaybuf.tf.iteration import exact_iteration, fast_iteration
@@ -139,6 +139,7 @@ class TFUniformReplayBuffer(TFCheckpoints, tf.Module, ReplayBuffer):
         self._element_unflatten = datasets.element_unflatten(self._flat.data_spec)
         self._batch_size = int(batch_size)
         self._max_length = int(max_length)
+        self._geometry = Geometry(self._batch_size, self._max_length, self._batch_size * self._max_length)
         # TF-Agents' member: the capacity as an int64 tensor
         self._capacity = tf.constant(self._batch_size * self._max_length, tf.int64)
         self._device = device
@@ -152,22 +153,6 @@ class TFUniformReplayBuffer(TFCheckpoints, tf.Module, ReplayBuffer):
         self._compiled = _Compiled()
 
     # -- properties ---------------------------------------------------------------------------
-    @property
-    def data_spec(self) -> Any:
-        return self._flat.data_spec
-
-    @property
-    def capacity(self) -> int:
-        return self._batch_size * self._max_length
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch_size
-
-    @property
-    def max_length(self) -> int:
-        return self._max_length
-
     @property
     def device(self) -> str:
         return self._device

@@ -69,7 +69,7 @@ class TorchCheckpoints(Checkpoints):
         """
         ring = self._ring
         host = self._host_rng()
-        steps, same_rng, _ = check_header(state, self._holds(), self._flat, self._geometry())
+        steps, same_rng, _ = check_header(state, self._holds(), self._flat, self._geometry_state())
         kinds = (torch.Tensor, np.ndarray, StoredArray)
 
         def dtypes(spec: Any) -> tuple:
@@ -121,7 +121,7 @@ class TorchCheckpoints(Checkpoints):
     def _holds(self) -> Holds:
         return Holds(rng="torch" if self._host_rng() is None else "PCG64")
 
-    def _geometry(self) -> dict[str, int]:
+    def _geometry_state(self) -> dict[str, int]:
         """The sizes a state must match, by key: the ring's streams and their length."""
         return {"batch_size": self._ring.batch_size, "max_length": self._ring.max_length}
 
@@ -134,7 +134,7 @@ class TorchCheckpoints(Checkpoints):
         return {
             "checkpoint": header(self._holds(), type(self).__name__),
             "spec": spec_state(self._flat),
-            **self._geometry(),
+            **self._geometry_state(),
             "steps": ring.steps,
             "items": {str(i): export(ring_views(t, start, count)) for i, t in enumerate(self._storage.tensors)},
             "rng": self._rng.get_state() if host is None else host.bit_generator.state,
