@@ -348,8 +348,12 @@ class ReplayBuffer(sb3.ReplayBuffer):
         """The stored fields of steps ``batch_inds`` of environments ``env_indices``: one
         gather (and, where observations are stored once, one for the next observations)."""
         steps = np.asarray(batch_inds, np.int64)
-        items, _ = self._native.read_ids(steps * self.n_envs + env_indices if self.n_envs > 1 else steps)
+        items, _ = self._native.read_ids(self._slot_ids(steps, env_indices))
         return self._with_next(items, steps, env_indices)
+
+    def _slot_ids(self, steps: np.ndarray, envs: np.ndarray) -> np.ndarray:
+        """The native buffer's ids of steps ``steps`` of envs ``envs`` (``step * n_envs + env``)."""
+        return steps * self.n_envs + envs if self.n_envs > 1 else steps
 
     def _with_next(self, items: dict, steps: np.ndarray, envs: np.ndarray) -> dict:
         """``items`` (those of steps ``steps`` of envs ``envs``) with their ``next_observation``."""
@@ -360,8 +364,7 @@ class ReplayBuffer(sb3.ReplayBuffer):
     def _next_observation(self, steps: np.ndarray, envs: np.ndarray, counters: np.ndarray) -> np.ndarray:
         """The next observations of steps ``steps`` of envs ``envs``, whose items hold ``counters``:
         the next step's observation, a final one, or the newest step's (``_pending``)."""
-        slots = (steps + 1) % self.buffer_size
-        following = self._native.storage.read(slots * self.n_envs + envs if self.n_envs > 1 else slots)
+        following = self._native.storage.read(self._slot_ids((steps + 1) % self.buffer_size, envs))
         following = following[self._observation_leaf]
         if counters.max(initial=-1) >= 0:
             finals = counters >= 0

@@ -46,6 +46,7 @@ from replaybuf.storages.frame_checkpoint import check_frames, frames_state
 from replaybuf.storages.frame_leaves import StackedLeaf
 from replaybuf.storages.frame_pool import ZERO, FramePool, pool_rows
 from replaybuf.storages.records import RecordStorage
+from replaybuf.storages.row_copy import read_rows
 from replaybuf.storages.threads import usable_threads
 
 __all__ = ["FrameStorage"]
@@ -304,7 +305,7 @@ class FrameStorage:
     # -- reading ---------------------------------------------------------------------------------
     def read(self, ids: np.ndarray) -> list[np.ndarray]:
         """The leaves of the items at ``ids`` (slot = id % capacity), each shaped ``ids.shape + leaf.shape``."""
-        rows = self.records.records.take(ids % self.capacity)
+        rows = read_rows(self.records.records, ids, self.records.read_threads)
         out: list = [None] * len(self.leaves)
         for i, name in zip(self._small, self._small_names, strict=True):
             out[i] = rows[name]
