@@ -1,8 +1,11 @@
 """Captured sampling (``capture=True``, replaybuf.torch.captured): item for item the eager
-path's samples under the same seed, through static outputs; on the CPU it runs the recorded
-step eagerly (the fallback), on CUDA as a CUDA graph (those tests are skipped without one)."""
+path's samples under the same seed, through static outputs; on the CPU through NumPy (the
+host step) and through the torch kernels a GPU records (the device step, run eagerly), on
+CUDA as a CUDA graph (those tests are skipped without one)."""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import pytest
@@ -11,11 +14,12 @@ import replaybuf
 from conformance_data import SPEC, fields_for_ids, step_batch
 
 torch = pytest.importorskip("torch")
+import replaybuf.torch.uniform  # noqa: E402
 from cuda_sync import host_sync_forbidden  # noqa: E402
 from replaybuf.torch import TorchPyUniformReplayBuffer, TorchUniformReplayBuffer  # noqa: E402
+from replaybuf.torch.storage import TorchStorage  # noqa: E402
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, CUDA])]
 SHAPES = [(5, None, True), (5, 3, True), (None, None, True), (None, 2, True), (4, 2, False), (5, None, True)]
 
 
@@ -46,7 +50,17 @@ def assert_same_samples(eager, captured, rounds: int = 3):
                 torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.fixture(params=["cpu", "cpu, device kernels", pytest.param("cuda", marks=[pytest.mark.cuda, CUDA])])
+def device(request, monkeypatch):
+    """The device buffers are made on; "cpu, device kernels": CPU storage read with
+    ``index_select``, as on a GPU, so captured buffers take the device step."""
+    if request.param == "cpu, device kernels":
+        kernels = functools.partial(TorchStorage, through_numpy=False)
+        monkeypatch.setattr(replaybuf.torch.uniform, "TorchStorage", kernels)
+        return "cpu"
+    return request.param
+
+
 def test_captured_samples_are_the_eager_ones_item_for_item(device):
     eager, captured = pair(device)
     for t in range(4):  # not full yet: both sample eagerly
@@ -68,7 +82,6 @@ def test_captured_samples_are_the_eager_ones_item_for_item(device):
     assert_same_samples(eager, captured)
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_a_single_stream_buffer_captures_too(device):
     eager, captured = (
         TorchPyUniformReplayBuffer(SPEC, capacity=7, device=device, seed=1, capture=capture)

@@ -8,6 +8,8 @@ timed by the thread's CPU clock (``time.thread_time``: other jobs on a shared ma
 count, their cache traffic still does), torch on one thread:
 
 - ``replaybuf``: ``TorchUniformReplayBuffer.get_next(256)``, the whole API;
+- ``replaybuf captured``: the same with ``capture=True`` (static outputs: the draw, then NumPy
+  into arrays the returned tensors share; no tensor made per call);
 - ``floor``: the least a call returning what the API returns can make: a ``randint`` of ids,
   the slots of the ids and one NumPy ``take`` of whole rows, one ``torch.from_numpy`` per leaf (no
   argument checks, no lock, no nest, no info);
@@ -57,12 +59,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=21)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    buffer = TorchUniformReplayBuffer(small_spec(), BATCH, CAPACITY // BATCH, seed=0)
+    buffer, captured = (
+        TorchUniformReplayBuffer(small_spec(), BATCH, CAPACITY // BATCH, seed=0, capture=capture)
+        for capture in (False, True)
+    )
     batch = small_pool(BATCH)
     for _ in range(CAPACITY // BATCH):
         buffer.add_batch(batch)
+        captured.add_batch(batch)
     calls = {
         "replaybuf": lambda: buffer.get_next(BATCH),
+        "replaybuf captured": lambda: captured.get_next(BATCH),
         "floor": floor_call(buffer),
         "bare loop": bare_loop(buffer.storage.rows, BATCH, torch.Generator().manual_seed(0)),
     }

@@ -12,10 +12,13 @@ so the harness's host clock covers the work, not only its launch.
   reward f32, done bool, next_obs f32[4]) from NumPy / from device tensors;
 - ``gpu_sample256``: sample 256 of those (100,352 stored). Issue 33's CPU criterion:
   replaybuf within 1.5x the bare loop (>= 0.67x its rate);
+- ``gpu_sample256_captured``: the same with ``capture=True`` as ``replaybuf``, beside the bare
+  loop, with the same goal (the eager call's result is fresh tensors, whose making alone
+  exceeds it on the CPU: docs/gpu.md);
 - ``gpu_ms_insert256`` / ``gpu_ms_sample256``: the MindSpore-style buffer.
 
 Labels: ``replaybuf`` (eager), ``replaybuf captured`` (``capture=True``: one CUDA graph
-replay per call on a GPU, the same kernels into static outputs on the CPU), ``bare loop``
+replay per call on a GPU; on the CPU a draw and NumPy calls into static outputs), ``bare loop``
 (``torch.randint`` + one ``torch.index_select`` over one tensor of the same bytes: the
 frames, or the small leaves packed in one byte row), ``kernel alone`` (that loop recorded
 once as a CUDA graph and replayed; CUDA only) and ``torchrl`` (``TensorDictReplayBuffer`` on
@@ -65,6 +68,14 @@ WORKLOADS = [
         "batches/s",
         references=OURS_REFS,
         peers=(TORCHRL,),
+        goal_vs="bare loop",
+        goal_ratio=round(1 / 1.5, 2),
+    ),
+    Workload(
+        "gpu_sample256_captured",
+        "sample 256 small transitions on the device, capture=True",
+        "batches/s",
+        references=("bare loop",),
         goal_vs="bare loop",
         goal_ratio=round(1 / 1.5, 2),
     ),
@@ -220,6 +231,14 @@ class Table:
         if key == "gpu_sample256":
             small = self.small_buffers()
             return self.sampling(small, BATCH, lambda: small["replaybuf"]._storage.rows)
+        if key == "gpu_sample256_captured":
+            import torch
+
+            small, generator = self.small_buffers(), torch.Generator(device=self.device).manual_seed(0)
+            return {
+                "replaybuf": lambda: small["replaybuf captured"].get_next(BATCH),
+                "bare loop": bare_loop(small["replaybuf"]._storage.rows, BATCH, generator),
+            }
         if key.startswith("gpu_add"):
             small = self.small_buffers()
             source = small["host" if key == "gpu_add_host" else "device"]

@@ -143,8 +143,9 @@ class TorchStorage:
         if through_numpy is None:
             through_numpy = device.type == "cpu"
         self._views = [t.numpy() for t in self.tensors] if through_numpy else None
-        # the rows as one void element each: ``take`` copies whole rows without an axis loop
-        self._host_rows = self.rows.numpy().view(f"V{self.layout.row_bytes}")[:, 0] if through_numpy else None
+        #: the rows as NumPy void elements, one per row (``take`` copies whole rows without an
+        #: axis loop), when reads go through NumPy; None otherwise
+        self.host_rows = self.rows.numpy().view(f"V{self.layout.row_bytes}")[:, 0] if through_numpy else None
 
     def write(self, start: int, batch: Sequence[Any], steps: int = 1) -> None:
         """Write rows ``batch[k][i]`` to slot ``(start + i) % capacity``; n <= capacity.
@@ -187,7 +188,7 @@ class TorchStorage:
     def read(self, ids: torch.Tensor) -> list[torch.Tensor]:
         """The leaves of the items at ``ids`` (int64 on the device, slot = id % capacity),
         each ``ids.shape + leaf.shape``."""
-        if self._host_rows is not None:
-            return self.layout.host_views(self._host_rows.take(ids.numpy() % self.capacity))
+        if self.host_rows is not None:
+            return self.layout.host_views(self.host_rows.take(ids.numpy() % self.capacity))
         slots = torch.remainder(ids if ids.dim() == 1 else ids.reshape(-1), self.capacity)
         return self.layout.views(torch.index_select(self._gather_rows, 0, slots), ids.shape)
