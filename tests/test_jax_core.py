@@ -386,6 +386,31 @@ def test_prioritized_windows_share_the_mass_of_the_starts_they_fit_after(steps, 
     np.testing.assert_allclose(np.asarray(info.probabilities), priorities[drawn] / priorities[fits].sum(), rtol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("options", "num_steps"),
+    [
+        ({}, None),
+        ({}, 2),  # windows that would pass the head cannot be drawn
+        ({"respect_episodes": True, "episode_end_field": "done", "episode_num_steps": 3}, 3),  # the window tree
+        ({"respect_episodes": True, "episode_end_field": "done", "episode_num_steps": 3}, 2),  # the one-pass mask
+    ],
+)
+def test_a_prioritized_sample_lowered_for_a_gpu_has_no_loop(options, num_steps):
+    """Off the CPU a draw masks the starts it cannot draw instead of drawing again: the program
+    exported for CUDA (lowered here, on the CPU) has no while loop for the GPU runtime to read
+    a condition of back on the host each call; the CPU's keeps its rejection rounds."""
+    from jax import export
+
+    buffer = make_buffer(SMALL, 2, 8, sampler="prioritized", **options)
+    sample = jax.jit(lambda state, key: buffer.sample(state, key, 16, num_steps))
+    programs = {
+        platform: export.export(sample, platforms=[platform])(buffer.init(), jax.random.key(0)).mlir_module()
+        for platform in ("cuda", "cpu")
+    }
+    assert "stablehlo.while" not in programs["cuda"]
+    assert "stablehlo.while" in programs["cpu"]
+
+
 def test_bad_priority_updates_are_dropped_and_counted_inside_jit():
     buffer = make_buffer(SMALL, 2, 4, sampler="prioritized")
     state = filled(

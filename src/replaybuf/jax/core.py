@@ -45,7 +45,7 @@ from replaybuf.buffers.stream import reject_unused
 from replaybuf.errors import ArgumentError, SpecMismatchError
 from replaybuf.jax.bits import random_bits, random_uniform
 from replaybuf.jax.rows import RowLayout, pieces_of, row_layout, unpack
-from replaybuf.jax.sumtree import Trees, tree_descend, tree_init, tree_update
+from replaybuf.jax.sumtree import Trees, masked_descend, per_platform, tree_descend, tree_init, tree_update
 from replaybuf.nest import FlatSpec
 from replaybuf.samplers.choice import check_sampler
 from replaybuf.samplers.episodes import episode_marker
@@ -441,12 +441,13 @@ class Buffer:
         low, high = self._starts(state, num_steps)
         sums, total = trees.sums, trees.sums[0][0]  # the tree descended and its root
         fits = None  # with episodes: whether a drawn start's window stays inside one episode
+        starts = None  # bool [capacity]: the slots a window may start at (the masked draw's mask)
         if self._exact_episodes and num_steps > 1 and num_steps == self.episodes.num_steps:
             sums = state.priorities.windows.sums  # only valid starts have mass there
             total = mass = sums[0][0]
         elif self._exact_episodes and num_steps > 1:  # another length: one pass, then reject
-            masks = self._start_mask(state, num_steps).ravel()
-            mass = jnp.sum(jnp.where(masks, trees.sums[-1][: self.capacity], 0.0))
+            starts = self._start_mask(state, num_steps).ravel()
+            mass = jnp.sum(jnp.where(starts, trees.sums[-1][: self.capacity], 0.0))
             fits = partial(self._window_fits, state, num_steps=num_steps)
         else:
             mass = jnp.maximum(total - self._late_mass(state, trees.sums[-1], low, num_steps), 0.0)
@@ -458,29 +459,48 @@ class Buffer:
             found = (step >= low) & (step < high) & (masses > 0)
             return ids, masses, found if fits is None else found & fits(ids)
 
+        def rejecting(strata):
+            """The CPU's draw: descend the whole tree, draw again where a start cannot be drawn."""
+            first, drawn, found = accept(*tree_descend(sums, strata * total))
+
+            def more(carry):
+                return jnp.any(~carry[2]) & fine
+
+            def again(carry):
+                first, drawn, found, round_ = carry
+                targets = random_uniform(jax.random.fold_in(key, round_), (size,), self.checked) * total
+                new_first, new_drawn, new_found = accept(*tree_descend(sums, targets))
+                return (
+                    jnp.where(found, first, new_first),
+                    jnp.where(found, drawn, new_drawn),
+                    found | new_found,
+                    round_ + 1,
+                )
+
+            first, drawn, found, _ = lax.while_loop(more, again, (first, drawn, found, jnp.ones((), jnp.int32)))
+            return first, drawn, found, mass
+
+        def masking(strata):
+            """Every other platform's draw: only the starts that can be drawn keep their mass, so
+            nothing is rejected and no loop asks the host whether to go on (docs/gpu.md)."""
+            drawable = self._drawable_starts(state, low, high) if starts is None else starts
+            padding = sums[-1].shape[0] - self.capacity
+            slots, drawn, drawable_mass = masked_descend(sums, jnp.pad(drawable, (0, padding)), strata)
+            return self._slot_ids(state, slots), drawn, drawn > 0, drawable_mass
+
         jitter = random_uniform(key, (size,), self.checked)  # the key itself first, as above
         strata = (jnp.arange(size, dtype=jnp.float32) + jitter) / size
-        first, drawn, found = accept(*tree_descend(sums, strata * total))
-
-        def more(carry):
-            return jnp.any(~carry[2]) & fine
-
-        def again(carry):
-            first, drawn, found, round_ = carry
-            targets = random_uniform(jax.random.fold_in(key, round_), (size,), self.checked) * total
-            new_first, new_drawn, new_found = accept(*tree_descend(sums, targets))
-            return (
-                jnp.where(found, first, new_first),
-                jnp.where(found, drawn, new_drawn),
-                found | new_found,
-                round_ + 1,
-            )
-
-        first, drawn, found, _ = lax.while_loop(more, again, (first, drawn, found, jnp.ones((), jnp.int32)))
-        probabilities = jnp.where(fine, drawn / jnp.where(mass > 0, mass, 1.0), 0.0)
+        first, drawn, found, drawn_from = per_platform((strata,), cpu=rejecting, default=masking)
+        probabilities = jnp.where(fine, drawn / jnp.where(drawn_from > 0, drawn_from, 1.0), 0.0)
         smallest = trees.mins[0][0]
         weights = jnp.where(fine, (drawn / smallest) ** -options.beta, 0.0)
         return first, probabilities, weights, found & fine
+
+    def _drawable_starts(self, state: BufferState, low: jax.Array, high: jax.Array) -> jax.Array:
+        """bool ``[capacity]``: the slots holding a step in ``[low, high)`` (one pass over the rows)."""
+        step = self._row_steps(state, jnp.arange(self.max_length))
+        rows = (step >= low) & (step < high)
+        return jnp.broadcast_to(rows[:, None], (self.max_length, self.batch_size)).ravel()
 
     def _late_mass(self, state: BufferState, leaves: jax.Array, low: jax.Array, num_steps: int) -> jax.Array:
         """The mass of the starts whose window would pass the head: the last ``num_steps - 1``

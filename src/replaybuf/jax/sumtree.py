@@ -20,14 +20,23 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["Trees", "forced_tree_path", "tree_depth", "tree_init", "tree_update", "tree_descend"]
+__all__ = [
+    "Trees",
+    "forced_tree_path",
+    "masked_descend",
+    "per_platform",
+    "tree_depth",
+    "tree_descend",
+    "tree_init",
+    "tree_update",
+]
 
 
 class Trees(NamedTuple):
@@ -80,9 +89,7 @@ def tree_update(trees: Trees, slots: jax.Array, masses: jax.Array, after: jax.Ar
     On the CPU only the touched parents are recomputed (levels of at most ``DENSE_CHILDREN``
     children whole); on other platforms every level whole (see the module).
     """
-    if _FORCED is not None:
-        return _FORCED[1](trees, slots, masses, after)
-    return lax.platform_dependent(trees, slots, masses, after, cpu=_touched_update, default=_whole_update)
+    return per_platform((trees, slots, masses, after), cpu=_touched_update, default=_whole_update)
 
 
 def _update(trees: Trees, slots: jax.Array, masses: jax.Array, after: jax.Array | None, dense_children: float) -> Trees:
@@ -132,25 +139,49 @@ def tree_descend(sums: tuple, targets: jax.Array) -> tuple[jax.Array, jax.Array]
     On the CPU the descent goes level by level (``level_descend``); on other platforms, where
     each level would be a small kernel of its own waiting for the one above, it takes two
     wide steps (``wide_descend``). ``forced_tree_path`` picks one path on any platform (tests)."""
+    return per_platform((sums, targets), cpu=level_descend, default=wide_descend)
+
+
+def masked_descend(sums: tuple, drawable: jax.Array, fractions: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Draw leaves of the tree ``sums`` among the ``drawable`` ones (bool per leaf) at
+    ``fractions`` (in [0, 1)) of their mass: ``(leaves, their masses, the drawable mass)``.
+
+    With no loop and no rejection: the masked leaves are summed afresh into the nodes of the
+    middle level (one pass over the leaves, which XLA fuses with the mask) and descended in
+    ``wide_descend``'s two steps, whose rule never picks a zero-mass entry, so a draw never
+    lands outside the mask. A drawable mass of 0 gives leaves of mass 0 (nothing to draw)."""
+    leaves = jnp.where(drawable, sums[-1], 0.0)
+    nodes = leaves.reshape(sums[_middle(sums)].shape[0], -1).sum(axis=-1)
+    total = jnp.sum(nodes)
+    chosen, masses = _two_steps(nodes, leaves, fractions * total)
+    return chosen, masses, total
+
+
+def per_platform(operands: tuple, *, cpu: Callable[..., Any], default: Callable[..., Any]) -> Any:
+    """``cpu(*operands)`` on the CPU, ``default(*operands)`` on every other platform
+    (``lax.platform_dependent``); inside ``forced_tree_path`` the forced one on any platform."""
     if _FORCED is not None:
-        return _FORCED[0](sums, targets)
-    return lax.platform_dependent(sums, targets, cpu=level_descend, default=wide_descend)
+        return (cpu if _FORCED == "levels" else default)(*operands)
+    return lax.platform_dependent(*operands, cpu=cpu, default=default)
 
 
-_FORCED = None  # (descent, update) forced by ``forced_tree_path``, else None (chosen by platform)
+_FORCED: str | None = None  # the path forced by ``forced_tree_path``, else None (chosen by platform)
 
 
 @contextlib.contextmanager
 def forced_tree_path(path: str) -> Iterator[None]:
-    """Within the block, every descent and update traced takes ``path`` on any platform:
-    'levels' (the CPU's: level by level, touched parents) or 'wide' (every other platform's:
-    two wide descent steps, every level recomputed whole).
+    """Within the block, every descent, update and prioritized draw traced takes ``path`` on
+    any platform: 'levels' (the CPU's: level by level, touched parents, rejected draws drawn
+    again) or 'wide' (every other platform's: two wide descent steps, every level recomputed
+    whole, draws masked instead of rejected).
 
     JAX's caches are cleared on the way in and out, so no program traced under one choice
     is reused under the other."""
     global _FORCED
     before = _FORCED
-    _FORCED = {"levels": (level_descend, _touched_update), "wide": (wide_descend, _whole_update)}[path]
+    if path not in ("levels", "wide"):
+        raise ValueError(f"path: expected 'levels' or 'wide', got {path!r}")
+    _FORCED = path
     jax.clear_caches()
     try:
         yield
@@ -173,11 +204,18 @@ def wide_descend(sums: tuple, targets: jax.Array) -> tuple[jax.Array, jax.Array]
     sums). The middle level is the one nearest the square root of the leaf count, so both
     steps are about as wide. The same rule as ``level_descend``, at the same float32
     precision (prefix sums over a level's nodes, which are exact recomputed sums)."""
-    leaves = sums[-1]
-    middle = min(
-        range(len(sums) - 1), key=lambda level: max(sums[level].shape[0], leaves.shape[0] // sums[level].shape[0])
-    )
-    nodes = sums[middle]
+    return _two_steps(sums[_middle(sums)], sums[-1], targets)
+
+
+def _middle(sums: tuple) -> int:
+    """The level whose node count is nearest the square root of the leaf count."""
+    leaves = sums[-1].shape[0]
+    return min(range(len(sums) - 1), key=lambda level: max(sums[level].shape[0], leaves // sums[level].shape[0]))
+
+
+def _two_steps(nodes: jax.Array, leaves: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The leaf under each target: the node of ``nodes`` (sums of equal runs of ``leaves``)
+    whose prefix holds it, then the leaf of that node's run."""
     width = leaves.shape[0] // nodes.shape[0]
     prefix = jnp.cumsum(nodes)[None, :]
     node = _choose(prefix, targets)
