@@ -406,26 +406,42 @@ class Buffer:
         valid_starts = jnp.where(count > 0, self._valid_starts(state, num_steps), 0)
         candidates = self.episodes.candidates
 
-        def draw(round_key):
-            offsets = _uniform_below(round_key, (size, candidates), count, self.checked)
-            starts = low * self.batch_size + offsets.astype(low.dtype)
-            fits = self._window_fits(state, starts, num_steps)
-            pick = jnp.argmax(fits, axis=-1)
-            return jnp.take_along_axis(starts, pick[:, None], axis=-1)[:, 0], jnp.any(fits, axis=-1)
+        def rejecting(key):
+            """The CPU's draw: candidates uniform over all starts, the first that fits kept."""
 
-        first, found = draw(key)  # the key itself for the first round (a fold_in costs a threefry call)
+            def draw(round_key):
+                offsets = _uniform_below(round_key, (size, candidates), count, self.checked)
+                starts = low * self.batch_size + offsets.astype(low.dtype)
+                fits = self._window_fits(state, starts, num_steps)
+                pick = jnp.argmax(fits, axis=-1)
+                return jnp.take_along_axis(starts, pick[:, None], axis=-1)[:, 0], jnp.any(fits, axis=-1)
 
-        # Rows whose candidates all crossed an end draw again (each candidate is uniform over all
-        # starts, so the first valid one is uniform over valid starts); only when one exists.
-        def more(carry):
-            return jnp.any(~carry[1]) & (valid_starts > 0)
+            first, found = draw(key)  # the key itself for the first round (a fold_in costs a threefry call)
 
-        def again(carry):
-            first, found, round_ = carry
-            new_first, new_found = draw(jax.random.fold_in(key, round_))
-            return jnp.where(found, first, new_first), found | new_found, round_ + 1
+            # Rows whose candidates all crossed an end draw again (each candidate is uniform over all
+            # starts, so the first valid one is uniform over valid starts); only when one exists.
+            def more(carry):
+                return jnp.any(~carry[1]) & (valid_starts > 0)
 
-        first, found, _ = lax.while_loop(more, again, (first, found, jnp.ones((), jnp.int32)))
+            def again(carry):
+                first, found, round_ = carry
+                new_first, new_found = draw(jax.random.fold_in(key, round_))
+                return jnp.where(found, first, new_first), found | new_found, round_ + 1
+
+            first, found, _ = lax.while_loop(more, again, (first, found, jnp.ones((), jnp.int32)))
+            return first, found
+
+        def masking(key):
+            """Every other platform's draw, with no loop (as ``_draw_prioritized``'s): the k-th valid
+            start in slot order, k uniform below their count (a prefix count of the start mask and
+            an unrolled binary search)."""
+            prefix = jnp.cumsum(self._start_mask(state, num_steps).ravel(), dtype=jnp.int32)
+            k = _uniform_below(key, (size,), prefix[-1], self.checked).astype(jnp.int32)
+            slots = jnp.searchsorted(prefix, k, side="right", method="scan_unrolled")
+            found = jnp.broadcast_to(prefix[-1] > 0, (size,))
+            return self._slot_ids(state, jnp.minimum(slots, self.capacity - 1)), found
+
+        first, found = per_platform((key,), cpu=rejecting, default=masking)
         valid = found & (valid_starts > 0)
         probability = jnp.where(valid_starts > 0, 1.0 / jnp.maximum(valid_starts, 1).astype(jnp.float32), 0.0)
         return first, jnp.broadcast_to(probability, (size,)), valid

@@ -170,10 +170,10 @@ _FORCED: str | None = None  # the path forced by ``forced_tree_path``, else None
 
 @contextlib.contextmanager
 def forced_tree_path(path: str) -> Iterator[None]:
-    """Within the block, every descent, update and prioritized draw traced takes ``path`` on
-    any platform: 'levels' (the CPU's: level by level, touched parents, rejected draws drawn
-    again) or 'wide' (every other platform's: two wide descent steps, every level recomputed
-    whole, draws masked instead of rejected).
+    """Within the block, every descent, update and draw traced takes ``path`` on any platform:
+    'levels' (the CPU's: level by level, touched parents, rejected starts drawn again) or
+    'wide' (every other platform's: two wide descent steps, every level recomputed whole,
+    starts masked instead of rejected).
 
     JAX's caches are cleared on the way in and out, so no program traced under one choice
     is reused under the other."""
