@@ -7,6 +7,10 @@ of ``--reps`` repetitions of one scan each, the cases interleaved by the harness
 
     PYTHONPATH=src python bench/studies/jax_per_parts.py [--capacity 262144] [--reps 7]
 
+``--path levels`` or ``--path wide`` forces one path of the sum tree and the draws on any
+platform (``forced_tree_path``: the CPU's rejection rounds, or the masked, loop-free draws of
+every other platform), to compare the two on one machine.
+
 Run it again with ``XLA_FLAGS=--xla_gpu_enable_command_buffer=...,WHILE,CONDITIONAL`` to see
 what the rejection loop's host round trip costs (XLA's GPU runtime reads a data-dependent
 loop's predicate on the host unless the loop runs inside a command buffer).
@@ -25,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 
 import harness  # noqa: E402
 from replaybuf.jax import make_buffer  # noqa: E402
+from replaybuf.jax.sumtree import forced_tree_path  # noqa: E402
 from suites.jax_core import SAMPLE, SPEC, STREAMS, Case, checksum, fill, pool  # noqa: E402
 
 
@@ -33,7 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capacity", type=int, default=262144)
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--path", choices=("levels", "wide"), help="force one path (default: the platform's)")
     args = parser.parse_args(argv)
+    if args.path:
+        with forced_tree_path(args.path):
+            return measure(args)
+    return measure(args)
+
+
+def measure(args: argparse.Namespace) -> int:
     data = pool(64)
     ours = make_buffer(SPEC, STREAMS, args.capacity // STREAMS)
     per = make_buffer(SPEC, STREAMS, args.capacity // STREAMS, sampler="prioritized", alpha=0.6)
@@ -58,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     runs = {name: Case(s, step, data, args.steps).run for name, (s, step) in cases.items()}
     seconds = harness.medians(runs, harness.Timing(args.reps, 0.0, 0.0))  # one scan a repetition, after one compiling
-    print(f"JAX {jax.__version__} on {jax.devices()[0].device_kind}, capacity {args.capacity}")
+    device, path = jax.devices()[0].device_kind, args.path or "the platform's"
+    print(f"JAX {jax.__version__} on {device}, capacity {args.capacity}, path {path}")
     print("| case | us per iteration |\n| --- | ---: |")
     for name, value in seconds.items():
         print(f"| {name} | {value / args.steps * 1e6:.1f} |")
