@@ -37,7 +37,9 @@ __all__ = ["CapturedSampler", "DeviceStep", "HostStep"]
 
 class _Step:
     """What every step of one sample shape ``(sample_batch_size, num_steps)`` holds: the
-    draw's static output, the ids, the probabilities and the leaves."""
+    draw's static output, the ids, the probabilities and (made by each kind) the leaves."""
+
+    leaves: list[torch.Tensor]
 
     def __init__(self, storage: TorchStorage, rng: torch.Generator, ring: StreamRing, shape: tuple, num_steps):
         device, batch = storage.device, ring.batch_size
@@ -48,7 +50,6 @@ class _Step:
         self.offsets = None if num_steps is None else torch.arange(num_steps, device=device) * batch
         self.ids = self.first if num_steps is None else torch.empty(self.lead, dtype=torch.int64, device=device)
         self.probabilities = torch.full(shape, 1.0 / self.count, dtype=torch.float32, device=device)
-        self.leaves: list[torch.Tensor] = []
 
 
 class DeviceStep(_Step):
