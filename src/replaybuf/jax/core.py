@@ -461,7 +461,7 @@ class Buffer:
         if self._exact_episodes and num_steps > 1 and num_steps == self.episodes.num_steps:
             sums = state.priorities.windows.sums  # only valid starts have mass there
             total = mass = sums[0][0]
-        elif self._exact_episodes and num_steps > 1:  # another length: one pass, then reject
+        elif self._exact_episodes and num_steps > 1:  # another length: one pass (the mask), then reject or mask
             starts = self._start_mask(state, num_steps).ravel()
             mass = jnp.sum(jnp.where(starts, trees.sums[-1][: self.capacity], 0.0))
             fits = partial(self._window_fits, state, num_steps=num_steps)
