@@ -33,16 +33,18 @@ def relabel(**overrides):
     return replaybuf.HindsightRelabel(**{**options, **overrides})
 
 
-def fill(buffer, steps, episode_length, batch_size=2, start=0):
+def fill(buffer, steps, episode_length, batch_size=2, start=0, goal=False):
     """Adds of steps ``start`` to ``start + steps``: stream s's achieved goal at step t is [s, t];
-    episodes end every ``episode_length`` steps."""
+    episodes end every ``episode_length`` steps. ``goal``: the items have a second goal field."""
     for t in range(start, start + steps):
+        desired = np.full((batch_size, 2), -1, np.float32)
         buffer.add_batch(
             {
-                "observation": {"desired_goal": np.full((batch_size, 2), -1, np.float32)},
+                "observation": {"desired_goal": desired},
                 "achieved_goal": np.stack([np.arange(batch_size), np.full(batch_size, t)], axis=1).astype(np.float32),
                 "reward": np.full(batch_size, -1, np.float32),
                 "done": np.full(batch_size, t % episode_length == episode_length - 1),
+                **({"goal": desired} if goal else {}),
             }
         )
 
@@ -93,17 +95,23 @@ def test_final_and_episode_goals(strategy):
 @pytest.mark.parametrize("num_steps", [None, 2])
 @pytest.mark.parametrize("strategy", ["future", "final", "episode"])
 def test_numba_and_numpy_draw_the_same_goals(strategy, num_steps):
+    """NumPy, and numba on records (goals copied between stored and sampled records as bytes)
+    and on columns (goals gathered, then placed): the same goals, rewards and achieved goals."""
     pytest.importorskip("numba")
     samples = []
-    for compiled in (True, False):
-        her = relabel(strategy=strategy, ratio=0.6, compiled=compiled)
-        rb = replaybuf.UniformReplayBuffer(SPEC, batch_size=3, max_length=9, seed=10, her=her, **EPISODES)
-        fill(rb, 25, 4, batch_size=3)  # wrapped around, episodes cut by it, the newest unfinished
+    for compiled, storage in ((False, "memory"), (True, "memory"), (True, "columns")):
+        her = relabel(goal_field=("observation/desired_goal", "goal"), strategy=strategy, ratio=0.6, compiled=compiled)
+        spec = {**SPEC, "goal": SPEC["achieved_goal"]}
+        rb = replaybuf.UniformReplayBuffer(spec, 3, 9, seed=10, her=her, storage=storage, **EPISODES)
+        fill(rb, 25, 4, batch_size=3, goal=True)  # wrapped around, episodes cut by it, the newest unfinished
         samples.append([rb.get_next(64, num_steps=num_steps) for _ in range(5)])
-    for (a, ia), (b, ib) in zip(*samples, strict=True):
-        np.testing.assert_array_equal(ia.relabelled, ib.relabelled)
-        np.testing.assert_array_equal(a["observation"]["desired_goal"], b["observation"]["desired_goal"])
-        np.testing.assert_array_equal(a["reward"], b["reward"])
+    for other in samples[1:]:
+        for (a, ia), (b, ib) in zip(samples[0], other, strict=True):
+            np.testing.assert_array_equal(ia.relabelled, ib.relabelled)
+            for path in ("goal", "achieved_goal", "reward", "done"):
+                np.testing.assert_array_equal(a[path], b[path], err_msg=path)
+            np.testing.assert_array_equal(a["observation"]["desired_goal"], b["observation"]["desired_goal"])
+            np.testing.assert_array_equal(a["goal"], a["observation"]["desired_goal"])
     assert 0 < ia.relabelled.mean() < 1
 
 

@@ -23,6 +23,7 @@ from replaybuf.errors import ArgumentError, CheckpointError
 from replaybuf.nest import FlatSpec
 from replaybuf.refusals import no_episode_window
 from replaybuf.ring import StreamRing
+from replaybuf.samplers.bounded import bounded_integers
 from replaybuf.samplers.uniform import filled_probabilities, window_start_count
 
 __all__ = [
@@ -305,7 +306,8 @@ class EpisodeSampler:
         low, high = ring.window_starts(steps)
         starts = (high - low) * ring.batch_size
         if self.pad or steps == 1:
-            first = rng.integers(low * ring.batch_size, high * ring.batch_size, size=size if size is not None else ())
+            batch = ring.batch_size
+            first = bounded_integers(rng, low * batch, high * batch, size if size is not None else ())
             probability = 1.0 / starts
         else:
             count = self.index.count(steps)
@@ -326,7 +328,7 @@ class EpisodeSampler:
     ) -> np.ndarray:
         batch, found, need = self.index.ring.batch_size, [], wanted
         while need:
-            candidates = rng.integers(low * batch, high * batch, size=int(need / rate * 1.2) + 8)
+            candidates = bounded_integers(rng, low * batch, high * batch, int(need / rate * 1.2) + 8)
             kept = candidates[self.index.inside(candidates, steps)][:need]
             found.append(kept)
             need -= kept.shape[0]
