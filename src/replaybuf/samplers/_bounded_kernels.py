@@ -52,7 +52,7 @@ def fill(function, state, low, span, out):  # pragma: no cover - compiled
 
 def warm_up() -> None:
     """Compile (or load from the disk cache) the kernel with a generator of its own."""
-    from replaybuf.samplers.bounded import pointers
+    from replaybuf.samplers.bounded import pointers  # (a cycle at import time otherwise)
 
     bit_generator = np.random.default_rng(0).bit_generator  # alive while the kernel uses its addresses
     fill(*pointers(bit_generator), 0, 1, np.empty(1, np.int64))

@@ -23,7 +23,7 @@ from replaybuf.errors import ArgumentError, CheckpointError
 from replaybuf.nest import FlatSpec
 from replaybuf.refusals import no_episode_window
 from replaybuf.ring import StreamRing
-from replaybuf.samplers.bounded import bounded_integers
+from replaybuf.samplers.bounded import BoundedIntegers
 from replaybuf.samplers.uniform import filled_probabilities, window_start_count
 
 __all__ = [
@@ -293,6 +293,7 @@ class EpisodeSampler:
     def __init__(self, index: EpisodeIndex, pad: bool):
         self.index = index
         self.pad = pad
+        self._integers = BoundedIntegers()  # Generator.integers' draws, cheaper
 
     @property
     def episodes(self) -> EpisodeIndex:
@@ -307,7 +308,7 @@ class EpisodeSampler:
         starts = (high - low) * ring.batch_size
         if self.pad or steps == 1:
             batch = ring.batch_size
-            first = bounded_integers(rng, low * batch, high * batch, size if size is not None else ())
+            first = self._integers(rng, low * batch, high * batch, size if size is not None else ())
             probability = 1.0 / starts
         else:
             count = self.index.count(steps)
@@ -328,7 +329,7 @@ class EpisodeSampler:
     ) -> np.ndarray:
         batch, found, need = self.index.ring.batch_size, [], wanted
         while need:
-            candidates = bounded_integers(rng, low * batch, high * batch, int(need / rate * 1.2) + 8)
+            candidates = self._integers(rng, low * batch, high * batch, int(need / rate * 1.2) + 8)
             kept = candidates[self.index.inside(candidates, steps)][:need]
             found.append(kept)
             need -= kept.shape[0]
