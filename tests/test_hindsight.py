@@ -95,8 +95,8 @@ def test_final_and_episode_goals(strategy):
 @pytest.mark.parametrize("num_steps", [None, 2])
 @pytest.mark.parametrize("strategy", ["future", "final", "episode"])
 def test_numba_and_numpy_draw_the_same_goals(strategy, num_steps):
-    """NumPy, and numba on records (goals copied between stored and sampled records as bytes)
-    and on columns (goals gathered, then placed): the same goals, rewards and achieved goals."""
+    """NumPy on records, numba on records and numba on columns (goals gathered, then placed):
+    the same relabelled elements and the same fields, goals, achieved goals and rewards."""
     pytest.importorskip("numba")
     samples = []
     for compiled, storage in ((False, "memory"), (True, "memory"), (True, "columns")):
