@@ -15,7 +15,10 @@ from test_hindsight_state_machine import GEOMETRY, EpisodeModel, RelabelMachine,
 from test_hindsight_state_machine import SPEC as MACHINE_SPEC
 
 torch = pytest.importorskip("torch")
+from cuda_sync import host_sync_forbidden  # noqa: E402
 from replaybuf.torch import TorchUniformReplayBuffer  # noqa: E402
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 SPEC = {
     "observation": {"desired_goal": ArraySpec((2,), np.float32)},
@@ -50,29 +53,55 @@ def fill(buffers, steps, episode_length, batch_size):
             buffer.add_batch(item)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, CUDA])])
 @pytest.mark.parametrize("compiled", [None, False])  # the torch buffer's draws with numba (when installed) and NumPy
 @pytest.mark.parametrize("num_steps", [None, 2])
 @pytest.mark.parametrize("strategy", ["future", "final", "episode"])
-def test_torch_samples_what_the_numpy_buffer_samples(strategy, num_steps, compiled):
+def test_torch_samples_what_the_numpy_buffer_samples(strategy, num_steps, compiled, device):
     numpy_buffer = replaybuf.UniformReplayBuffer(
         SPEC, 3, 9, seed=3, respect_episodes=True, episode_end_field="done", her=relabel(strategy=strategy, ratio=0.6)
     )
     torch_buffer = TorchUniformReplayBuffer(
-        SPEC, 3, 9, seed=3, episode_end_field="done", her=relabel(strategy=strategy, ratio=0.6, compiled=compiled)
+        SPEC,
+        3,
+        9,
+        seed=3,
+        device=device,
+        episode_end_field="done",
+        her=relabel(strategy=strategy, ratio=0.6, compiled=compiled),
     )
     fill([numpy_buffer, torch_buffer], 25, 4, 3)  # wrapped around, episodes cut by it, the newest unfinished
     for _ in range(4):
         expected, expected_info = numpy_buffer.get_next(64, num_steps)
         items, info = torch_buffer.get_next(64, num_steps)
         assert isinstance(info.relabelled, torch.Tensor) and isinstance(items["reward"], torch.Tensor)
-        np.testing.assert_array_equal(info.ids.numpy(), expected_info.ids)
-        np.testing.assert_array_equal(info.relabelled.numpy(), expected_info.relabelled)
+        assert info.relabelled.device.type == items["reward"].device.type == device
+        np.testing.assert_array_equal(info.ids.cpu().numpy(), expected_info.ids)
+        np.testing.assert_array_equal(info.relabelled.cpu().numpy(), expected_info.relabelled)
         for path in (("observation", "desired_goal"), ("achieved_goal",), ("reward",)):
             got, want = items, expected
             for key in path:
                 got, want = got[key], want[key]
-            np.testing.assert_array_equal(got.numpy(), want)
+            np.testing.assert_array_equal(got.cpu().numpy(), want)
     assert 0 < info.relabelled.float().mean() < 1
+
+
+@pytest.mark.cuda
+@CUDA
+def test_cuda_relabelled_sampling_never_synchronises_with_the_host():
+    """The draws are the host's and only their results cross, without waiting: neither the goal
+    gather, the writes into the sampled leaves nor ``compute_reward`` on device tensors waits."""
+    buffer = TorchUniformReplayBuffer(SPEC, 3, 9, seed=3, device="cuda", episode_end_field="done", her=relabel())
+    fill([buffer], 25, 4, 3)
+    buffer.get_next(64, 2)  # first calls (numba's compilation, allocator growth) outside the block
+    with host_sync_forbidden():
+        for _ in range(3):
+            items, info = buffer.get_next(64, 2)
+    assert items["reward"].is_cuda and info.relabelled.is_cuda
+    steps = info.ids.cpu() // 3
+    goal_steps = items["observation"]["desired_goal"][..., 1].cpu().long()
+    relabelled = info.relabelled.cpu()
+    assert relabelled.any() and (goal_steps[relabelled] >= steps[relabelled][:, -1:]).all()
 
 
 def test_an_unbatched_torch_sample_is_relabelled():

@@ -406,16 +406,14 @@ EPISODES = {"respect_episodes": True, "episode_end_field": "done", "episode_num_
 )
 def test_a_sample_lowered_for_a_gpu_has_no_loop(sampler, options, num_steps):
     """Off the CPU a draw masks the starts it cannot draw instead of drawing again: the program
-    exported for CUDA (lowered here, on the CPU) has no while loop for the GPU runtime to read
-    a condition of back on the host each call; the CPU's keeps its rejection rounds."""
-    from jax import export
-
+    jit lowers for CUDA (here, on any machine) has no while loop for the GPU runtime to read a
+    condition of back on the host each call; the CPU's keeps its rejection rounds. (JAX 0.11's
+    ``export`` for one platform keeps every branch of ``lax.platform_dependent``, so it is not
+    what a GPU runs.)"""
     buffer = make_buffer(SMALL, 2, 8, sampler=sampler, **options)
     sample = jax.jit(lambda state, key: buffer.sample(state, key, 16, num_steps))
-    programs = {
-        platform: export.export(sample, platforms=[platform])(buffer.init(), jax.random.key(0)).mlir_module()
-        for platform in ("cuda", "cpu")
-    }
+    traced = sample.trace(buffer.init(), jax.random.key(0))
+    programs = {platform: traced.lower(lowering_platforms=(platform,)).as_text() for platform in ("cuda", "cpu")}
     assert "stablehlo.while" not in programs["cuda"]
     if sampler == "prioritized" or options:  # the draws that can meet a start they cannot draw
         assert "stablehlo.while" in programs["cpu"]
