@@ -138,7 +138,8 @@ def as_tensordict(batch: dict, device):
     from tensordict import TensorDict
 
     n = len(next(iter(batch.values())))
-    return TensorDict({k: torch.as_tensor(np.ascontiguousarray(v), device=device) for k, v in batch.items()}, [n])
+    leaves = {k: v if isinstance(v, torch.Tensor) else np.ascontiguousarray(v) for k, v in batch.items()}
+    return TensorDict({k: torch.as_tensor(v, device=device) for k, v in leaves.items()}, [n])
 
 
 class Table:

@@ -12,6 +12,8 @@ environment) replaybuf's side runs alone.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from importlib.metadata import version
 
 import jax
@@ -115,16 +117,19 @@ WORKLOADS = [
 JOBS = [Job("jax", "jax", ("replaybuf", FLASHBAX))]
 
 
-def ours_cases(capacity: int, steps: int, data) -> dict[str, Case]:
+def ours_cases(capacity: int, steps: int, data) -> dict[str, Callable[[], Case]]:
+    """replaybuf's case makers: a buffer is filled when its first case is made, so a run of some
+    workloads fills only the buffers they read (a GPU fills each in 1,000+ dispatched adds)."""
     max_length = capacity // STREAMS
     ours = make_buffer(SPEC, STREAMS, max_length)
     ours_per = make_buffer(SPEC, STREAMS, max_length, sampler="prioritized", alpha=0.6)
     ours_ep = make_buffer(
         SPEC, STREAMS, max_length, respect_episodes=True, episode_end_field="done", episode_num_steps=WINDOW
     )
-    state = fill(ours.init(), ours.add, data, max_length)  # adds of 256 that fill every slot
-    per_state = fill(ours_per.init(), ours_per.add, data, max_length)
-    ep_state = fill(ours_ep.init(), ours_ep.add, data, max_length)
+    state, per_state, ep_state = (  # adds of 256 that fill every slot
+        functools.cache(lambda buffer=buffer: fill(buffer.init(), buffer.add, data, max_length))
+        for buffer in (ours, ours_per, ours_ep)
+    )
 
     def per_step(state, batch, key):
         sampled, info = ours_per.sample(state, key, SAMPLE, 2)
@@ -139,16 +144,17 @@ def ours_cases(capacity: int, steps: int, data) -> dict[str, Case]:
         return state, checksum(sampled)
 
     zero = jnp.zeros(())
-    return {
-        "j1": Case(state, lambda s, b, k: (ours.add(s, b), zero), data, steps),
-        "j2": Case(state, lambda s, b, k: (s, checksum(ours.sample(s, k, SAMPLE)[0])), data, steps),
-        "j2b": Case(state, lambda s, b, k: (s, checksum(ours.sample(s, k, SAMPLE, 2)[0])), data, steps),
-        "j3": Case(per_state, per_step, data, steps),
-        "j3b": Case(per_state, lambda s, b, k: (ours_per.add(s, b), zero), data, steps),
-        "j3c": Case(per_state, per_train, data, steps),
-        "j4": Case(ep_state, lambda s, b, k: (s, checksum(ours_ep.sample(s, k, SAMPLE, WINDOW)[0])), data, steps),
-        "j5": Case(state, train, data, steps),
+    steps_of = {
+        "j1": (state, lambda s, b, k: (ours.add(s, b), zero)),
+        "j2": (state, lambda s, b, k: (s, checksum(ours.sample(s, k, SAMPLE)[0]))),
+        "j2b": (state, lambda s, b, k: (s, checksum(ours.sample(s, k, SAMPLE, 2)[0]))),
+        "j3": (per_state, per_step),
+        "j3b": (per_state, lambda s, b, k: (ours_per.add(s, b), zero)),
+        "j3c": (per_state, per_train),
+        "j4": (ep_state, lambda s, b, k: (s, checksum(ours_ep.sample(s, k, SAMPLE, WINDOW)[0]))),
+        "j5": (state, train),
     }
+    return _makers(steps_of, data, steps)
 
 
 def flashbax_cases(capacity: int, steps: int, data) -> dict[str, Case]:
@@ -167,11 +173,14 @@ def flashbax_cases(capacity: int, steps: int, data) -> dict[str, Case]:
         min_length_time_axis=WINDOW,
         max_length_time_axis=max_length,
     )
-    flat_state = fill(flat.init(single), flat.add, data, max_length)
-    items_state = fill(items.init(single), items.add, data, max_length)
-    per_state = fill(per.init(single), per.add, data, max_length)
-    traj_state = fill(
-        traj.init(single), lambda s, b: traj.add(s, jax.tree_util.tree_map(lambda x: x[:, None], b)), data, max_length
+    flat_state, items_state, per_state, traj_state = (
+        functools.cache(lambda buffer=buffer, add=add: fill(buffer.init(single), add, data, max_length))
+        for buffer, add in (
+            (flat, flat.add),
+            (items, items.add),
+            (per, per.add),
+            (traj, lambda s, b: traj.add(s, jax.tree_util.tree_map(lambda x: x[:, None], b))),
+        )
     )
 
     def per_step(state, batch, key):
@@ -188,15 +197,24 @@ def flashbax_cases(capacity: int, steps: int, data) -> dict[str, Case]:
         return flat.add(state, batch), checksum(sampled.experience)
 
     zero = jnp.zeros(())
+    steps_of = {
+        "j1": (flat_state, lambda s, b, k: (flat.add(s, b), zero)),
+        "j2": (items_state, lambda s, b, k: (s, checksum(items.sample(s, k).experience))),
+        "j2b": (flat_state, lambda s, b, k: (s, checksum(flat.sample(s, k).experience))),
+        "j3": (per_state, per_step),
+        "j3b": (per_state, lambda s, b, k: (per.add(s, b), zero)),
+        "j3c": (per_state, per_train),
+        "j4": (traj_state, lambda s, b, k: (s, checksum(traj.sample(s, k).experience))),
+        "j5": (flat_state, train),
+    }
+    return _makers(steps_of, data, steps)
+
+
+def _makers(steps_of: dict, data, steps: int) -> dict[str, Callable[[], Case]]:
+    """Case key -> a maker of its ``Case`` from ``(filled state maker, step)``."""
     return {
-        "j1": Case(flat_state, lambda s, b, k: (flat.add(s, b), zero), data, steps),
-        "j2": Case(items_state, lambda s, b, k: (s, checksum(items.sample(s, k).experience)), data, steps),
-        "j2b": Case(flat_state, lambda s, b, k: (s, checksum(flat.sample(s, k).experience)), data, steps),
-        "j3": Case(per_state, per_step, data, steps),
-        "j3b": Case(per_state, lambda s, b, k: (per.add(s, b), zero), data, steps),
-        "j3c": Case(per_state, per_train, data, steps),
-        "j4": Case(traj_state, lambda s, b, k: (s, checksum(traj.sample(s, k).experience)), data, steps),
-        "j5": Case(flat_state, train, data, steps),
+        key: functools.partial(lambda made, step: Case(made(), step, data, steps), *pair)
+        for key, pair in steps_of.items()
     }
 
 
@@ -212,5 +230,5 @@ def measure(job: Job, size: str, keys: list[str]) -> None:
         harness.missing([w.key for w in WORKLOADS], FLASHBAX, f"not installed here ({exc})")
     for workload in WORKLOADS:
         if not keys or workload.key in keys:
-            runs = {label: cases[workload.key].run for label, cases in sides.items()}
+            runs = {label: cases[workload.key]().run for label, cases in sides.items()}
             harness.measure(workload, runs, harness.TIMINGS[size])

@@ -65,10 +65,10 @@ def measure(job: Job, size: str, keys: list[str]) -> None:
         if keys and workload.key not in keys:
             continue
         case = workload.key.removeprefix("jg_")
-        runs = {"replaybuf": ours[case].run}
+        runs = {"replaybuf": ours[case]().run}
         if case in PRIORITIZED:
-            runs[UNIFORM] = ours["j2b"].run
+            runs[UNIFORM] = ours["j2b"]().run
         elif case in theirs:
-            runs[FLASHBAX] = theirs[case].run
+            runs[FLASHBAX] = theirs[case]().run
         workload = dataclasses.replace(workload, per_call=steps)
         harness.measure(workload, runs, harness.Timing(reps, 0.0, 0.0), notes=notes)
