@@ -5,6 +5,8 @@ a loaded state, and the errors."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 from hypothesis.stateful import initialize, invariant
@@ -15,8 +17,10 @@ from test_hindsight_state_machine import GEOMETRY, EpisodeModel, RelabelMachine,
 from test_hindsight_state_machine import SPEC as MACHINE_SPEC
 
 torch = pytest.importorskip("torch")
+import replaybuf.torch.uniform  # noqa: E402
 from cuda_sync import host_sync_forbidden  # noqa: E402
 from replaybuf.torch import TorchUniformReplayBuffer  # noqa: E402
+from replaybuf.torch.storage import TorchStorage  # noqa: E402
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -53,7 +57,16 @@ def fill(buffers, steps, episode_length, batch_size):
             buffer.add_batch(item)
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, CUDA])])
+@pytest.fixture(params=["cpu", "cpu, device kernels", pytest.param("cuda", marks=[pytest.mark.cuda, CUDA])])
+def device(request, monkeypatch):
+    """The device buffers are made on; "cpu, device kernels": a CPU storage read with
+    ``index_select`` (no NumPy fields), so relabelling takes the device path, as on a GPU."""
+    if request.param == "cpu, device kernels":
+        monkeypatch.setattr(replaybuf.torch.uniform, "TorchStorage", partial(TorchStorage, through_numpy=False))
+        return "cpu"
+    return request.param
+
+
 @pytest.mark.parametrize("compiled", [None, False])  # the torch buffer's draws with numba (when installed) and NumPy
 @pytest.mark.parametrize("num_steps", [None, 2])
 @pytest.mark.parametrize("strategy", ["future", "final", "episode"])
@@ -104,11 +117,14 @@ def test_cuda_relabelled_sampling_never_synchronises_with_the_host():
     assert relabelled.any() and (goal_steps[relabelled] >= steps[relabelled][:, -1:]).all()
 
 
-def test_an_unbatched_torch_sample_is_relabelled():
-    buffer = TorchUniformReplayBuffer(SPEC, 1, 8, seed=1, episode_end_field="done", her=relabel(ratio=1.0))
+def test_an_unbatched_torch_sample_is_relabelled(device):
+    buffer = TorchUniformReplayBuffer(
+        SPEC, 1, 8, seed=1, device=device, episode_end_field="done", her=relabel(ratio=1.0)
+    )
     fill([buffer], 8, 4, 1)
     items, info = buffer.get_next()
     assert info.relabelled.shape == () and bool(info.relabelled)
+    assert all(leaf.device.type == device for leaf in (info.relabelled, items["reward"], items["achieved_goal"]))
     assert items["observation"]["desired_goal"][1] >= info.ids // 1  # a goal at or after the sampled step
     achieved, goal = items["achieved_goal"][None], items["observation"]["desired_goal"][None]
     assert items["reward"].item() == distance_reward(achieved, goal, None).item()
@@ -176,9 +192,15 @@ def test_torch_buffers_refuse_relabelling_they_cannot_do(options, message):
         TorchUniformReplayBuffer(SPEC, 1, 4, **{"episode_end_field": None, **options})
 
 
-def test_compute_reward_returning_the_wrong_count_is_an_error():
+def test_compute_reward_returning_the_wrong_count_is_an_error(device):
     buffer = TorchUniformReplayBuffer(
-        SPEC, 1, 8, seed=0, episode_end_field="done", her=relabel(ratio=1.0, compute_reward=lambda a, d, i: a[:1, 0])
+        SPEC,
+        1,
+        8,
+        seed=0,
+        device=device,
+        episode_end_field="done",
+        her=relabel(ratio=1.0, compute_reward=lambda a, d, i: a[:1, 0]),
     )
     fill([buffer], 8, 4, 1)
     with pytest.raises(replaybuf.ArgumentError, match="compute_reward: expected 16 rewards shaped"):

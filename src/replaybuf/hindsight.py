@@ -192,7 +192,7 @@ class Relabeller:
             seen = compiled.place(outs, achieved, rows, goals)
         goal, shape = self.goal_shape, self.reward_spec.shape
         desired = np.repeat(goals, window, axis=0) if window > 1 else goals
-        rewards = np.asarray(self.her.compute_reward(seen.reshape(-1, *goal), desired.reshape(-1, *goal), None))
+        rewards = self.rewards(seen.reshape(-1, *goal), desired.reshape(-1, *goal))
         if rewards.size != count * window * math.prod(shape):
             raise ArgumentError(
                 f"compute_reward: expected {count * window} rewards shaped {shape} (one per relabelled item), "
@@ -205,6 +205,10 @@ class Relabeller:
         else:
             compiled.scatter(out, rows, values)
         return drawn.relabelled
+
+    def rewards(self, achieved: np.ndarray, desired: np.ndarray) -> np.ndarray:
+        """``compute_reward`` of the relabelled items' achieved and new desired goals, as an array."""
+        return np.asarray(self.her.compute_reward(achieved, desired, None))
 
 
 class Drawn(NamedTuple):

@@ -4,11 +4,13 @@ The episode bookkeeping and every draw are the NumPy buffers' (``replaybuf.sampl
 windows inside one episode, ``replaybuf.hindsight`` goals), made on the host from the ring's
 counters and a NumPy generator seeded as the NumPy buffers seed theirs, so a torch buffer
 samples the same ids, goals and rewards as a ``UniformReplayBuffer(respect_episodes=True,
-her=...)`` with the same seed and adds. Only their results cross to the device: the ids, the
-relabelled rows and the goal slots, copied without waiting for the device; the goals are read
-there with one gather from the storage, written into the sampled leaves, and
-``compute_reward`` receives tensors on the device. An add's episode markers are read on the
-host (free for NumPy adds; one copy of ``batch_size`` flags for tensors on a GPU).
+her=...)`` with the same seed and adds. On a device only their results cross over: the ids,
+the relabelled rows and the goal slots, copied without waiting for the device; the goals are
+read there with one gather from the storage and written into the sampled leaves. A storage
+read through NumPy (the CPU's) is relabelled by ``Relabeller`` itself, on NumPy views of the
+sampled tensors. Either way ``compute_reward`` receives tensors on the buffer's device. An
+add's episode markers are read on the host (free for NumPy adds; one copy of ``batch_size``
+flags for tensors on a GPU).
 """
 
 from __future__ import annotations
@@ -108,8 +110,12 @@ class TorchRelabeller(Relabeller):
             super().added()
 
     def draw(self, rng: Any, ids: torch.Tensor, windows: bool, storage: Any) -> Drawn:
-        """As ``Relabeller.draw``, from the host copy of ``ids``: the goals are gathered on the device."""
+        """As ``Relabeller.draw``, from the host copy of ``ids`` and the sampler's host generator.
+        A storage read through NumPy (``storage.fields``, on the CPU) is relabelled exactly as a
+        NumPy buffer's; elsewhere the goals are gathered on the device."""
         host = self.sampler.host_ids
+        if storage.fields is not None:
+            return super().draw(self.sampler.host_rng, host, windows, storage)
         last = host[..., -1] if windows else host
         raw = self.sampler.host_rng.bit_generator.random_raw(2 * last.size)
         compiled = kernels(self.her.compiled)
@@ -132,6 +138,8 @@ class TorchRelabeller(Relabeller):
         Raises:
             ArgumentError: ``compute_reward`` returned other than one reward per relabelled item.
         """
+        if isinstance(drawn.rows, np.ndarray):  # drawn from a storage read through NumPy
+            return self._apply_on_host(leaves, drawn)
         rows, goals, window = drawn.rows, drawn.goals, drawn.window
         count, n, width = rows.shape[0], drawn.relabelled.numel(), goals.shape[1]
         if not count:
@@ -152,6 +160,23 @@ class TorchRelabeller(Relabeller):
         out = _rows(leaves, self.reward, (n, window, -1))
         out[rows] = rewards.reshape(count, window, -1).to(out.dtype)
         return drawn.relabelled
+
+    def _apply_on_host(self, leaves: list, drawn: Drawn) -> torch.Tensor:
+        """``Relabeller.apply`` on NumPy views of the sampled CPU tensors (a leaf it had to copy
+        comes back as a tensor of that copy); ``compute_reward`` still gets tensors."""
+        touched = {i: leaves[i].numpy() for i in (*self.goals, self.achieved, self.reward)}
+        arrays = list(leaves)
+        for i, array in touched.items():
+            arrays[i] = array
+        relabelled = super().apply(arrays, drawn)
+        for i, array in touched.items():
+            if arrays[i] is not array:
+                leaves[i] = torch.from_numpy(arrays[i])
+        return torch.from_numpy(relabelled)
+
+    def rewards(self, achieved: np.ndarray, desired: np.ndarray) -> np.ndarray:
+        """``compute_reward`` given CPU tensors sharing the arrays' memory (the torch buffers' contract)."""
+        return np.asarray(self.her.compute_reward(torch.from_numpy(achieved), torch.from_numpy(desired), None))
 
 
 def _rows(leaves: list, index: int, shape: tuple[int, ...]) -> torch.Tensor:

@@ -142,7 +142,9 @@ class TorchStorage:
         self.tensors = self.layout.views(self.rows, (capacity,))
         if through_numpy is None:
             through_numpy = device.type == "cpu"
-        self._views = [t.numpy() for t in self.tensors] if through_numpy else None
+        #: NumPy views of ``tensors`` (slot-indexed, as a NumPy storage's ``fields``) when reads
+        #: and writes go through NumPy; None otherwise
+        self.fields = [t.numpy() for t in self.tensors] if through_numpy else None
         #: the rows as NumPy void elements, one per row (``take`` copies whole rows without an
         #: axis loop), when reads go through NumPy; None otherwise
         self.host_rows = self.rows.numpy().view(f"V{self.layout.row_bytes}")[:, 0] if through_numpy else None
@@ -158,9 +160,9 @@ class TorchStorage:
         if n == 0:
             return
         end = start + n
-        if self._views is not None:
+        if self.fields is not None:
             split = min(n, self.capacity - start)
-            for target, rows in zip(self._views, batch, strict=True):
+            for target, rows in zip(self.fields, batch, strict=True):
                 target[start : start + split] = rows[:split]
                 if split < n:
                     target[: end - self.capacity] = rows[split:]
