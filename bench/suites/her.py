@@ -17,7 +17,10 @@ batch (SB3's n_sampled_goal=4). ``her_sample256`` times, interleaved in one proc
 
 ``her_sb3_sample256``: replaybuf.sb3.HerReplayBuffer.sample(256) (SB3's API, torch out,
 rewards through the VecEnv's env_method) beside SB3's. Timed in CPU seconds of this
-process plus cpprb's (torch on one thread), so that a loaded machine's waits count for none.
+process plus cpprb's (torch on one thread), so that a loaded machine's waits count for none,
+with both processes held to one CPU (where the platform allows): on a shared machine the
+other CPU's state differs, and cpprb's process alone landing there moved the per-round
+ratio between 0.69x and 1.29x in one run (bench/analysis/86-her.md).
 Targets: >= 1.5x cpprb's sample, >= 3x SB3's.
 
     PYTHONPATH=src .venv/bin/python -m bench her
@@ -25,6 +28,7 @@ Targets: >= 1.5x cpprb's sample, >= 3x SB3's.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 import time
@@ -282,6 +286,8 @@ def measure(job: Job, size: str, keys: list[str]) -> None:
     import replaybuf
 
     capacity, stored, timing = SIZES[size]
+    if hasattr(os, "sched_setaffinity"):  # this process and cpprb's (started below) on one CPU
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     harness.emit(lib="replaybuf", version=f"replaybuf {replaybuf.__version__}")
     harness.emit(lib=SB3, version=f"stable-baselines3 {stable_baselines3.__version__}")
     data = episodes(stored)
