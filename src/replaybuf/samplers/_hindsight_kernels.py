@@ -3,17 +3,41 @@
 One pass over a sample's elements instead of some twenty NumPy calls: the relabel coin and
 the goal step of each element, from the same raw 64-bit draws and by the same rules as the
 NumPy version (``EpisodeEnds.pick``), then the goals read from the stored achieved goals.
+Both reads are random (an episode end per element, a goal per relabelled one) and miss in
+cache in a large buffer: each loop prefetches the element ``AHEAD`` places on, so that the
+misses overlap instead of queueing (0.93-0.94x a relabelled sample's time, analysis 86).
 Compiled on first use and cached on disk (``cache=True``).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import literal_unroll, njit
+from llvmlite import ir
+from numba import literal_unroll, njit, types
+from numba.extending import intrinsic
 
 from replaybuf.samplers.hindsight import UNIT
 
 __all__ = ["pick", "place", "relabel", "scatter", "warm_up"]
+
+AHEAD = 8  # elements ahead whose episode end (pick) or goal (relabel) is prefetched
+
+
+@intrinsic
+def _prefetch(typingctx, address):  # pragma: no cover - compiled
+    """Ask the CPU to bring the cache line at ``address`` in for a read (LLVM's prefetch: no
+    fault, no wait), so that the random reads of later elements overlap this one's."""
+
+    def codegen(context, builder, signature, args):
+        pointer = builder.inttoptr(args[0], ir.IntType(8).as_pointer())
+        word = ir.IntType(32)
+        prefetch = builder.module.declare_intrinsic(
+            "llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [pointer.type, word, word, word])
+        )
+        builder.call(prefetch, [pointer, ir.Constant(word, 0), ir.Constant(word, 3), ir.Constant(word, 1)])
+        return context.get_dummy_value()
+
+    return types.void(types.uintp), codegen
 
 
 @njit(cache=True, nogil=True)
@@ -27,7 +51,12 @@ def pick(
     rows = np.empty(n, np.int64)
     slots = np.empty(n, np.int64)
     count = 0
+    ends, stride = end.ctypes.data, end.strides[0]
+    for i in range(min(AHEAD, n)):
+        _prefetch(ends + (last_ids[i] % capacity) * stride)
     for i in range(n):
+        if i + AHEAD < n:
+            _prefetch(ends + (last_ids[i + AHEAD] % capacity) * stride)
         if (raw[i] >> np.uint64(11)) >= threshold:
             continue
         coins[i] = True
@@ -63,7 +92,14 @@ def relabel(
     count = rows.shape[0]
     width = source.shape[1]
     goals = np.empty((count, width), source.dtype)
+    base, row, last = source.ctypes.data, source.strides[0], (width - 1) * source.strides[1]
+    for j in range(min(AHEAD, count)):
+        _prefetch(base + slots[j] * row)
+        _prefetch(base + slots[j] * row + last)
     for j in range(count):  # each goal's first and last element first: a tight loop whose cache misses overlap
+        if j + AHEAD < count:
+            _prefetch(base + slots[j + AHEAD] * row)
+            _prefetch(base + slots[j + AHEAD] * row + last)
         goals[j, 0] = source[slots[j], 0]
         goals[j, width - 1] = source[slots[j], width - 1]
     for j in range(count):  # then the rest, from cache
