@@ -95,8 +95,15 @@ class HindsightRelabel:
         )
 
     def bind(self, flat: FlatSpec, ring: StreamRing, sampler: Any) -> Relabeller:
-        """The relabelling of one buffer (its spec, ring and the sampler's episode index)."""
-        return Relabeller(self, flat, ring, sampler.episodes)
+        """The relabelling of one buffer (its spec, ring and the sampler's episode index); a
+        uniform episode sampler's gets the one-call sample (``hindsight_records``) too."""
+        from replaybuf.hindsight_records import WholeSample  # (it builds on this module)
+        from replaybuf.samplers.episodes import EpisodeSampler
+
+        relabeller = Relabeller(self, flat, ring, sampler.episodes)
+        if type(sampler) is EpisodeSampler:
+            relabeller.whole = WholeSample(relabeller)
+        return relabeller
 
 
 def relabel_part(her: HindsightRelabel | None, respect_episodes: bool) -> Callable[..., Relabeller] | None:
@@ -118,7 +125,10 @@ def relabel_part(her: HindsightRelabel | None, respect_episodes: bool) -> Callab
 
 
 class Relabeller:
-    """A ``HindsightRelabel`` bound to one buffer: its fields' flat indices and episode ends."""
+    """A ``HindsightRelabel`` bound to one buffer: its fields' flat indices and episode ends;
+    ``whole``: its one-call sample (``hindsight_records.WholeSample``) where the buffer has one."""
+
+    whole: Any = None
 
     def __init__(self, her: HindsightRelabel, flat: FlatSpec, ring: StreamRing, episodes: Any):
         self.her = her
@@ -182,14 +192,16 @@ class Relabeller:
             for i in (*self.goals, self.achieved, self.reward):
                 leaves[i] = np.array(leaves[i])
         compiled = kernels(self.her.compiled)
-        outs = tuple(_rows(leaves, i, (n, window, width)) for i in self.goals)
-        achieved = _rows(leaves, self.achieved, (n, window, width))
-        if compiled is None:
-            for out in outs:
-                out[rows] = goals[:, None]
-            seen = achieved[rows]
-        else:
-            seen = compiled.place(outs, achieved, rows, goals)
+        seen = drawn.seen
+        if seen is None:  # the goals are not written yet
+            outs = tuple(_rows(leaves, i, (n, window, width)) for i in self.goals)
+            achieved = _rows(leaves, self.achieved, (n, window, width))
+            if compiled is None:
+                for out in outs:
+                    out[rows] = goals[:, None]
+                seen = achieved[rows]
+            else:
+                seen = compiled.place(outs, achieved, rows, goals)
         goal, shape = self.goal_shape, self.reward_spec.shape
         desired = np.repeat(goals, window, axis=0) if window > 1 else goals
         rewards = self.rewards(seen.reshape(-1, *goal), desired.reshape(-1, *goal))
@@ -214,12 +226,15 @@ class Relabeller:
 class Drawn(NamedTuple):
     """What ``Relabeller.draw`` drew: ``relabelled`` (bool, shaped like the sample without its
     time axis), the indices ``rows`` of the relabelled elements (flat), their ``goals``
-    ``[count, G]`` and the sample's ``window`` (steps per element, 1 without ``num_steps``)."""
+    ``[count, G]`` and the sample's ``window`` (steps per element, 1 without ``num_steps``);
+    ``seen``: None, or (``hindsight_records``) the goals are already written into the sample
+    and these are the relabelled elements' achieved goals ``[count, window, G]``."""
 
     relabelled: np.ndarray
     rows: np.ndarray
     goals: np.ndarray
     window: int
+    seen: np.ndarray | None = None
 
 
 def _view(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:

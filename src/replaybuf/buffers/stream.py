@@ -200,15 +200,25 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         if self._limiter is not None:
             self._limiter.await_sample(sample_batch_size or 1, self._limiter_timeout)
         with self._lock:
+            whole = None
             try:
-                ids, probabilities, extras = self._sampler.draw(self._rng, self._ring, sample_batch_size, num_steps)
+                if self._relabel is not None and self._relabel.whole is not None and num_steps is None:
+                    whole = sample_batch_size and self._relabel.whole(
+                        self._rng, self._ring, self._storage, sample_batch_size
+                    )
+                if whole:
+                    ids, probabilities, leaves, drawn = whole
+                    extras = {}
+                else:
+                    ids, probabilities, extras = self._sampler.draw(self._rng, self._ring, sample_batch_size, num_steps)
             except BaseException:
                 if self._limiter is not None:  # nothing was sampled: uncount the grant
                     self._limiter.undo_sample(sample_batch_size or 1)
                 raise
-            leaves = self._storage.read(ids)
-            if self._relabel is not None:
-                drawn = self._relabel.draw(self._rng, ids, num_steps is not None, self._storage)
+            if not whole:
+                leaves = self._storage.read(ids)
+                if self._relabel is not None:
+                    drawn = self._relabel.draw(self._rng, ids, num_steps is not None, self._storage)
         if self._relabel is not None:
             extras = {**extras, "relabelled": self._relabel.apply(leaves, drawn)}
         return self._finish_sample(leaves, ids, probabilities, extras, sample_batch_size, num_steps, time_stacked)

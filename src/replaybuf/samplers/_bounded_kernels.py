@@ -13,21 +13,28 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-__all__ = ["fill", "warm_up"]
+__all__ = ["fill", "next_raw", "warm_up"]
 
 _LOW_BITS = np.uint64(0xFFFFFFFF)
 
 
-@intrinsic
-def _next_uint32(typingctx, function, state):  # pragma: no cover - compiled
-    """``function(state)``: a bit generator's ``uint32_t next_uint32(void *state)`` at address ``function``."""
+def _caller(bits: int):
+    """An intrinsic ``(function, state) -> uint<bits>``: calls the bit generator function at
+    address ``function`` (``next_uint32``, ``next_raw``) on its state."""
 
-    def codegen(context, builder, signature, args):
-        address, pointer = args
-        kind = ir.FunctionType(ir.IntType(32), [ir.IntType(8).as_pointer()])
-        return builder.call(builder.inttoptr(address, kind.as_pointer()), [builder.inttoptr(pointer, kind.args[0])])
+    def call(typingctx, function, state):  # pragma: no cover - compiled
+        def codegen(context, builder, signature, args):
+            address, pointer = args
+            kind = ir.FunctionType(ir.IntType(bits), [ir.IntType(8).as_pointer()])
+            return builder.call(builder.inttoptr(address, kind.as_pointer()), [builder.inttoptr(pointer, kind.args[0])])
 
-    return types.uint32(types.uintp, types.uintp), codegen
+        return getattr(types, f"uint{bits}")(types.uintp, types.uintp), codegen
+
+    return intrinsic(call)
+
+
+_next_uint32 = _caller(32)  # a bit generator's uint32_t next_uint32(void *state)
+next_raw = _caller(64)  # its uint64_t next_raw(void *state): what random_raw returns, one by one
 
 
 @njit(cache=True, nogil=True)

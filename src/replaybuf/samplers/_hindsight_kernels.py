@@ -16,9 +16,10 @@ from llvmlite import ir
 from numba import literal_unroll, njit, types
 from numba.extending import intrinsic
 
+from replaybuf.samplers._bounded_kernels import fill, next_raw
 from replaybuf.samplers.hindsight import UNIT
 
-__all__ = ["pick", "place", "relabel", "scatter", "warm_up"]
+__all__ = ["pick", "place", "relabel", "sample_records", "scatter", "warm_up"]
 
 AHEAD = 8  # elements ahead whose episode end (pick) or goal (relabel) is prefetched
 
@@ -106,6 +107,73 @@ def relabel(
         for g in range(1, width - 1):
             goals[j, g] = source[slots[j], g]
     return coins, rows, goals
+
+
+@njit(cache=True, nogil=True)
+def sample_records(
+    next32,
+    raw32,
+    state,
+    low,
+    span,
+    records,
+    out,
+    threshold,
+    strategy,
+    end,
+    position,
+    steps,
+    first,
+    batch,
+    capacity,
+    goal_offsets,
+    achieved_offset,
+    width,
+):  # pragma: no cover - compiled
+    """A whole relabelled sample of single records, drawn in the order the parts draw: ``len(out)``
+    ids (``_bounded_kernels.fill`` from ``low``, ``span``), ``2 n`` raw draws (``next_raw`` at
+    ``raw32``, as ``random_raw``), the records copied into ``out`` (both viewed as 32-bit words,
+    ``[rows, words]``), ``pick``, then each relabelled record's goal fields (word offsets
+    ``goal_offsets``, ``width`` words) written with the achieved goal (at ``achieved_offset``)
+    of its goal slot. Returns ``(ids, coins, rows, goals, seen)``: goals and the sampled achieved
+    goals as ``[count, width]`` words."""
+    n = out.shape[0]
+    ids = np.empty(n, np.int64)
+    fill(next32, state, low, span, ids)
+    raw = np.empty(2 * n, np.uint64)
+    for i in range(2 * n):
+        raw[i] = next_raw(raw32, state)
+    base, row, words = records.ctypes.data, records.strides[0], records.shape[1]
+    for i in range(min(AHEAD, n)):
+        for line in range(0, row, 64):
+            _prefetch(base + (ids[i] % capacity) * row + line)
+    for i in range(n):
+        if i + AHEAD < n:
+            for line in range(0, row, 64):
+                _prefetch(base + (ids[i + AHEAD] % capacity) * row + line)
+        slot = ids[i] % capacity
+        for w in range(words):
+            out[i, w] = records[slot, w]
+    coins, rows, slots = pick(ids, raw, threshold, strategy, end, position, steps, first, batch, capacity)
+    count = rows.shape[0]
+    goals = np.empty((count, width), records.dtype)
+    seen = np.empty((count, width), records.dtype)
+    at = achieved_offset * 4
+    for j in range(min(AHEAD, count)):
+        _prefetch(base + slots[j] * row + at)
+    for j in range(count):
+        if j + AHEAD < count:
+            _prefetch(base + slots[j + AHEAD] * row + at)
+        for w in range(width):
+            goals[j, w] = records[slots[j], achieved_offset + w]
+    for j in range(count):
+        r = rows[j]
+        for offset in goal_offsets:
+            for w in range(width):
+                out[r, offset + w] = goals[j, w]
+        for w in range(width):
+            seen[j, w] = out[r, achieved_offset + w]
+    return ids, coins, rows, goals, seen
 
 
 @njit(cache=True, nogil=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BoundedIntegers", "pointers"]
+__all__ = ["BoundedIntegers", "pointers", "raw_pointer"]
 
 _SPAN_LIMIT = 0xFFFFFFFF  # spans (high - low - 1) below it: the 32-bit draw
 _fill: Any = False  # not looked up yet; then the compiled kernel, or None without numba
@@ -25,6 +25,12 @@ def pointers(bit_generator: Any) -> tuple[int, int]:
     """The addresses of ``bit_generator``'s ``next_uint32`` and of its state."""
     interface = bit_generator.ctypes
     return ctypes.cast(interface.next_uint32, ctypes.c_void_p).value, interface.state_address
+
+
+def raw_pointer(bit_generator: Any) -> int:
+    """The address of ``bit_generator``'s ``next_raw`` (what ``random_raw`` calls): the fifth
+    member of NumPy's ``bitgen_t`` (state, next_uint64, next_uint32, next_double, next_raw)."""
+    return (ctypes.c_void_p * 5).from_address(bit_generator.ctypes.bit_generator.value)[4]
 
 
 def _kernel() -> Any:
