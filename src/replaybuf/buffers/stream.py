@@ -202,10 +202,9 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         with self._lock:
             whole = None
             try:
-                if self._relabel is not None and self._relabel.whole is not None and num_steps is None:
-                    whole = sample_batch_size and self._relabel.whole(
-                        self._rng, self._ring, self._storage, sample_batch_size
-                    )
+                one_call = self._relabel.whole if self._relabel is not None else None
+                if one_call is not None and num_steps is None and sample_batch_size is not None:
+                    whole = one_call(self._rng, self._ring, self._storage, sample_batch_size)
                 if whole:
                     ids, probabilities, leaves, drawn = whole
                     extras = {}
