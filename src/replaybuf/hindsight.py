@@ -191,9 +191,9 @@ class Relabeller:
         if not drawn.relabelled.ndim:  # an unbatched sample: its leaves (scalars too) as rows of one
             for i in (*self.goals, self.achieved, self.reward):
                 leaves[i] = np.array(leaves[i])
-        compiled = kernels(self.her.compiled)
         seen = drawn.seen
         if seen is None:  # the goals are not written yet
+            compiled = kernels(self.her.compiled)
             outs = tuple(_rows(leaves, i, (n, window, width)) for i in self.goals)
             achieved = _rows(leaves, self.achieved, (n, window, width))
             if compiled is None:
@@ -210,12 +210,9 @@ class Relabeller:
                 f"compute_reward: expected {count * window} rewards shaped {shape} (one per relabelled item), "
                 f"got an array shaped {rewards.shape}"
             )
-        values = rewards.reshape(count, window, -1).astype(self.reward_spec.dtype, copy=False)
-        out = _rows(leaves, self.reward, (n, window, values.shape[2]))
-        if compiled is None:
-            out[rows] = values
-        else:
-            compiled.scatter(out, rows, values)
+        leaf = leaves[self.reward]
+        target = leaf if drawn.relabelled.ndim else leaf[None]  # a view: rows index its first axis
+        target[rows] = rewards.reshape(count, *target.shape[1:])  # cast to the field's dtype
         return drawn.relabelled
 
     def rewards(self, achieved: np.ndarray, desired: np.ndarray) -> np.ndarray:

@@ -15,7 +15,6 @@ installed, records in memory whose size and goal fields are whole 32-bit words, 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -44,8 +43,8 @@ class WholeSample:
         self._generator: tuple[Any, int, int, int] = (None, 0, 0, 0)  # (bit generator, next_uint32, next_raw, state)
 
     def _words(self, storage: RecordStorage) -> Any:
-        """``(records as words, goal word offsets, achieved word offset, goal words, goal dtype,
-        goal shape)`` of ``storage``, or None when its records are not whole words in memory."""
+        """``(records as words, goal word offsets, achieved word offset, goal words, goal dtype)``
+        of ``storage``, or None when its records are not whole words in memory."""
         records = storage.records
         if self._layout[0] is records:
             return self._layout[1]
@@ -70,7 +69,6 @@ class WholeSample:
                 achieved_at // _WORD,
                 goal_dtype.itemsize // _WORD,
                 goal_dtype.base,
-                goal_dtype.shape,
             )
         self._layout = (records, layout)
         return layout
@@ -99,10 +97,12 @@ class WholeSample:
             next32, state = pointers(bit_generator)
             self._generator = (bit_generator, next32, raw_pointer(bit_generator), state)
         _, next32, raw, state = self._generator
-        words, offsets, achieved, width, base, goal = layout
+        words, offsets, achieved, width, base = layout
         out = np.empty(size, storage.dtype)
+        ids, relabelled, rows = np.empty(size, np.int64), np.empty(size, np.bool_), np.empty(size, np.int64)
+        found = np.empty((2, size, width), np.uint32)
         with bit_generator.lock:  # as Generator.integers and random_raw: other users of it wait
-            ids, coins, rows, goals, seen = compiled.sample_records(
+            count = compiled.sample_records(
                 next32,
                 raw,
                 state,
@@ -110,15 +110,17 @@ class WholeSample:
                 starts - 1,
                 words,
                 out.view(np.uint32).reshape(size, -1),
+                ids,
+                relabelled,
+                rows,
+                found,
                 relabeller.threshold,
                 relabeller.strategy,
                 *relabeller.ends.arguments(),
                 offsets,
                 achieved,
-                width,
             )
-        count = rows.shape[0]
-        goals, seen = (words_of.view(base).reshape(count, math.prod(goal)) for words_of in (goals, seen))
-        drawn = Drawn(coins, rows, goals, 1, seen)
+        goals, seen = found[:, :count].view(base)
+        drawn = Drawn(relabelled, rows[:count], goals, 1, seen)
         leaves = [out[name] for name in storage.dtype.names]
         return ids, filled_probabilities(1.0 / starts, size), leaves, drawn

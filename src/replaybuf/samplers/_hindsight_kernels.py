@@ -19,7 +19,7 @@ from numba.extending import intrinsic
 from replaybuf.samplers._bounded_kernels import fill, next_raw
 from replaybuf.samplers.hindsight import UNIT
 
-__all__ = ["pick", "place", "relabel", "sample_records", "scatter", "warm_up"]
+__all__ = ["pick", "place", "relabel", "sample_records", "warm_up"]
 
 AHEAD = 8  # elements ahead whose episode end (pick) or goal (relabel) is prefetched
 
@@ -41,6 +41,21 @@ def _prefetch(typingctx, address):  # pragma: no cover - compiled
     return types.void(types.uintp), codegen
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _origin(lowest, capacity):  # pragma: no cover - compiled
+    """The id stored in slot 0 on the ring's pass that holds ``lowest`` (the oldest valid id):
+    valid ids span at most ``capacity``, so each id's slot is ``_slot(id, origin, capacity)``,
+    one subtraction and one comparison instead of a 64-bit division per id."""
+    return lowest - lowest % capacity
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _slot(item_id, origin, capacity):  # pragma: no cover - compiled
+    """``item_id % capacity`` for a valid id (see ``_origin``)."""
+    slot = item_id - origin
+    return slot - capacity if slot >= capacity else slot
+
+
 @njit(cache=True, nogil=True)
 def pick(
     last_ids, raw, threshold, strategy, end, position, steps, first, batch, capacity
@@ -52,18 +67,19 @@ def pick(
     rows = np.empty(n, np.int64)
     slots = np.empty(n, np.int64)
     count = 0
+    origin = _origin(first * batch, capacity)
     ends, stride = end.ctypes.data, end.strides[0]
     for i in range(min(AHEAD, n)):
-        _prefetch(ends + (last_ids[i] % capacity) * stride)
+        _prefetch(ends + _slot(last_ids[i], origin, capacity) * stride)
     for i in range(n):
         if i + AHEAD < n:
-            _prefetch(ends + (last_ids[i + AHEAD] % capacity) * stride)
+            _prefetch(ends + _slot(last_ids[i + AHEAD], origin, capacity) * stride)
         if (raw[i] >> np.uint64(11)) >= threshold:
             continue
         coins[i] = True
         last = last_ids[i]
-        slot = last % capacity
-        step = last // batch
+        slot = _slot(last, origin, capacity)
+        step = last if batch == 1 else last // batch
         stop = end[slot]
         if stop < 0:
             stop = steps - 1
@@ -118,6 +134,10 @@ def sample_records(
     span,
     records,
     out,
+    ids,
+    relabelled,
+    rows,
+    found,
     threshold,
     strategy,
     end,
@@ -128,61 +148,59 @@ def sample_records(
     capacity,
     goal_offsets,
     achieved_offset,
-    width,
 ):  # pragma: no cover - compiled
     """A whole relabelled sample of single records, drawn in the order the parts draw: ``len(out)``
-    ids (``_bounded_kernels.fill`` from ``low``, ``span``), ``2 n`` raw draws (``next_raw`` at
-    ``raw32``, as ``random_raw``), the records copied into ``out`` (both viewed as 32-bit words,
-    ``[rows, words]``), ``pick``, then each relabelled record's goal fields (word offsets
-    ``goal_offsets``, ``width`` words) written with the achieved goal (at ``achieved_offset``)
-    of its goal slot. Returns ``(ids, coins, rows, goals, seen)``: goals and the sampled achieved
-    goals as ``[count, width]`` words."""
+    ids (``_bounded_kernels.fill`` from ``low``, ``span``, into ``ids``), ``2 n`` raw draws
+    (``next_raw`` at ``raw32``, as ``random_raw``) and ``pick``; then one pass copies each record
+    into ``out`` (both viewed as 32-bit words, ``[rows, words]``) and, where it is relabelled,
+    writes its goal fields (word offsets ``goal_offsets``) with the achieved goal (at
+    ``achieved_offset``) of its goal slot, prefetching the record and the goal ``AHEAD``
+    elements on (one stream of overlapping misses). Fills ``relabelled`` (``[n]``), the first
+    ``count`` of ``rows`` (``[n]``) and of ``found`` (``[2, n, goal words]``: the goals, then the
+    sampled records' achieved goals) and returns ``count``: the caller allocates every output,
+    as boxing returned arrays costs more."""
     n = out.shape[0]
-    ids = np.empty(n, np.int64)
     fill(next32, state, low, span, ids)
     raw = np.empty(2 * n, np.uint64)
     for i in range(2 * n):
         raw[i] = next_raw(raw32, state)
-    base, row, words = records.ctypes.data, records.strides[0], records.shape[1]
-    for i in range(min(AHEAD, n)):
-        for line in range(0, row, 64):
-            _prefetch(base + (ids[i] % capacity) * row + line)
+    coins, chosen, slots = pick(ids, raw, threshold, strategy, end, position, steps, first, batch, capacity)
+    relabelled[:] = coins
+    count = chosen.shape[0]
+    rows[:count] = chosen
+    origin = _origin(low, capacity)
+    base, row, words = records.ctypes.data, records.strides[0], np.uintp(records.shape[1])
+    width, achieved = np.uintp(found.shape[2]), np.uintp(achieved_offset)
+    goal_lines = (achieved * 4, (achieved + width - 1) * 4)  # the first and last byte of a goal
+    read = np.empty(n, np.uintp)  # the records' slots; indices are unsigned: no negative-index checks
     for i in range(n):
-        if i + AHEAD < n:
+        read[i] = _slot(ids[i], origin, capacity)
+    ahead = j = 0  # relabelled elements before the one prefetched, before the one copied
+    for i in range(-AHEAD, n):  # prefetch element i + AHEAD (its record and goal), copy element i
+        k = i + AHEAD
+        if k < n:
             for line in range(0, row, 64):
-                _prefetch(base + (ids[i + AHEAD] % capacity) * row + line)
-        slot = ids[i] % capacity
+                _prefetch(base + read[k] * row + line)
+            if coins[k]:
+                for line in goal_lines:
+                    _prefetch(base + slots[ahead] * row + line)
+                ahead += 1
+        if i < 0:
+            continue
+        at, i_ = read[i], np.uintp(i)
         for w in range(words):
-            out[i, w] = records[slot, w]
-    coins, rows, slots = pick(ids, raw, threshold, strategy, end, position, steps, first, batch, capacity)
-    count = rows.shape[0]
-    goals = np.empty((count, width), records.dtype)
-    seen = np.empty((count, width), records.dtype)
-    at = achieved_offset * 4
-    for j in range(min(AHEAD, count)):
-        _prefetch(base + slots[j] * row + at)
-    for j in range(count):
-        if j + AHEAD < count:
-            _prefetch(base + slots[j + AHEAD] * row + at)
-        for w in range(width):
-            goals[j, w] = records[slots[j], achieved_offset + w]
-    for j in range(count):
-        r = rows[j]
-        for offset in goal_offsets:
+            out[i_, w] = records[at, w]
+        if coins[i]:  # its goal: the achieved goal at its goal slot, into each goal field
+            goal_at, j_ = np.uintp(slots[j]), np.uintp(j)
             for w in range(width):
-                out[r, offset + w] = goals[j, w]
-        for w in range(width):
-            seen[j, w] = out[r, achieved_offset + w]
-    return ids, coins, rows, goals, seen
-
-
-@njit(cache=True, nogil=True)
-def scatter(out, rows, values):  # pragma: no cover - compiled
-    """``out[rows] = values`` for ``out`` ``[n, T, W]`` and ``values`` ``[len(rows), T, W]``."""
-    for j in range(rows.shape[0]):
-        for t in range(out.shape[1]):
-            for g in range(out.shape[2]):
-                out[rows[j], t, g] = values[j, t, g]
+                found[0, j_, w] = records[goal_at, achieved + w]
+                found[1, j_, w] = out[i_, achieved + w]
+            for offset in goal_offsets:
+                to = np.uintp(offset)
+                for w in range(width):
+                    out[i_, to + w] = found[0, j_, w]
+            j += 1
+    return count
 
 
 @njit(cache=True, nogil=True)
