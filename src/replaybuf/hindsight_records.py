@@ -15,6 +15,7 @@ installed, records in memory whose size and goal fields are whole 32-bit words, 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,7 @@ class WholeSample:
         self._generator: tuple[Any, int, int, int] = (None, 0, 0, 0)  # (bit generator, next_uint32, next_raw, state)
 
     def _words(self, storage: RecordStorage) -> Any:
-        """``(records as words, goal word offsets, achieved word offset, goal words, goal dtype)``
+        """``(records as words, goal word offsets, achieved word offset, goal dtype, goal elements)``
         of ``storage``, or None when its records are not whole words in memory."""
         records = storage.records
         if self._layout[0] is records:
@@ -63,13 +64,7 @@ class WholeSample:
         if whole:
             words = records.view(np.uint32).reshape(records.shape[0], -1)
             goal_words = np.array(offsets, np.int64) // _WORD
-            layout = (
-                words,
-                goal_words,
-                achieved_at // _WORD,
-                goal_dtype.itemsize // _WORD,
-                goal_dtype.base,
-            )
+            layout = (words, goal_words, achieved_at // _WORD, goal_dtype.base, math.prod(goal_dtype.shape))
         self._layout = (records, layout)
         return layout
 
@@ -97,10 +92,11 @@ class WholeSample:
             next32, state = pointers(bit_generator)
             self._generator = (bit_generator, next32, raw_pointer(bit_generator), state)
         _, next32, raw, state = self._generator
-        words, offsets, achieved, width, base = layout
-        out = np.empty(size, storage.dtype)
+        words, offsets, achieved, goal, elements = layout
+        out = np.empty((size, words.shape[1]), np.uint32)  # the sample's records as words (cheaper to
+        # allocate and view than a structured array)
         ids, relabelled, rows = np.empty(size, np.int64), np.empty(size, np.bool_), np.empty(size, np.int64)
-        found = np.empty((2, size, width), np.uint32)
+        found = np.empty((2, size, elements), goal)
         with bit_generator.lock:  # as Generator.integers and random_raw: other users of it wait
             count = compiled.sample_records(
                 next32,
@@ -109,7 +105,7 @@ class WholeSample:
                 low * batch,
                 starts - 1,
                 words,
-                out.view(np.uint32).reshape(size, -1),
+                out,
                 ids,
                 relabelled,
                 rows,
@@ -120,7 +116,8 @@ class WholeSample:
                 offsets,
                 achieved,
             )
-        goals, seen = found[:, :count].view(base)
+        goals, seen = found[:, :count]
         drawn = Drawn(relabelled, rows[:count], goals, 1, seen)
-        leaves = [out[name] for name in storage.dtype.names]
+        records = np.frombuffer(out, storage.dtype)
+        leaves = [records[name] for name in storage.dtype.names]
         return ids, filled_probabilities(1.0 / starts, size), leaves, drawn

@@ -156,8 +156,8 @@ def sample_records(
     writes its goal fields (word offsets ``goal_offsets``) with the achieved goal (at
     ``achieved_offset``) of its goal slot, prefetching the record and the goal ``AHEAD``
     elements on (one stream of overlapping misses). Fills ``relabelled`` (``[n]``), the first
-    ``count`` of ``rows`` (``[n]``) and of ``found`` (``[2, n, goal words]``: the goals, then the
-    sampled records' achieved goals) and returns ``count``: the caller allocates every output,
+    ``count`` of ``rows`` (``[n]``) and of ``found`` (``[2, n, goal elements]`` in the goals' dtype:
+    the goals, then the sampled records' achieved goals) and returns ``count``: the caller allocates every output,
     as boxing returned arrays costs more."""
     n = out.shape[0]
     fill(next32, state, low, span, ids)
@@ -170,6 +170,7 @@ def sample_records(
     rows[:count] = chosen
     origin = _origin(low, capacity)
     base, row, words = records.ctypes.data, records.strides[0], np.uintp(records.shape[1])
+    found = found.view(np.uint32)  # the goals (any dtype of whole words) as words
     width, achieved = np.uintp(found.shape[2]), np.uintp(achieved_offset)
     goal_lines = (achieved * 4, (achieved + width - 1) * 4)  # the first and last byte of a goal
     read = np.empty(n, np.uintp)  # the records' slots; indices are unsigned: no negative-index checks
