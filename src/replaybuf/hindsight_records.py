@@ -8,9 +8,10 @@ order from the same generator, and the same copies are one numba call
 (``_hindsight_kernels.sample_records``) whose random reads are prefetched ahead; Python keeps
 ``compute_reward`` and the reward writes (``Relabeller.apply``, given the achieved goals the
 call gathered). The samples are the parts' (tests/test_hindsight_records.py); the time is
-0.88x theirs (bench/analysis/86-her.md). Used for batched single transitions (``num_steps=None``) with numba
-installed, records in memory whose size and goal fields are whole 32-bit words, and ranges the
-32-bit draw covers; anything else runs the parts.
+about 0.77x theirs (0.88x as first built, then 0.87x of that: bench/analysis/86-her.md). Used
+for batched single transitions (``num_steps=None``) with numba installed, records in memory
+whose size and goal fields are whole 32-bit words, and ranges the 32-bit draw covers; anything
+else runs the parts.
 """
 
 from __future__ import annotations
