@@ -66,6 +66,45 @@ def test_one_call_samples_what_the_parts_sample(strategy, ratio):
     assert_same(whole.get_next(32), parts.get_next(32))  # and the generators stayed together
 
 
+@pytest.mark.parametrize(
+    "dtype, shape", [(np.float64, (2,)), (np.int16, (4,)), (np.int32, ()), (np.uint8, (2, 4))], ids=str
+)
+def test_goals_of_any_whole_word_dtype_are_sampled_in_one_call(dtype, shape):
+    """The kernel copies goals as words and views them in their own dtype: 8-byte elements,
+    several elements to a word, scalar and 2-D goals. The episode ends come last in the record
+    (fields are laid out by name), so that every goal starts on a word."""
+    goal = ArraySpec(shape, dtype)
+    spec = {
+        "observation": {"desired_goal": goal},
+        "achieved_goal": goal,
+        "reward": SPEC["reward"],
+        "terminal": SPEC["done"],
+    }
+    buffers = []
+    for whole in (True, False):
+        her = relabel(compute_reward=lambda a, d, i: -(a != d).reshape(len(a), -1).any(-1).astype(np.float32))
+        buffer = replaybuf.UniformReplayBuffer(
+            spec, 2, 8, seed=4, her=her, respect_episodes=True, episode_end_field="terminal"
+        )
+        for t in range(13):  # wrapped around, the newest episodes unfinished
+            achieved = (np.arange(2 * int(np.prod(shape))).reshape(2, *shape) + 7 * t).astype(dtype)
+            buffer.add_batch(
+                {
+                    "observation": {"desired_goal": np.zeros((2, *shape), dtype)},
+                    "achieved_goal": achieved,
+                    "reward": np.zeros(2, np.float32),
+                    "terminal": np.array([t % 3 == 2, t % 4 == 3]),
+                }
+            )
+        buffer.relabel.whole = Counted(buffer.relabel.whole) if whole else None
+        buffers.append(buffer)
+    for size in (5, 64):
+        got, want = buffers[0].get_next(size), buffers[1].get_next(size)
+        assert_same(got, want)
+        assert got[0]["observation"]["desired_goal"].dtype == dtype
+    assert buffers[0].relabel.whole.made == 2
+
+
 def test_records_that_are_not_whole_words_are_sampled_by_parts():
     goal = ArraySpec((3,), np.uint8)  # 3-byte goals: no word layout
     spec = {"observation": {"desired_goal": goal}, "achieved_goal": goal, **{k: SPEC[k] for k in ("reward", "done")}}

@@ -94,8 +94,7 @@ class WholeSample:
             self._generator = (bit_generator, next32, raw_pointer(bit_generator), state)
         _, next32, raw, state = self._generator
         words, offsets, achieved, goal, elements = layout
-        out = np.empty((size, words.shape[1]), np.uint32)  # the sample's records as words (cheaper to
-        # allocate and view than a structured array)
+        out = np.empty((size, words.shape[1]), np.uint32)  # records as words: cheaper than a structured array
         ids, relabelled, rows = np.empty(size, np.int64), np.empty(size, np.bool_), np.empty(size, np.int64)
         found = np.empty((2, size, elements), goal)
         with bit_generator.lock:  # as Generator.integers and random_raw: other users of it wait
