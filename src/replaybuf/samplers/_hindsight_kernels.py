@@ -160,9 +160,9 @@ def sample_records(
     writes its goal fields (word offsets ``goal_offsets``) with the achieved goal (at
     ``achieved_offset``) of its goal slot, prefetching the record and the goal ``AHEAD``
     elements on (one stream of overlapping misses). Fills ``relabelled`` (``[n]``), the first
-    ``count`` of ``rows`` (``[n]``) and of ``found`` (``[2, n, goal elements]`` in the goals' dtype:
-    the goals, then the sampled records' achieved goals) and returns ``count``: the caller allocates every output,
-    as boxing returned arrays costs more."""
+    ``count`` of ``rows`` (``[n]``) and of ``found`` (``[2, n, goal elements]`` in the goals'
+    dtype: the goals, then the sampled records' achieved goals) and returns ``count``; the caller
+    allocates every output, as boxing returned arrays costs more."""
     n = out.shape[0]
     fill(next32, state, low, span, ids)
     raw = np.empty(2 * n, np.uint64)
