@@ -23,7 +23,7 @@ import numpy as np
 
 from replaybuf.hindsight import Drawn
 from replaybuf.ring import StreamRing
-from replaybuf.samplers.bounded import pointers, raw_pointer
+from replaybuf.samplers.bounded import SPAN_LIMIT, pointers, raw_pointer
 from replaybuf.samplers.hindsight import kernels
 from replaybuf.samplers.uniform import filled_probabilities
 from replaybuf.storages.records import RecordStorage
@@ -32,7 +32,6 @@ from replaybuf.storages.row_copy import PARALLEL_BYTES
 __all__ = ["WholeSample"]
 
 _WORD = 4  # bytes: the kernel copies records and goals as uint32 words
-_SPAN_LIMIT = 0xFFFFFFFF  # as BoundedIntegers: larger id ranges are drawn by Generator.integers
 
 
 class WholeSample:
@@ -86,7 +85,7 @@ class WholeSample:
         low, high = ring.window_starts(1)
         batch = ring.batch_size
         starts = (high - low) * batch
-        if starts - 1 >= _SPAN_LIMIT:
+        if starts - 1 >= SPAN_LIMIT:  # as BoundedIntegers: wider ranges are drawn by Generator.integers
             return None
         bit_generator = rng.bit_generator
         if self._generator[0] is not bit_generator:

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BoundedIntegers", "pointers", "raw_pointer"]
+__all__ = ["SPAN_LIMIT", "BoundedIntegers", "pointers", "raw_pointer"]
 
-_SPAN_LIMIT = 0xFFFFFFFF  # spans (high - low - 1) below it: the 32-bit draw
+SPAN_LIMIT = 0xFFFFFFFF  # spans (high - low - 1) below it: the 32-bit draw
 _fill: Any = False  # not looked up yet; then the compiled kernel, or None without numba
 
 
@@ -67,7 +67,7 @@ class BoundedIntegers:
         """
         span = high - low - 1
         fill = _kernel()
-        if fill is None or not 0 <= span < _SPAN_LIMIT:
+        if fill is None or not 0 <= span < SPAN_LIMIT:
             return rng.integers(low, high, size=size)
         bit_generator, last = rng.bit_generator, self._last
         if last[0] is not bit_generator:
