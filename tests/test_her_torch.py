@@ -182,7 +182,7 @@ def test_a_load_continues_the_savers_host_draws(saver, tmp_path):
     ("options", "message"),
     [
         ({"her": "yes"}, "her: expected a replaybuf.HindsightRelabel or None, got 'yes'"),
-        ({"episode_end_field": "done"}, "episode_end_field: expected None without her="),
+        ({"episode_end_field": "done"}, "episode_end_field: only used with respect_episodes=True"),
         ({"her": relabel(), "capture": True}, "her: expected None with capture=True"),
         ({"her": relabel(), "episode_end_field": "nope"}, "episode_end_field"),
     ],

@@ -33,7 +33,7 @@ class BufferInfo(NamedTuple):
 
 
 class SampleInfo(BufferInfo):
-    """``BufferInfo(ids, probabilities)`` plus the attributes ``weights``, ``mask`` and ``relabelled``.
+    """``BufferInfo(ids, probabilities)`` plus the attributes ``weights``, ``mask``, ``learn`` and ``relabelled``.
 
     It is still the 2-tuple ``(ids, probabilities)`` (unpacking, indexing and equality behave
     exactly as for ``BufferInfo``, and ``isinstance(info, BufferInfo)`` holds); the extras are
@@ -42,7 +42,9 @@ class SampleInfo(BufferInfo):
     - ``weights``: importance-sampling weights of a prioritized sample, ``[B]`` (or ``[]``),
       ``(P(i) / P_min) ** -beta``, i.e. normalised by the largest weight any stored item can have.
     - ``mask``: with ``pad_episode_ends=True``, bool ``[B, T]`` (or ``[T]``): True where the
-      step is real, False where it pads past the episode's end.
+      step is real, False where it pads past the episode's end. Sequences (``burn_in`` /
+      ``period``): ``[B, burn_in + T]``, False also where the burn-in pads before the episode.
+    - ``learn``: sequences only, bool like ``mask``: True for the real steps of the learning part.
     - ``relabelled``: with ``her=``, bool ``[B]`` (or ``[]``): True where the element's goal and
       reward were relabelled (``replaybuf.HindsightRelabel``).
 
@@ -51,12 +53,22 @@ class SampleInfo(BufferInfo):
 
     weights: Any
     mask: Any
+    learn: Any
     relabelled: Any
 
-    def __new__(cls, ids: Any, probabilities: Any, weights: Any = None, mask: Any = None, relabelled: Any = None):
+    def __new__(
+        cls,
+        ids: Any,
+        probabilities: Any,
+        weights: Any = None,
+        mask: Any = None,
+        relabelled: Any = None,
+        learn: Any = None,
+    ):
         info = super().__new__(cls, ids, probabilities)
         info.weights = weights
         info.mask = mask
+        info.learn = learn
         info.relabelled = relabelled
         return info
 

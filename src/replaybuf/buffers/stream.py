@@ -33,8 +33,10 @@ from replaybuf.persistence.front import Checkpoints
 from replaybuf.persistence.header import Holds, check_header, header
 from replaybuf.persistence.state import check_rng_state, first_stored_step, require, spec_state
 from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
+from replaybuf.refusals import no_episode_window
 from replaybuf.ring import StreamRing, append_rows
 from replaybuf.samplers import EpisodeSampler, PrioritySampler
+from replaybuf.samplers.sequences import SequenceRule, check_sequence_arguments
 from replaybuf.samplers.sumtree import priority_mass
 from replaybuf.storages.frames import FrameStorage
 
@@ -177,9 +179,20 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
             self._limiter.delete(evicted)
 
     def get_next(
-        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        time_stacked: bool = True,
+        *,
+        burn_in: int | None = None,
+        period: int | None = None,
     ) -> tuple[Any, BufferInfo]:
         """Sample with the buffer's sampler; see ``replaybuf.buffer`` for the shapes.
+
+        With ``burn_in`` or ``period`` (buffers with ``respect_episodes=True``): sequences of
+        ``burn_in + num_steps`` steps from learning starts at episode positions that are
+        multiples of ``period``, with ``info.mask`` and ``info.learn`` (docs/episodes.md,
+        replaybuf.samplers.sequences).
 
         Raises:
             EmptyBufferError: nothing is stored, or no stream holds ``num_steps`` items
@@ -188,7 +201,16 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
                 of more than 2**31 - 1 items in all (sample_batch_size x num_steps).
                 With ``her=``: ``compute_reward`` returned other than one reward per relabelled item.
             RateLimiterTimeout, BufferClosedError: with a rate limiter, see ``add_batch``.
+            ArgumentError: ``burn_in`` / ``period`` on a buffer without episodes, with ``her=``,
+                without ``num_steps``, or asking more steps than a stream holds.
         """
+        if burn_in is not None or period is not None:
+            return self._get_sequences(
+                sample_batch_size,
+                num_steps,
+                time_stacked,
+                self._sequence_rule(burn_in, period, sample_batch_size, num_steps),
+            )
         if sample_batch_size is not None and (
             sample_batch_size.__class__ is not int or not 0 < sample_batch_size <= MAX_SAMPLE_ITEMS
         ):
@@ -222,6 +244,52 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
             extras = {**extras, "relabelled": self._relabel.apply(leaves, drawn)}
         return self._finish_sample(leaves, ids, probabilities, extras, sample_batch_size, num_steps, time_stacked)
 
+    def _sequence_rule(self, burn_in: Any, period: Any, sample_batch_size: Any, num_steps: Any) -> SequenceRule:
+        """The checked ``SequenceRule`` of a sequence sample (ArgumentError: see ``get_next``)."""
+        check_sample_arguments(sample_batch_size, num_steps)
+        if self._relabel is not None:
+            raise ArgumentError(
+                f"burn_in/period: expected a buffer without her= (relabelling draws single items or windows), "
+                f"got burn_in={burn_in!r}, period={period!r}"
+            )
+        sampler = self._sampler
+        episodes = getattr(sampler, "episodes", None) is not None
+        return check_sequence_arguments(
+            burn_in, period, num_steps, self._ring.max_length, episodes, getattr(sampler, "pad", False)
+        )
+
+    def _get_sequences(
+        self, sample_batch_size: int | None, num_steps: int, time_stacked: bool, rule: SequenceRule
+    ) -> tuple[Any, BufferInfo]:
+        """``get_next`` of sequences under ``rule``."""
+        if self._limiter is not None:
+            self._limiter.await_sample(sample_batch_size or 1, self._limiter_timeout)
+        with self._lock:
+            try:
+                ids, probabilities, extras = self._sampler.draw_sequences(
+                    self._rng, self._ring, sample_batch_size, rule
+                )
+            except BaseException:
+                if self._limiter is not None:
+                    self._limiter.undo_sample(sample_batch_size or 1)
+                raise
+            leaves = self._storage.read(ids)
+        length = rule.burn_in + num_steps
+        return self._finish_sample(leaves, ids, probabilities, extras, sample_batch_size, length, time_stacked)
+
+    def _read_sequences(self, starts: np.ndarray, rule: SequenceRule) -> tuple[Any, BufferInfo]:
+        """The sequences from learning ``starts`` with their mask and learn (a deterministic pass)."""
+        with self._lock:
+            ids, extras = self._sampler.episodes.sequences(starts, rule)
+            items, info = self._read_ids(ids)
+        return items, SampleInfo(
+            info.ids, (), mask=self._on_device(extras["mask"]), learn=self._on_device(extras["learn"])
+        )
+
+    def _on_device(self, array: np.ndarray) -> Any:
+        """A host array where this backend returns its results (torch: a tensor on its device)."""
+        return array
+
     def _finish_sample(
         self,
         leaves: list,
@@ -248,6 +316,9 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         num_steps: int | None = None,
         num_parallel_calls: int | None = None,
         single_deterministic_pass: bool = False,
+        *,
+        burn_in: int | None = None,
+        period: int | None = None,
     ) -> Any:
         """An iterable of ``(items, BufferInfo)``.
 
@@ -257,14 +328,36 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         stream (``sample_batch_size`` streams at a time) in time order, cut into windows
         of ``num_steps``; ids are fixed when the iterator is created. An iterator may be
         shared between threads (as TF's may): each ``next`` hands one element to one caller.
+        With ``burn_in`` / ``period``: sequences as ``get_next`` samples them; a deterministic
+        pass yields every eligible sequence once, ``sample_batch_size`` at a time, ordered by
+        stream, then learning start (docs/episodes.md).
 
         Raises:
             ArgumentError: a non-positive argument, or samples of more than 2**31 - 1 items
                 (as for ``get_next``); in a deterministic pass, sample_batch_size >
-                batch_size or num_steps > max_length.
+                batch_size or num_steps > max_length; bad sequence arguments (``get_next``).
         """
         check_sample_arguments(sample_batch_size, num_steps)
         check_positive("num_parallel_calls", num_parallel_calls)
+        sequences = burn_in is not None or period is not None
+        rule = self._sequence_rule(burn_in, period, sample_batch_size, num_steps) if sequences else None
+        if single_deterministic_pass and rule is not None:
+
+            def plan_sequences() -> list[np.ndarray]:
+                with self._lock:
+                    starts = self._sampler.episodes.starts(rule).live()
+                    if starts.size == 0:
+                        raise no_episode_window(rule.num_steps, padding=not rule.pad)
+                    ordered = starts[np.lexsort((starts, starts % self._ring.batch_size))]  # by stream, then step
+                size = sample_batch_size or 1
+                plan = [ordered[i : i + size] for i in range(0, ordered.size, size)]
+                if self._drop_remainder and plan and plan[-1].size < size:
+                    plan.pop()
+                return plan if sample_batch_size is not None else [part[0] for part in plan]
+
+            return self._wrap_dataset(
+                DeterministicPass(plan_sequences, lambda starts: self._read_sequences(starts, rule))
+            )
         if single_deterministic_pass:
 
             def plan() -> list[np.ndarray]:
@@ -274,9 +367,8 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
                     )
 
             return self._wrap_dataset(DeterministicPass(plan, self._read_ids))
-        return self._wrap_dataset(
-            RandomDataset(lambda: self.get_next(sample_batch_size, num_steps), num_parallel_calls)
-        )
+        sample = lambda: self.get_next(sample_batch_size, num_steps, burn_in=burn_in, period=period)  # noqa: E731
+        return self._wrap_dataset(RandomDataset(sample, num_parallel_calls))
 
     def gather_all(self) -> Any:
         """Every stored item, ``[batch_size, n, ...]`` oldest first (valid items only)."""

@@ -21,9 +21,10 @@ import numpy as np
 
 from replaybuf.errors import ArgumentError, CheckpointError
 from replaybuf.nest import FlatSpec
-from replaybuf.refusals import no_episode_window
+from replaybuf.refusals import empty, no_episode_window
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.bounded import BoundedIntegers
+from replaybuf.samplers.sequences import SequenceRule, StartList, sequence_windows
 from replaybuf.samplers.uniform import filled_probabilities, window_start_count
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 FIRST, LAST = 0, 2
+_START_LISTS = 8  # (num_steps, period, pad) whose eligible starts are kept (least recently used dropped)
 Markers = Callable[[Sequence[np.ndarray]], "tuple[np.ndarray | None, np.ndarray]"]
 
 
@@ -97,7 +99,8 @@ class EpisodeIndex:
 
     ``counts[T]`` (the number of stored windows of T items inside one episode and before
     the write head) is computed once when T is first asked for and then kept up to date
-    by every add in O(batch_size).
+    by every add in O(batch_size); so are the eligible learning starts of a sequence rule
+    (``starts``, replaybuf.samplers.sequences).
     """
 
     def __init__(self, ring: StreamRing, markers: Markers):
@@ -110,6 +113,7 @@ class EpisodeIndex:
         self._last = np.full(self.ring.batch_size, -1, np.int64)  # position of each stream's last item
         self._ended = np.ones(self.ring.batch_size, bool)  # its episode ended with it
         self._counts: dict[int, int] = {}
+        self._starts: dict[tuple, StartList] = {}
 
     def _end_slots(self, step: int) -> slice:
         start = (step % self.ring.max_length) * self.ring.batch_size
@@ -129,6 +133,8 @@ class EpisodeIndex:
                 self._counts[size] += int((new >= size - 1).sum())
         self.position[self._end_slots(steps)] = new
         self._last, self._ended = new, np.asarray(ends, bool)
+        for starts in self._starts.values():
+            starts.decided()
 
     @property
     def ended(self) -> np.ndarray:
@@ -143,6 +149,21 @@ class EpisodeIndex:
             slots = ((ends % ring.max_length) * ring.batch_size)[:, None] + np.arange(ring.batch_size)
             self._counts[size] = int((self.position[slots] >= size - 1).sum())
         return self._counts[size]
+
+    def starts(self, rule: SequenceRule) -> StartList:
+        """The eligible learning starts of ``rule``, listed once (O(capacity)) when first asked for."""
+        found = self._starts.pop(rule.key, None)
+        if found is None:
+            if len(self._starts) >= _START_LISTS:
+                self._starts.pop(next(iter(self._starts)))
+            found = StartList(self.position, self.ring, rule)
+        self._starts[rule.key] = found  # most recently used last
+        return found
+
+    def sequences(self, starts: np.ndarray, rule: SequenceRule) -> tuple[np.ndarray, dict]:
+        """``(ids, {"mask", "learn"})`` of the sequences from learning ``starts``."""
+        ids, mask, learn = sequence_windows(self.position, self.ring, starts, rule.burn_in, rule.num_steps)
+        return ids, {"mask": mask, "learn": learn}
 
     def inside(self, first_ids: np.ndarray, size: int) -> np.ndarray:
         """Whether each window of ``size`` starting at ``first_ids`` lies inside one episode."""
@@ -178,6 +199,7 @@ class EpisodeIndex:
         slots = (np.arange(ring.first_valid_step(), ring.steps) % ring.max_length)[:, None] * ring.batch_size
         self.position[slots + np.arange(ring.batch_size)] = position
         self._last, self._ended = position[-1].copy(), ends[-1].copy()
+        self._starts = {}
 
     def check_state(self, state: Any, steps: int, count: int) -> dict:
         """``check_episode_state`` for this index's ring."""
@@ -187,7 +209,7 @@ class EpisodeIndex:
         """Restore the arrays returned by ``check_state``."""
         self.position[:] = checked["position"]
         self._last, self._ended = checked["last"].astype(np.int64), checked["ended"].astype(bool)
-        self._counts = {}
+        self._counts, self._starts = {}, {}
 
 
 def episode_positions(starts: np.ndarray | None, ends: np.ndarray, last: np.ndarray, ended: np.ndarray) -> np.ndarray:
@@ -323,6 +345,41 @@ class EpisodeSampler:
             return ids, probabilities, {}
         ids, mask = pad_windows(self.index, ids)
         return ids, probabilities, {"mask": mask}
+
+    def draw_sequences(
+        self, rng: np.random.Generator, ring: StreamRing, sample_batch_size: int | None, rule: SequenceRule
+    ) -> tuple[np.ndarray, np.ndarray, dict]:
+        """``(ids, probabilities, {"mask", "learn"})`` of sequences (replaybuf.samplers.sequences)
+        whose learning starts are drawn uniformly over the eligible ones."""
+        size, batch = sample_batch_size, ring.batch_size
+        shape = () if size is None else size
+        if ring.steps == 0:
+            raise empty(ring.name)
+        if rule.period == 1 and rule.pad:  # every stored step
+            low = ring.first_valid_step()
+            count = (ring.steps - low) * batch
+            starts = self._integers(rng, low * batch, ring.steps * batch, shape)
+        elif rule.period == 1:  # the starts of windows of num_steps inside one episode
+            low, high = ring.window_starts(rule.num_steps)
+            count = self.index.count(rule.num_steps)
+            if count == 0:
+                raise no_episode_window(rule.num_steps, padding=True)
+            starts = self._inside_starts(
+                rng, low, high, 1 if size is None else size, rule.num_steps, count / ((high - low) * batch)
+            )
+            starts = starts[0] if size is None else starts
+        else:  # sparse starts: listed
+            live = self.index.starts(rule).live()
+            count = live.size
+            if count == 0:
+                raise no_episode_window(
+                    rule.num_steps,
+                    padding=not rule.pad,
+                    detail=f" from a position that is a multiple of period={rule.period}",
+                )
+            starts = live[self._integers(rng, 0, count, shape)]
+        ids, extras = self.index.sequences(np.asarray(starts), rule)
+        return ids, filled_probabilities(1.0 / count, size), extras
 
     def _inside_starts(
         self, rng: np.random.Generator, low: int, high: int, wanted: int, steps: int, rate: float

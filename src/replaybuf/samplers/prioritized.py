@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from replaybuf.errors import ArgumentError, CheckpointError
-from replaybuf.refusals import bad_priorities, no_episode_window, unknown_ids
+from replaybuf.refusals import bad_priorities, empty, no_episode_window, unknown_ids
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import EpisodeIndex, pad_windows
+from replaybuf.samplers.sequences import SequenceRule, eligible
 from replaybuf.samplers.sumtree import MAX_MASS, MIN_MASS, MinTree, SumTree, kernel_array, priority_mass
 from replaybuf.samplers.uniform import window_start_count
 
@@ -168,6 +169,7 @@ class PrioritizedSampler:
         self.pad = pad
         self.max_priority = 1.0
         self.windows: OrderedDict[int, SumTree] = OrderedDict()  # T -> masses of valid starts
+        self.sequence_trees: OrderedDict[tuple, tuple[SequenceRule, SumTree]] = OrderedDict()  # sparse starts
 
     def beta(self) -> float:
         """The exponent of the next sample: the float given, or what the callable returns now.
@@ -189,13 +191,59 @@ class PrioritizedSampler:
         """``(ids, probabilities, {"weights", "mask"})`` of ``sample_batch_size`` draws (one, 0-d, for None)."""
         size, steps = sample_batch_size, num_steps or 1
         low, high = ring.window_starts(steps)
-        batch, head = ring.batch_size, ring.steps * ring.batch_size
         tree, excluded = self.sums, 0.0
         if steps > 1:
             if self.episodes is not None and not self.pad:
                 tree = self._window_tree(ring, steps)
             else:
                 excluded = self._head_mass(ring, high)
+        ids, probabilities, weights = self._draw_starts(rng, ring, tree, excluded, low, high, size, num_steps)
+        ids = ring.window_ids(ids, num_steps)
+        mask = None
+        if self.pad and num_steps is not None:
+            ids, mask = pad_windows(self.episodes, ids)  # type: ignore[arg-type]
+        return ids, probabilities, {"weights": weights, "mask": mask}
+
+    def draw_sequences(
+        self, rng: np.random.Generator, ring: StreamRing, sample_batch_size: int | None, rule: SequenceRule
+    ) -> tuple[np.ndarray, np.ndarray, dict]:
+        """``(ids, probabilities, {"weights", "mask", "learn"})`` of sequences
+        (replaybuf.samplers.sequences) whose learning starts are drawn by their priority."""
+        if ring.steps == 0:
+            raise empty(ring.name)
+        if rule.period == 1 and not rule.pad:  # the starts of windows of num_steps inside one episode
+            low, high = ring.window_starts(rule.num_steps)
+            tree = self._window_tree(ring, rule.num_steps)
+        else:  # every stored step (period 1, padded), or the listed sparse starts
+            low, high = ring.first_valid_step(), ring.steps
+            tree = self.sums if rule.period == 1 else self._sequence_tree(ring, rule)
+        if tree.root() <= 0:
+            raise no_episode_window(
+                rule.num_steps,
+                padding=not rule.pad,
+                detail=f" from a position that is a multiple of period={rule.period}",
+            )
+        starts, probabilities, weights = self._draw_starts(
+            rng, ring, tree, 0.0, low, high, sample_batch_size, rule.num_steps
+        )
+        ids, extras = self.episodes.sequences(starts, rule)  # type: ignore[union-attr]
+        return ids, probabilities, {"weights": weights, **extras}
+
+    def _draw_starts(
+        self,
+        rng: np.random.Generator,
+        ring: StreamRing,
+        tree: SumTree,
+        excluded: float,
+        low: int,
+        high: int,
+        size: int | None,
+        num_steps: int | None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(first ids, probabilities, weights)`` of ``size`` stratified draws from ``tree``
+        (``excluded``: mass of starts it holds that may not be drawn) among ids in
+        ``[low, high)`` steps, drawn again where one lands on a start that may not be."""
+        batch, head = ring.batch_size, ring.steps * ring.batch_size
         n = 1 if size is None else size
         ids, probabilities, weights = np.empty(n, np.int64), np.empty(n, np.float32), np.empty(n, np.float32)
         args = (tree.tree, self.mins.tree, tree.offsets, tree.arity, ring.capacity)
@@ -216,11 +264,9 @@ class PrioritizedSampler:
             raise no_episode_window(num_steps, padding=True, detail=" (or their priority mass is 0)")
         if size is None:
             ids, probabilities, weights = ids.reshape(()), probabilities.reshape(()), weights.reshape(())
-        ids = ring.window_ids(ids, num_steps)
-        mask = None
-        if self.pad and num_steps is not None:
-            ids, mask = pad_windows(self.episodes, ids)  # type: ignore[arg-type]
-        return ids, probabilities, {"weights": weights, "mask": mask}
+        if size is None:
+            return ids.reshape(()), probabilities.reshape(()), weights.reshape(())
+        return ids, probabilities, weights
 
     def mass(self, ring: StreamRing, num_steps: int | None) -> tuple[float, float]:
         steps = num_steps or 1
@@ -243,11 +289,14 @@ class PrioritizedSampler:
         self.mins.update_range(start, start + ring.batch_size, mass)
         if self.windows:
             self._decide_starts(ring)
+        for rule, tree in self.sequence_trees.values():
+            self._decide_sequence_starts(ring, rule, tree)
 
     def cleared(self) -> None:
         self.sums.clear()
         self.mins.clear()
         self.windows.clear()
+        self.sequence_trees.clear()
         self.max_priority = 1.0
         if self.episodes is not None:
             self.episodes.clear()
@@ -256,6 +305,8 @@ class PrioritizedSampler:
         """A reopened memmap folder holds items, not priorities: each gets a new item's mass."""
         if self.episodes is not None:
             self.episodes.recover(fields)
+        self.windows.clear()
+        self.sequence_trees.clear()
         slots = ring.stream_ids().ravel() % ring.capacity
         if slots.size:
             mass = np.full(slots.size, priority_mass(self.max_priority, self.alpha, self.epsilon))
@@ -315,6 +366,11 @@ class PrioritizedSampler:
             check_priority_values(ids, priorities, head)
         if self.windows:
             self._assigned(ring, ids)
+        for rule, tree in self.sequence_trees.values():
+            live = ids[(ids >= oldest) & (ids < head)]
+            starts = live[eligible(self.episodes.position, ring, live, rule)]  # type: ignore[union-attr]
+            slots = starts % ring.capacity
+            tree.update(slots, self.sums.levels[0][slots])
         self.max_priority = max(self.max_priority, largest)
 
     # -- internals ----------------------------------------------------------------------------
@@ -339,6 +395,35 @@ class PrioritizedSampler:
             tree.rebuild()
         self.windows.move_to_end(steps)
         return tree
+
+    def _sequence_tree(self, ring: StreamRing, rule: SequenceRule) -> SumTree:
+        """The masses of ``rule``'s eligible learning starts (0 elsewhere): built once (O(capacity)),
+        then kept by adds and priority updates."""
+        found = self.sequence_trees.pop(rule.key, None)
+        if found is None:
+            if len(self.sequence_trees) >= _WINDOW_TREES:
+                self.sequence_trees.popitem(last=False)
+            tree = SumTree(ring.capacity, compiled=self.compiled)
+            ids = ring.stream_ids().ravel()
+            slots = ids % ring.capacity
+            valid = eligible(self.episodes.position, ring, ids, rule)  # type: ignore[union-attr]
+            tree.levels[0][slots] = np.where(valid, self.sums.levels[0][slots], 0.0)
+            tree.rebuild()
+            found = (rule, tree)
+        self.sequence_trees[rule.key] = found
+        return found[1]
+
+    def _decide_sequence_starts(self, ring: StreamRing, rule: SequenceRule, tree: SumTree) -> None:
+        """After an add: the new step's slots leave ``tree``; the starts this add decided join it
+        with their mass when eligible (the new step's own when padded)."""
+        batch, new = ring.batch_size, ring.slot(ring.steps - 1)
+        tree.update_range(new, new + batch, 0.0)
+        step = ring.steps - 1 if rule.pad else ring.steps - rule.num_steps
+        if step >= ring.first_valid_step():
+            start = ring.slot(step)
+            ids = step * batch + np.arange(batch, dtype=np.int64)
+            valid = eligible(self.episodes.position, ring, ids, rule)  # type: ignore[union-attr]
+            tree.update_range(start, start + batch, np.where(valid, self.sums.levels[0][start : start + batch], 0.0))
 
     def _decide_starts(self, ring: StreamRing) -> None:
         """After an add: the new step's slots are no window start yet; the starts whose

@@ -15,7 +15,7 @@ flags for tensors on a GPU).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,74 +25,10 @@ from replaybuf.errors import ArgumentError
 from replaybuf.hindsight import Drawn, HindsightRelabel, Relabeller, relabel_part
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
-from replaybuf.samplers.episodes import EpisodeIndex, EpisodeSampler, episode_markers
 from replaybuf.samplers.hindsight import kernels
+from replaybuf.torch.episodes import TorchEpisodeSampler, on_device
 
-__all__ = ["TorchEpisodeSampler", "TorchRelabeller", "hindsight_parts"]
-
-
-def _on(device: torch.device, array: np.ndarray) -> torch.Tensor:
-    """``array`` on ``device``, copied without waiting for the device."""
-    return torch.as_tensor(array).to(device, non_blocking=True)
-
-
-class _HostLeaves(Sequence):
-    """An add's leaves as NumPy arrays, each converted when read (the episode index reads only its markers)."""
-
-    def __init__(self, leaves: Sequence[Any]):
-        self._leaves = leaves
-
-    def __getitem__(self, index: int) -> np.ndarray:  # type: ignore[override]
-        leaf = self._leaves[index]
-        return leaf.detach().cpu().numpy() if isinstance(leaf, torch.Tensor) else np.asarray(leaf)
-
-    def __len__(self) -> int:
-        return len(self._leaves)
-
-
-class TorchEpisodeSampler(EpisodeSampler):
-    """``EpisodeSampler`` (windows inside one episode) drawn on the host with a NumPy generator,
-    its ids and probabilities handed to the device; ``host_ids`` keeps the last draw's ids
-    for the relabelling. ``storage`` (a ``TorchStorage``) is read back only when the ring was
-    changed without this sampler seeing it (a loaded state), to rebuild the episode index."""
-
-    def __init__(self, index: EpisodeIndex, device: torch.device, seed: int | None, storage: Callable[[], Any]):
-        super().__init__(index, pad=False)
-        self.device = device
-        self.host_rng = np.random.default_rng(seed)
-        self.host_ids = np.zeros(0, np.int64)
-        self.rebuilt: list[Callable[[], None]] = []  # called after the index is rebuilt (the relabeller's ends)
-        self._storage = storage
-        self._steps = 0  # the ring's steps the index has recorded
-        self.rebuilt_by_add = False  # the last add rebuilt the index (and the relabeller's ends) with its step
-
-    def draw(
-        self, rng: Any, ring: StreamRing, sample_batch_size: int | None, num_steps: int | None
-    ) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        if ring.steps != self._steps:
-            self._rebuild(ring)
-        ids, probabilities, extras = super().draw(self.host_rng, ring, sample_batch_size, num_steps)
-        self.host_ids = np.asarray(ids)
-        return _on(self.device, self.host_ids), _on(self.device, np.asarray(probabilities, np.float32)), extras
-
-    def added(self, ring: StreamRing, arrays: Sequence[Any]) -> None:
-        if ring.steps - 1 != self._steps:  # the index missed the steps before this one: rebuild it, this one too
-            self._rebuild(ring)
-            self.rebuilt_by_add = True
-            return
-        super().added(ring, _HostLeaves(arrays))
-        self._steps = ring.steps
-
-    def cleared(self) -> None:
-        super().cleared()
-        self._steps = 0
-
-    def _rebuild(self, ring: StreamRing) -> None:
-        """Derive the episode index from the stored items (one copy of the marker leaves to the host)."""
-        self.index.recover(_HostLeaves(self._storage().tensors))
-        self._steps = ring.steps
-        for rebuilt in self.rebuilt:
-            rebuilt()
+__all__ = ["TorchRelabeller", "relabel_part_of"]
 
 
 class TorchRelabeller(Relabeller):
@@ -127,9 +63,9 @@ class TorchRelabeller(Relabeller):
             coins, rows, slots = compiled.pick(last.reshape(-1), raw, *args)
         device = self.sampler.device
         achieved = storage.tensors[self.achieved]
-        goals = achieved.reshape(achieved.shape[0], -1)[_on(device, slots)]
-        relabelled = _on(device, coins.reshape(last.shape))
-        return Drawn(relabelled, _on(device, rows), goals, host.shape[-1] if windows else 1)
+        goals = achieved.reshape(achieved.shape[0], -1)[on_device(device, slots)]
+        relabelled = on_device(device, coins.reshape(last.shape))
+        return Drawn(relabelled, on_device(device, rows), goals, host.shape[-1] if windows else 1)
 
     def apply(self, leaves: list, drawn: Drawn) -> torch.Tensor:
         """As ``Relabeller.apply``, with tensors: ``compute_reward`` gets ``[count, *goal_shape]``
@@ -189,31 +125,18 @@ def _rows(leaves: list, index: int, shape: tuple[int, ...]) -> torch.Tensor:
         return leaves[index].view(shape)
 
 
-def hindsight_parts(
-    her: HindsightRelabel | None,
-    episode_end_field: str | None,
-    device: torch.device,
-    seed: int | None,
-    storage: Callable[[], Any],
-) -> tuple[Callable[[FlatSpec, StreamRing], TorchEpisodeSampler] | None, Callable[..., TorchRelabeller] | None]:
-    """``(sampler, relabel)`` parts of a torch buffer with ``her`` (None, None without it).
+def relabel_part_of(her: HindsightRelabel | None) -> Callable[..., TorchRelabeller] | None:
+    """The relabelling part of a torch buffer with ``her`` (None without it); its sampler is a
+    ``TorchEpisodeSampler`` (replaybuf.torch.episodes).
 
     Raises:
-        ArgumentError: ``her`` is not a HindsightRelabel; ``episode_end_field`` without ``her``.
+        ArgumentError: ``her`` is not a HindsightRelabel.
     """
     if her is None:
-        if episode_end_field is not None:
-            raise ArgumentError(
-                f"episode_end_field: expected None without her= (the torch buffers keep episodes only to "
-                f"relabel), got {episode_end_field!r}"
-            )
-        return None, None
+        return None
     relabel_part(her, respect_episodes=True)  # checks her's type
-
-    def sampler(flat: FlatSpec, ring: StreamRing) -> TorchEpisodeSampler:
-        return TorchEpisodeSampler(EpisodeIndex(ring, episode_markers(flat, episode_end_field)), device, seed, storage)
 
     def relabel(flat: FlatSpec, ring: StreamRing, sampler: TorchEpisodeSampler) -> TorchRelabeller:
         return TorchRelabeller(her, flat, ring, sampler)
 
-    return sampler, relabel
+    return relabel

@@ -23,7 +23,8 @@ from replaybuf.hindsight import HindsightRelabel
 from replaybuf.torch.captured import CapturedSampler
 from replaybuf.torch.convert import DeviceBatcher
 from replaybuf.torch.dataset import TorchDataset
-from replaybuf.torch.hindsight import TorchEpisodeSampler, hindsight_parts
+from replaybuf.torch.episodes import TorchEpisodeSampler, episode_part
+from replaybuf.torch.hindsight import relabel_part_of
 from replaybuf.torch.sampler import TorchUniformSampler
 from replaybuf.torch.state import TorchCheckpoints
 from replaybuf.torch.storage import TorchStorage
@@ -73,19 +74,22 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
             graph on a GPU; ``replaybuf.torch.captured``): every ``get_next`` of that shape
             returns the same tensors, overwritten by the next call, so clone what you keep.
             Until every stream is full, samples are eager (new tensors each call).
+        respect_episodes, pad_episode_ends, episode_end_field: as for the NumPy buffers
+            (docs/episodes.md): windows and sequences (``get_next(..., burn_in=, period=)``)
+            drawn on the host as the NumPy buffers draw them (the same ids for the same seed),
+            read on the device (``replaybuf.torch.episodes``).
         her: a ``replaybuf.HindsightRelabel``: windows stay inside one episode and goals are
             relabelled as by the NumPy buffers with ``respect_episodes=True`` (the same draws
-            for the same seed; ``replaybuf.torch.hindsight``, docs/her.md).
-        episode_end_field: with ``her``, the bool leaf that ends an episode (default: a
-            ``step_type`` leaf), as for the NumPy buffers.
+            for the same seed; ``replaybuf.torch.hindsight``, docs/her.md); implies
+            ``respect_episodes``.
 
     Checkpoints: ``state_dict()`` (tensors) / ``load_state_dict(state)``, ``save(path)`` /
     ``load(path)`` (replaybuf.torch.state, docs/persistence.md).
 
     Raises:
         ArgumentError: batch_size, max_length or dataset_window_shift is not a positive int;
-            capture is not a bool; her is not a HindsightRelabel or comes with capture=True;
-            episode_end_field without her.
+            capture is not a bool; her is not a HindsightRelabel; her or respect_episodes with
+            capture=True; pad_episode_ends or episode_end_field without episodes.
         SpecError: the data_spec cannot be built, or a dtype has no PyTorch equivalent.
     """
 
@@ -100,16 +104,30 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
         capture: bool = False,
-        her: HindsightRelabel | None = None,
+        respect_episodes: bool = False,
+        pad_episode_ends: bool = False,
         episode_end_field: str | None = None,
+        her: HindsightRelabel | None = None,
         _single_stream: bool = False,
     ):
         if capture.__class__ is not bool:
             raise ArgumentError(f"capture: expected True or False, got {capture!r:.80}")
         if her is not None and capture:
             raise ArgumentError(f"her: expected None with capture=True (relabelling is drawn on the host), got {her!r}")
+        if respect_episodes and capture:
+            raise ArgumentError(
+                "respect_episodes: expected False with capture=True (episode-aware ids are drawn on the host), got True"
+            )
         self._device = as_device(device)
-        episodes, relabel = hindsight_parts(her, episode_end_field, self._device, seed, lambda: self._storage)
+        relabel = relabel_part_of(her)
+        episodes = episode_part(
+            respect_episodes or her is not None,
+            pad_episode_ends,
+            episode_end_field,
+            self._device,
+            seed,
+            lambda: self._storage,
+        )
         super().__init__(
             data_spec,
             batch_size,
@@ -134,12 +152,18 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         return self._captured is not None
 
     def get_next(
-        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        time_stacked: bool = True,
+        *,
+        burn_in: int | None = None,
+        period: int | None = None,
     ) -> tuple[Any, BufferInfo]:
         """As ``StreamBuffer.get_next``; with ``capture=True`` and every stream full, the
         returned tensors are the recorded step's own, overwritten by the next call."""
-        if self._captured is None:
-            return super().get_next(sample_batch_size, num_steps, time_stacked)
+        if self._captured is None or burn_in is not None or period is not None:
+            return super().get_next(sample_batch_size, num_steps, time_stacked, burn_in=burn_in, period=period)
         check_sample_arguments(sample_batch_size, num_steps)
         with self._lock:
             drawn = self._captured.sample(self._ring, sample_batch_size, num_steps)
@@ -172,6 +196,9 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
     def _host_rng(self) -> np.random.Generator | None:
         """With ``her=`` the ids and goals are drawn on the host (replaybuf.torch.hindsight)."""
         return self._sampler.host_rng if isinstance(self._sampler, TorchEpisodeSampler) else None
+
+    def _on_device(self, array: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(array, device=self._device)
 
     def _wrap_dataset(self, dataset: Any) -> TorchDataset:
         return TorchDataset(dataset)

@@ -1,0 +1,155 @@
+"""Sequences for recurrent learners: a learning start, the burn-in before it, masks.
+
+A sequence of ``burn_in`` B and ``num_steps`` T has a *learning start* ``s``: a stored step
+whose position in its episode is a multiple of ``period`` P. Its ids are the B steps before
+``s`` (the burn-in), then ``s`` and the T - 1 steps after it, ``[..., B + T]``. A step is
+*real* when it belongs to ``s``'s episode and is stored (not overwritten, not past the write
+head); the real steps of a sequence are one run around ``s``, and every other step repeats
+the nearest real one (its id too), so every id is a stored id. ``mask`` says which steps are
+real, ``learn`` which real steps are learning steps.
+
+Eligible starts: every stored step of position ``% P == 0`` when padded (``pad=True``);
+without padding, only those whose T learning steps are all real (the burn-in is clamped,
+never a reason to exclude). Samplers draw among the eligible starts (uniformly, or by the
+start's priority); ``StartList`` keeps them in id order for the periods whose starts are
+too sparse to find by rejection.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from replaybuf.errors import ArgumentError
+from replaybuf.ring import StreamRing
+
+__all__ = ["SequenceRule", "StartList", "check_sequence_arguments", "eligible", "sequence_windows"]
+
+
+class SequenceRule(NamedTuple):
+    """What a sequence sample asks for: ``burn_in`` steps before each learning start,
+    ``num_steps`` learning steps, starts at positions ``% period == 0``, ``pad``: starts
+    whose learning steps pass the episode's end (or the head) are drawn, padded."""
+
+    burn_in: int
+    num_steps: int
+    period: int
+    pad: bool
+
+    @property
+    def key(self) -> tuple[int, int, bool]:
+        """What decides which starts are eligible (the burn-in does not)."""
+        return self.num_steps, self.period, self.pad
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_sequence_arguments(
+    burn_in: Any, period: Any, num_steps: Any, max_length: int, episodes: bool, pad: bool
+) -> SequenceRule:
+    """The ``SequenceRule`` of a ``get_next`` / ``as_dataset`` call with ``burn_in`` or
+    ``period`` (None: 0 and 1) on a buffer of ``max_length`` steps per stream.
+
+    Raises:
+        ArgumentError: ``burn_in`` not an int >= 0, ``period`` not an int >= 1, ``num_steps``
+            missing (sequences have a learning length), ``burn_in + num_steps`` more steps than
+            a stream holds, or a buffer without ``respect_episodes=True`` (``episodes``).
+    """
+    if not episodes:
+        raise ArgumentError(
+            f"burn_in/period: expected a buffer built with respect_episodes=True (sequences are cut at "
+            f"episode starts and ends), got burn_in={burn_in!r}, period={period!r} on a buffer without episodes"
+        )
+    if burn_in is not None and not (_is_int(burn_in) and burn_in >= 0):
+        raise ArgumentError(f"burn_in: expected an int >= 0, got {burn_in!r:.80}")
+    if period is not None and not (_is_int(period) and period >= 1):
+        raise ArgumentError(f"period: expected an int >= 1 (or None: every step), got {period!r:.80}")
+    if num_steps is None:
+        raise ArgumentError(
+            "num_steps: expected the sequence's learning length (a positive int) with burn_in or period, got None"
+        )
+    burn_in, period = int(burn_in or 0), int(period or 1)
+    if burn_in + num_steps > max_length:
+        raise ArgumentError(
+            f"burn_in + num_steps: expected at most max_length={max_length} steps (what a stream holds), "
+            f"got {burn_in} + {num_steps}"
+        )
+    return SequenceRule(burn_in, int(num_steps), period, bool(pad))
+
+
+def eligible(position: np.ndarray, ring: StreamRing, ids: np.ndarray, rule: SequenceRule) -> np.ndarray:
+    """Whether each stored id is an eligible learning start of ``rule`` (``position``: the
+    episode index's positions by slot)."""
+    slots = ids % ring.capacity
+    ok = position[slots] % rule.period == 0
+    if rule.pad:
+        return ok
+    steps = rule.num_steps
+    last_step = ids // ring.batch_size + steps - 1
+    inside = position[(ids + (steps - 1) * ring.batch_size) % ring.capacity] >= steps - 1
+    return ok & (last_step < ring.steps) & inside
+
+
+def sequence_windows(
+    position: np.ndarray, ring: StreamRing, starts: np.ndarray, burn_in: int, num_steps: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ids, mask, learn)`` of the sequences with learning starts ``starts`` (stored ids,
+    any shape S): each ``S + [burn_in + num_steps]``; see the module for what is real."""
+    batch = ring.batch_size
+    step = starts // batch
+    here = position[starts % ring.capacity]
+    # the burn-in's real steps: back to the episode's first step or the oldest stored one
+    first = -np.minimum(np.minimum(here, step - ring.first_valid_step()), burn_in)
+    offsets = np.arange(-burn_in, num_steps, dtype=np.int64)
+    ahead = starts[..., None] + offsets[burn_in:] * batch
+    ahead_real = (ahead < ring.steps * batch) & (position[ahead % ring.capacity] == here[..., None] + offsets[burn_in:])
+    last = ahead_real.sum(axis=-1) - 1  # real learning steps are a run from the start
+    clipped = np.clip(offsets, first[..., None], last[..., None])
+    ids = starts[..., None] + clipped * batch
+    mask = clipped == offsets
+    return ids, mask, mask & (offsets >= 0)
+
+
+class StartList:
+    """The eligible starts of one ``(num_steps, period, pad)``, in id order: the starts an add
+    decides are appended (ids only grow), the overwritten ones dropped from the front.
+
+    A uniform draw picks an index into the live run: O(1) per draw however sparse the
+    starts are (a period as long as an episode keeps one start per episode).
+    """
+
+    def __init__(self, position: np.ndarray, ring: StreamRing, rule: SequenceRule):
+        self.position, self.ring, self.rule = position, ring, rule
+        stored = ring.stream_ids().T.ravel()  # id order
+        found = stored[eligible(position, ring, stored, rule)]
+        self._ids = np.empty(max(64, 2 * found.size), np.int64)
+        self._ids[: found.size] = found
+        self._front, self._stop = 0, found.size
+
+    def decided(self) -> None:
+        """After an add: append the starts its step decided (its own, or the start of the
+        window of ``num_steps`` ending at it when unpadded)."""
+        ring, rule = self.ring, self.rule
+        step = ring.steps - 1 if rule.pad else ring.steps - rule.num_steps
+        if step < ring.first_valid_step():
+            return
+        ids = step * ring.batch_size + np.arange(ring.batch_size, dtype=np.int64)
+        new = ids[eligible(self.position, ring, ids, rule)]
+        if self._stop + new.size > self._ids.size:  # full: drop the overwritten prefix, grow if need be
+            live = self.live()
+            grown = np.empty(max(64, 2 * (live.size + new.size)), np.int64)
+            grown[: live.size] = live
+            self._ids, self._front, self._stop = grown, 0, live.size
+        self._ids[self._stop : self._stop + new.size] = new
+        self._stop += new.size
+
+    def live(self) -> np.ndarray:
+        """The eligible starts now stored, in id order (a view)."""
+        oldest = self.ring.first_valid_step() * self.ring.batch_size
+        ids = self._ids[: self._stop]
+        if self._front < self._stop and ids[self._front] < oldest:
+            self._front += int(np.searchsorted(ids[self._front :], oldest))
+        return ids[self._front :]

@@ -1,0 +1,384 @@
+"""Sequences (``burn_in``, ``period``) against a brute-force reference model, on every buffer
+that keeps episodes: contents, ids, masks, learning starts and their probabilities."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from scipy import stats
+
+import replaybuf
+from replaybuf import ArraySpec
+from replaybuf.errors import ArgumentError, EmptyBufferError
+from replaybuf.samplers.sumtree import priority_mass
+
+SPEC = {
+    "t": ArraySpec((), np.int64),
+    "episode": ArraySpec((), np.int64),
+    "observation": ArraySpec((2, 1), np.uint8),
+    "done": ArraySpec((), np.bool_),
+}
+
+
+def _torch_cpu(**options):
+    pytest.importorskip("torch")
+    import replaybuf.torch
+
+    return replaybuf.torch.TorchUniformReplayBuffer(SPEC, device="cpu", **options)
+
+
+def _torch_cuda(**options):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    import replaybuf.torch
+
+    return replaybuf.torch.TorchUniformReplayBuffer(SPEC, device="cuda", **options)
+
+
+BUFFERS = {
+    "numpy": lambda **o: replaybuf.UniformReplayBuffer(SPEC, **o),
+    "prioritized": lambda **o: replaybuf.PrioritizedReplayBuffer(SPEC, alpha=0.7, **o),
+    "frames": lambda **o: replaybuf.FrameStackReplayBuffer(SPEC, stacked_fields=["observation"], **o),
+    "prioritized-frames": lambda **o: replaybuf.PrioritizedFrameStackReplayBuffer(
+        SPEC, stacked_fields=["observation"], alpha=0.7, **o
+    ),
+    "torch-cpu": _torch_cpu,
+    "torch-cuda": _torch_cuda,
+}
+PRIORITIZED = {"prioritized", "prioritized-frames"}
+
+
+def numpy_of(value):
+    return value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+
+
+class Model:
+    """What was added, by id; which ids are stored; each id's priority (new: the running max)."""
+
+    def __init__(self, batch: int, length: int, rng: np.random.Generator):
+        self.batch, self.length, self.rng = batch, length, rng
+        self.clear()
+
+    def clear(self):
+        self.items, self.episode_of, self.position = {}, {}, {}
+        self.steps, self.next_episode = 0, 0
+        self.current = [None] * self.batch
+        self.priority, self.max_priority = {}, 1.0
+
+    def add(self, end_probability: float) -> dict:
+        t, frames = self.steps, []
+        done = self.rng.random(self.batch) < end_probability
+        item = {"t": np.full(self.batch, t), "episode": np.zeros(self.batch, np.int64), "done": done}
+        for s in range(self.batch):
+            if self.current[s] is None:
+                self.current[s] = (self.next_episode, 0)
+                self.next_episode += 1
+            episode, position = self.current[s]
+            uid = t * self.batch + s
+            self.episode_of[uid], self.position[uid] = episode, position
+            item["episode"][s] = episode
+            frames.append([[(t * 7 + s) % 256], [(t * 7 + s + 1) % 256]])
+            self.current[s] = None if done[s] else (episode, position + 1)
+            self.priority[uid] = self.max_priority
+        item["observation"] = np.array(frames, np.uint8)
+        for s in range(self.batch):
+            self.items[t * self.batch + s] = {k: v[s] for k, v in item.items()}
+        self.steps += 1
+        return item
+
+    def stored(self, uid: int) -> bool:
+        return max(0, self.steps - self.length) * self.batch <= uid < self.steps * self.batch
+
+    def real(self, start: int, k: int) -> bool:
+        uid = start + k * self.batch
+        return self.stored(uid) and self.episode_of[uid] == self.episode_of[start]
+
+    def eligible(self, burn_in: int, steps: int, period: int, pad: bool) -> list[int]:
+        first = max(0, self.steps - self.length) * self.batch
+        return [
+            uid
+            for uid in range(first, self.steps * self.batch)
+            if self.position[uid] % period == 0 and (pad or all(self.real(uid, k) for k in range(steps)))
+        ]
+
+    def sequence(self, start: int, burn_in: int, steps: int) -> tuple[list[int], list[bool]]:
+        """The expected ids and mask: real steps, each padded one the nearest real step's id."""
+        offsets = range(-burn_in, steps)
+        real = [self.real(start, k) for k in offsets]
+        real_offsets = [k for k, r in zip(offsets, real, strict=True) if r]
+        ids = [start + min(max(k, real_offsets[0]), real_offsets[-1]) * self.batch for k in offsets]
+        return ids, real
+
+    def probabilities(self, starts: list[int], alpha: float | None) -> dict[int, float]:
+        if alpha is None:
+            return {uid: 1 / len(starts) for uid in starts}
+        mass = {uid: priority_mass(self.priority[uid], alpha, 1e-6) for uid in starts}
+        total = sum(mass.values())
+        return {uid: m / total for uid, m in mass.items()}
+
+
+def check_sample(model, items, info, burn_in, steps, period, pad, alpha):
+    """Every row is an eligible start's sequence, as the model builds it, with its probability."""
+    eligible = model.probabilities(model.eligible(burn_in, steps, period, pad), alpha)
+    ids, mask, learn = numpy_of(info.ids), numpy_of(info.mask), numpy_of(info.learn)
+    probabilities = numpy_of(info.probabilities)
+    assert ids.shape == mask.shape == learn.shape == (ids.shape[0], burn_in + steps)
+    for row in range(ids.shape[0]):
+        start = int(ids[row, burn_in])
+        assert start in eligible, (start, sorted(eligible))
+        assert probabilities[row] == pytest.approx(eligible[start], rel=1e-4)
+        expected_ids, expected_mask = model.sequence(start, burn_in, steps)
+        np.testing.assert_array_equal(ids[row], expected_ids)
+        np.testing.assert_array_equal(mask[row], expected_mask)
+        np.testing.assert_array_equal(learn[row], np.array(expected_mask) & (np.arange(-burn_in, steps) >= 0))
+        for key in SPEC:
+            np.testing.assert_array_equal(
+                numpy_of(items[key])[row], np.stack([model.items[uid][key] for uid in expected_ids]), err_msg=key
+            )
+    return eligible
+
+
+def filled(name, batch, length, adds, pad, seed, end_probability=0.2):
+    buffer = BUFFERS[name](
+        batch_size=batch,
+        max_length=length,
+        seed=seed,
+        respect_episodes=True,
+        episode_end_field="done",
+        pad_episode_ends=pad,
+    )
+    model = Model(batch, length, np.random.default_rng(seed))
+    for _ in range(adds):
+        buffer.add_batch(model.add(end_probability))
+    return buffer, model
+
+
+@pytest.mark.parametrize("name", BUFFERS)
+@pytest.mark.parametrize(
+    ("burn_in", "steps", "period", "pad"),
+    [(2, 3, 1, False), (2, 3, 1, True), (3, 2, 2, False), (1, 4, 3, True), (0, 1, 1, False), (4, 12, 12, True)],
+)
+def test_sequences_equal_the_reference_model(name, burn_in, steps, period, pad):
+    buffer, model = filled(name, batch=3, length=16, adds=40, pad=pad, seed=burn_in * 10 + steps)
+    alpha = 0.7 if name in PRIORITIZED else None
+    if alpha is not None:  # uneven priorities on a few stored items, mirrored in the model
+        ids = np.arange((model.steps - 10) * 3, model.steps * 3, 4)
+        new = np.linspace(0.5, 4.0, ids.size)
+        buffer.update_priorities(ids, new)
+        for uid, p in zip(ids.tolist(), new.tolist(), strict=True):
+            model.priority[uid] = p
+        model.max_priority = max(model.max_priority, float(new.max()))
+    for _ in range(3):
+        items, info = buffer.get_next(32, num_steps=steps, burn_in=burn_in, period=period)
+        eligible = check_sample(model, items, info, burn_in, steps, period, pad, alpha)
+    _, info = buffer.get_next(6000, num_steps=steps, burn_in=burn_in, period=period)
+    starts, counts = np.unique(numpy_of(info.ids)[:, burn_in], return_counts=True)
+    assert set(starts.tolist()) <= set(eligible)
+    observed = np.array([dict(zip(starts.tolist(), counts.tolist(), strict=True)).get(uid, 0) for uid in eligible])
+    expected = np.array(list(eligible.values())) * observed.sum()
+    assert stats.chisquare(observed, expected).pvalue > 1e-4
+
+
+@pytest.mark.parametrize("name", ["numpy", "prioritized", "torch-cpu"])
+def test_an_unbatched_sequence_and_time_unstacked(name):
+    buffer, model = filled(name, batch=2, length=20, adds=25, pad=True, seed=3)
+    items, info = buffer.get_next(num_steps=3, burn_in=2, period=2)
+    assert numpy_of(info.ids).shape == numpy_of(info.mask).shape == (5,)
+    expected_ids, expected_mask = model.sequence(int(numpy_of(info.ids)[2]), 2, 3)
+    np.testing.assert_array_equal(numpy_of(info.ids), expected_ids)
+    np.testing.assert_array_equal(numpy_of(items["t"]), [model.items[u]["t"] for u in expected_ids])
+    unstacked, _ = buffer.get_next(4, num_steps=3, burn_in=2, time_stacked=False)
+    assert len(unstacked) == 5 and numpy_of(unstacked[0]["t"]).shape == (4,)
+
+
+def test_an_episode_shorter_than_the_burn_in_is_sampled_from_its_first_step():
+    """Episodes of 3 steps, burn-in 8, 5 learning steps: every step of every episode is a start."""
+    buffer = replaybuf.UniformReplayBuffer(
+        SPEC,
+        batch_size=1,
+        max_length=30,
+        seed=0,
+        respect_episodes=True,
+        episode_end_field="done",
+        pad_episode_ends=True,
+    )
+    for t in range(30):
+        buffer.add_batch(
+            {"t": [t], "episode": [t // 3], "observation": np.zeros((1, 2, 1), np.uint8), "done": [t % 3 == 2]}
+        )
+    _, info = buffer.get_next(2000, num_steps=5, burn_in=8)
+    starts = info.ids[:, 8]
+    assert set(starts.tolist()) == set(range(30))
+    first_steps = info.ids[starts % 3 == 0]
+    assert not info.mask[starts % 3 == 0][:, :8].any() and (first_steps[:, :8] == first_steps[:, 8:9]).all()
+    assert (info.learn.sum(axis=1) == 3 - starts % 3).all()
+
+
+def test_whole_episodes_with_a_period_as_long_as_the_longest():
+    buffer, model = filled("numpy", batch=2, length=60, adds=60, pad=True, seed=5, end_probability=0.15)
+    _, info = buffer.get_next(500, num_steps=60, period=60)
+    starts = info.ids[:, 0]
+    assert all(model.position[uid] == 0 for uid in starts.tolist())
+    for row, uid in enumerate(starts.tolist()):
+        length = sum(1 for k in range(60) if model.real(uid, k))
+        assert info.learn[row].sum() == length
+
+
+@pytest.mark.parametrize("name", ["numpy", "prioritized"])
+def test_a_deterministic_pass_yields_every_eligible_sequence_once_in_order(name):
+    buffer, model = filled(name, batch=3, length=16, adds=30, pad=False, seed=9)
+    rows = [
+        (numpy_of(info.ids), numpy_of(info.mask), items)
+        for items, info in buffer.as_dataset(5, num_steps=3, burn_in=2, period=2, single_deterministic_pass=True)
+    ]
+    starts = np.concatenate([ids[:, 2] for ids, _, _ in rows])
+    expected = sorted(model.eligible(2, 3, 2, False), key=lambda uid: (uid % 3, uid))
+    np.testing.assert_array_equal(starts, expected)
+    for ids, mask, items in rows:
+        for row in range(ids.shape[0]):
+            expected_ids, expected_mask = model.sequence(int(ids[row, 2]), 2, 3)
+            np.testing.assert_array_equal(ids[row], expected_ids)
+            np.testing.assert_array_equal(mask[row], expected_mask)
+            np.testing.assert_array_equal(items["t"][row], [model.items[u]["t"] for u in expected_ids])
+
+
+def test_random_dataset_takes_the_sequence_keywords():
+    buffer, model = filled("numpy", batch=2, length=20, adds=25, pad=True, seed=4)
+    items, info = next(iter(buffer.as_dataset(8, num_steps=3, burn_in=2, period=3)))
+    check_sample(model, items, info, 2, 3, 3, True, None)
+
+
+def test_sequence_priorities_are_updated_through_the_learning_starts():
+    buffer, model = filled("prioritized", batch=2, length=20, adds=25, pad=False, seed=6)
+    _, info = buffer.get_next(16, num_steps=3, burn_in=2, period=2)
+    starts = np.unique(info.ids[:, 2])
+    buffer.update_priorities(starts, np.full(starts.size, 50.0))
+    for uid in starts.tolist():
+        model.priority[uid] = 50.0
+    model.max_priority = 50.0
+    items, info = buffer.get_next(64, num_steps=3, burn_in=2, period=2)
+    check_sample(model, items, info, 2, 3, 2, False, 0.7)
+
+
+def test_torch_sequences_equal_numpy_ones_for_the_same_seed():
+    numpy_buffer, _ = filled("numpy", batch=2, length=20, adds=30, pad=True, seed=11)
+    torch_buffer, _ = filled("torch-cpu", batch=2, length=20, adds=30, pad=True, seed=11)
+    for _ in range(3):
+        a, a_info = numpy_buffer.get_next(16, num_steps=4, burn_in=3, period=2)
+        b, b_info = torch_buffer.get_next(16, num_steps=4, burn_in=3, period=2)
+        np.testing.assert_array_equal(a_info.ids, numpy_of(b_info.ids))
+        np.testing.assert_array_equal(a_info.learn, numpy_of(b_info.learn))
+        np.testing.assert_array_equal(a["observation"], numpy_of(b["observation"]))
+
+
+@pytest.mark.parametrize(
+    ("options", "keywords", "message"),
+    [
+        ({}, {"burn_in": -1}, "burn_in: expected an int >= 0, got -1"),
+        ({}, {"burn_in": 1.5}, "burn_in: expected an int >= 0, got 1.5"),
+        ({}, {"period": 0}, "period: expected an int >= 1"),
+        ({}, {"period": True}, "period: expected an int >= 1"),
+        ({}, {"num_steps": None, "burn_in": 2}, "num_steps: expected the sequence's learning length"),
+        ({}, {"num_steps": 15, "burn_in": 6}, r"burn_in \+ num_steps: expected at most max_length=20"),
+        ({"respect_episodes": False, "episode_end_field": None}, {"burn_in": 2}, "respect_episodes=True"),
+    ],
+)
+def test_bad_sequence_arguments_are_refused_and_change_nothing(options, keywords, message):
+    buffer = replaybuf.UniformReplayBuffer(
+        SPEC, batch_size=2, max_length=20, seed=0, **{"respect_episodes": True, "episode_end_field": "done", **options}
+    )
+    model = Model(2, 20, np.random.default_rng(0))
+    for _ in range(10):
+        buffer.add_batch(model.add(0.2))
+    before = buffer.state_dict()["rng"]
+    with pytest.raises(ArgumentError, match=message):
+        buffer.get_next(4, **{"num_steps": 3, **keywords})
+    assert buffer.state_dict()["rng"] == before
+    with pytest.raises(ArgumentError, match=message):
+        buffer.as_dataset(4, **{"num_steps": 3, **keywords})
+
+
+def test_no_eligible_start_is_an_empty_buffer_error():
+    buffer = replaybuf.UniformReplayBuffer(
+        SPEC, batch_size=1, max_length=20, respect_episodes=True, episode_end_field="done"
+    )
+    with pytest.raises(EmptyBufferError, match="is empty"):
+        buffer.get_next(2, num_steps=2, burn_in=1)
+    for t in range(6):  # episodes of 2 steps: no start of 3 real learning steps, unpadded
+        buffer.add_batch(
+            {"t": [t], "episode": [t // 2], "observation": np.zeros((1, 2, 1), np.uint8), "done": [t % 2 == 1]}
+        )
+    with pytest.raises(EmptyBufferError, match="num_steps=3"):
+        buffer.get_next(2, num_steps=3, burn_in=1, period=2)
+
+
+class SequenceMachine(RuleBasedStateMachine):
+    """Adds, wraps, clears, checkpoint round trips and sequence samples against the model."""
+
+    def __init__(self):
+        super().__init__()
+        self.name = "prioritized"
+        self.buffer = self._new(0)
+        self.model = Model(2, 12, np.random.default_rng(0))
+
+    def _new(self, seed):
+        return replaybuf.PrioritizedReplayBuffer(
+            SPEC,
+            batch_size=2,
+            max_length=12,
+            seed=seed,
+            alpha=0.7,
+            respect_episodes=True,
+            episode_end_field="done",
+            pad_episode_ends=self.pad if hasattr(self, "pad") else False,
+        )
+
+    @rule(count=st.integers(1, 8), end=st.sampled_from([0.0, 0.3, 0.8]))
+    def add(self, count, end):
+        for _ in range(count):
+            self.buffer.add_batch(self.model.add(end))
+
+    @rule()
+    def clear(self):
+        self.buffer.clear()
+        self.model.clear()
+
+    @rule(seed=st.integers(0, 5))
+    def reload(self, seed):
+        again = self._new(seed)
+        again.load_state_dict(self.buffer.state_dict())
+        self.buffer = again
+
+    @precondition(lambda self: self.model.steps > 0)
+    @rule(burn_in=st.integers(0, 4), steps=st.integers(1, 6), period=st.integers(1, 5))
+    def sample(self, burn_in, steps, period):
+        if not self.model.eligible(burn_in, steps, period, False):
+            with pytest.raises(EmptyBufferError):
+                self.buffer.get_next(8, num_steps=steps, burn_in=burn_in, period=period)
+            return
+        items, info = self.buffer.get_next(8, num_steps=steps, burn_in=burn_in, period=period)
+        check_sample(self.model, items, info, burn_in, steps, period, False, 0.7)
+
+    @precondition(lambda self: self.model.steps > 0)
+    @rule(data=st.data())
+    def update(self, data):
+        first = max(0, self.model.steps - 12) * 2
+        uid = data.draw(st.integers(first, self.model.steps * 2 - 1))
+        value = data.draw(st.floats(0.1, 10))
+        self.buffer.update_priorities(np.array([uid]), np.array([value]))
+        self.model.priority[uid] = value
+        self.model.max_priority = max(self.model.max_priority, value)
+
+    @invariant()
+    def frames(self):
+        assert self.buffer.num_frames() == min(self.model.steps, 12) * 2
+
+
+TestSequenceMachine = SequenceMachine.TestCase
+TestSequenceMachine.settings = settings(
+    max_examples=25, stateful_step_count=20, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
