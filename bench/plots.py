@@ -142,6 +142,11 @@ def _caption(drawn: list[tuple[Suite, dict]]) -> str:
     return textwrap.fill(text, 150)
 
 
+def _times(ratio: float) -> str:
+    """``ratio`` as "3.16x", "0.0073x" or "2,292x"."""
+    return f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
+
+
 def _draw(title: str, groups: list[Group], caption: str, stem: Path) -> list[Path]:
     """Horizontal bars from 1x on a log axis, one heading row per group; ``stem``.png and .svg."""
     labels, rows = [], []
@@ -167,7 +172,7 @@ def _draw(title: str, groups: list[Group], caption: str, stem: Path) -> list[Pat
             ax.text(
                 bar.ratio * (1.04 if above else 1 / 1.04),
                 y,
-                f"{bar.ratio:.2f}x" if bar.ratio < 100 else f"{bar.ratio:,.0f}x",
+                _times(bar.ratio),
                 va="center",
                 ha="left" if above else "right",
                 fontsize=8,
@@ -186,7 +191,7 @@ def _draw(title: str, groups: list[Group], caption: str, stem: Path) -> list[Pat
     ax.set_xlabel("replaybuf's ratio (log scale; above 1x: replaybuf better; black tick: the goal)")
     kinds = [kind for kind in COLOURS if any(bar and bar.kind == kind for bar in rows)]
     handles = [Patch(color=COLOURS[kind], label=LEGEND[kind]) for kind in kinds]
-    ax.legend(handles=handles, loc="lower right", fontsize=8)
+    ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=len(handles), fontsize=8)
     height = fig.get_figheight()
     fig.text(0.01, 0.1 / height, caption, fontsize=7, va="bottom", ha="left")
     fig.subplots_adjust(left=0.38, right=0.97, top=1 - 0.4 / height, bottom=(0.13 * lines + 0.75) / height)
