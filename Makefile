@@ -99,7 +99,8 @@ demo: $(STAMP)
 	$(VENV)/bin/replaybuf demo
 
 # make bench: every suite at full size (python -m bench SUITE ... runs some; bench/README.md);
-# writes bench/results/SUITE.json, then docs/benchmarks.md and the README's table from them.
+# writes bench/results/SUITE.json, then docs/benchmarks.md, its plots (docs/plots/) and the README's
+# table and plot from them.
 bench: $(STAMP)
 	$(PY) -m bench
 

@@ -42,7 +42,7 @@ class Workload:
     goal_vs: str = ""
     goal_ratio: float = 0.0
     higher_is_better: bool = True
-    readme: str = ""  # the README table's wording of this row ("" for none)
+    readme: str = ""  # its wording in the README's table and plot ("": the suite's name and the title)
 
 
 @dataclasses.dataclass(frozen=True)

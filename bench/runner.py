@@ -5,8 +5,8 @@ the main one, or a peer's under bench/.venvs/, built on first use (bench/venvs.p
 that cannot be built, crashes or times out becomes missing figures with the reason; the
 rest go on. Each run merges its records into bench/results/SUITE.json (a workload measured
 again replaces that workload's figures, all libraries at once, so that the ratios of a
-workload always come from one run), then bench/report.py regenerates docs/benchmarks.md and
-the README's table from the results of every suite.
+workload always come from one run), then bench/report.py regenerates docs/benchmarks.md, its
+plots and the README's table and plot from the results of every suite.
 """
 
 from __future__ import annotations
