@@ -236,7 +236,7 @@ def test_compute_reward_returning_the_wrong_count_is_an_error():
 
 
 def test_goals_reach_a_sampled_leaf_that_no_view_can_reshape():
-    from replaybuf.hindsight import _rows
+    from replaybuf.hindsight.relabeller import _rows
 
     leaves = [np.asfortranarray(np.zeros((4, 2, 3), np.float32))]  # [n, *goal_shape] with no [n, 1, 6] view
     _rows(leaves, 0, (4, 1, 6))[[1, 3]] = np.arange(6, dtype=np.float32).reshape(1, 1, 6)

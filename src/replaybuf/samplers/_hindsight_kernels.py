@@ -6,7 +6,7 @@ NumPy version (``EpisodeEnds.pick``), then the goals read from the stored achiev
 Both reads are random (an episode end per element, a goal per relabelled one) and miss in
 cache in a large buffer: each loop prefetches the element ``AHEAD`` places on, so that the
 misses overlap instead of queueing (0.93-0.94x a relabelled sample's time, analysis 86).
-``sample_records`` is a whole relabelled sample of single records (``hindsight_records``): the
+``sample_records`` is a whole relabelled sample of single records (``hindsight.records``): the
 draws, then one pass that copies each record and writes its goal, both prefetched. Slots come
 from ids by a subtraction (``_slot``) and copies index with unsigned ints, which spares a 64-bit
 division per id and the negative-index checks. Compiled on first use and cached on disk

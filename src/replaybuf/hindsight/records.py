@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybuf.hindsight import Drawn
+from replaybuf.hindsight.relabeller import Drawn
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.bounded import SPAN_LIMIT, pointers, raw_pointer
 from replaybuf.samplers.hindsight import kernels
