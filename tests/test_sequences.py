@@ -382,3 +382,22 @@ TestSequenceMachine = SequenceMachine.TestCase
 TestSequenceMachine.settings = settings(
     max_examples=25, stateful_step_count=20, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+
+
+def test_sequences_with_hindsight_relabelling_are_refused():
+    goal_spec = {
+        "goal": ArraySpec((1,), np.float32),
+        "achieved": ArraySpec((1,), np.float32),
+        "reward": ArraySpec((), np.float32),
+        "done": ArraySpec((), np.bool_),
+    }
+    her = replaybuf.HindsightRelabel(
+        goal_field="goal", achieved_field="achieved", compute_reward=lambda a, d, _: (a == d).all(-1)
+    )
+    buffer = replaybuf.UniformReplayBuffer(
+        goal_spec, max_length=10, respect_episodes=True, episode_end_field="done", her=her
+    )
+    for _ in range(4):
+        buffer.add_batch({k: np.zeros((1, *v.shape), v.dtype) for k, v in goal_spec.items()})
+    with pytest.raises(ArgumentError, match="burn_in/period: expected a buffer without her="):
+        buffer.get_next(2, num_steps=2, burn_in=1)
