@@ -228,7 +228,7 @@ def test_whole_episodes_with_a_period_as_long_as_the_longest():
         assert info.learn[row].sum() == length
 
 
-@pytest.mark.parametrize("name", ["numpy", "prioritized"])
+@pytest.mark.parametrize("name", ["numpy", "prioritized", "torch-cpu"])
 def test_a_deterministic_pass_yields_every_eligible_sequence_once_in_order(name):
     buffer, model = filled(name, batch=3, length=16, adds=30, pad=False, seed=9)
     rows = [
@@ -243,11 +243,12 @@ def test_a_deterministic_pass_yields_every_eligible_sequence_once_in_order(name)
             expected_ids, expected_mask = model.sequence(int(ids[row, 2]), 2, 3)
             np.testing.assert_array_equal(ids[row], expected_ids)
             np.testing.assert_array_equal(mask[row], expected_mask)
-            np.testing.assert_array_equal(items["t"][row], [model.items[u]["t"] for u in expected_ids])
+            np.testing.assert_array_equal(numpy_of(items["t"])[row], [model.items[u]["t"] for u in expected_ids])
 
 
-def test_random_dataset_takes_the_sequence_keywords():
-    buffer, model = filled("numpy", batch=2, length=20, adds=25, pad=True, seed=4)
+@pytest.mark.parametrize("name", ["numpy", "torch-cpu"])
+def test_random_dataset_takes_the_sequence_keywords(name):
+    buffer, model = filled(name, batch=2, length=20, adds=25, pad=True, seed=4)
     items, info = next(iter(buffer.as_dataset(8, num_steps=3, burn_in=2, period=3)))
     check_sample(model, items, info, 2, 3, 3, True, None)
 

@@ -178,6 +178,9 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         num_steps: int | None = None,
         num_parallel_calls: int | None = None,
         single_deterministic_pass: bool = False,
+        *,
+        burn_in: int | None = None,
+        period: int | None = None,
     ) -> TorchDataset:
         """As ``StreamBuffer.as_dataset``, as a ``torch.utils.data.IterableDataset``.
 
@@ -190,7 +193,9 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
                 f"num_parallel_calls: expected None with capture=True (each captured sample overwrites the one "
                 f"before it, so none can be sampled ahead), got {num_parallel_calls!r}"
             )
-        return super().as_dataset(sample_batch_size, num_steps, num_parallel_calls, single_deterministic_pass)
+        return super().as_dataset(
+            sample_batch_size, num_steps, num_parallel_calls, single_deterministic_pass, burn_in=burn_in, period=period
+        )
 
     # -- internals ---------------------------------------------------------------------------
     def _host_rng(self) -> np.random.Generator | None:
