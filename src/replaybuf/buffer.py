@@ -44,6 +44,7 @@ class SampleInfo(BufferInfo):
     - ``mask``: with ``pad_episode_ends=True``, bool ``[B, T]`` (or ``[T]``): True where the
       step is real, False where it pads past the episode's end. Sequences (``burn_in`` /
       ``period``): ``[B, burn_in + T]``, False also where the burn-in pads before the episode.
+    - ``epoch``: with ``replacement=False``, the number of the epoch the sample was drawn from (int).
     - ``learn``: sequences only, bool like ``mask``: True for the real steps of the learning part.
     - ``relabelled``: with ``her=``, bool ``[B]`` (or ``[]``): True where the element's goal and
       reward were relabelled (``replaybuf.HindsightRelabel``).
@@ -55,6 +56,7 @@ class SampleInfo(BufferInfo):
     mask: Any
     learn: Any
     relabelled: Any
+    epoch: Any
 
     def __new__(
         cls,
@@ -64,11 +66,13 @@ class SampleInfo(BufferInfo):
         mask: Any = None,
         relabelled: Any = None,
         learn: Any = None,
+        epoch: Any = None,
     ):
         info = super().__new__(cls, ids, probabilities)
         info.weights = weights
         info.mask = mask
         info.learn = learn
+        info.epoch = epoch
         info.relabelled = relabelled
         return info
 

@@ -59,7 +59,8 @@ class FrameStackReplayBuffer(StreamBuffer):
 
     Args:
         data_spec, batch_size, max_length, seed, respect_episodes, pad_episode_ends,
-            episode_end_field, dataset_drop_remainder, dataset_window_shift: as for
+            episode_end_field, dataset_drop_remainder, dataset_window_shift, replacement,
+            max_times_sampled, sampler, max_staleness, version_field, drop_remainder: as for
             UniformReplayBuffer.
         stacked_fields: field paths of the stacked observations (default: ``observation``
             and ``next_observation``, those present). Their frames must share shape and dtype.
@@ -96,13 +97,27 @@ class FrameStackReplayBuffer(StreamBuffer):
         respect_episodes: bool = False,
         pad_episode_ends: bool = False,
         episode_end_field: str | None = None,
+        replacement: bool = True,
+        max_times_sampled: int | None = None,
+        sampler: str | None = None,
+        max_staleness: int | None = None,
+        version_field: str = "policy_version",
+        drop_remainder: bool = False,
     ):
+        rules = {
+            "replacement": replacement,
+            "max_times_sampled": max_times_sampled,
+            "sampler": sampler,
+            "max_staleness": max_staleness,
+            "version_field": version_field,
+            "drop_remainder": drop_remainder,
+        }
         super().__init__(
             data_spec,
             batch_size,
             max_length,
             storage=frame_storage(stacked_fields, stack_axis, storage, path, compression, compression_level),
-            sampler=uniform_sampler(respect_episodes, pad_episode_ends, episode_end_field),
+            sampler=uniform_sampler(respect_episodes, pad_episode_ends, episode_end_field, **rules),
             seed=seed,
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,7 @@ from replaybuf.dataset import (
     check_sample_arguments,
     plan_deterministic_pass,
 )
-from replaybuf.errors import ArgumentError, CheckpointError
+from replaybuf.errors import ArgumentError, BufferClosedError, CheckpointError, EmptyBufferError, RateLimiterTimeout
 from replaybuf.hindsight import Relabeller
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.front import Checkpoints
@@ -91,6 +92,8 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         self._flat = FlatSpec(data_spec)
         check_capacity(self._flat, batch_size, max_length, "capacity" if single_stream else "max_length")
         self._lock = threading.RLock()
+        self._added = threading.Condition(self._lock)  # a sample waiting for eligible items (samplers.rules)
+        self._waiters = 0
         self._drop_remainder = bool(dataset_drop_remainder)
         self._window_shift = dataset_window_shift
         self._single_stream = single_stream
@@ -100,6 +103,7 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         self._relabel = None if relabel is None else relabel(self._flat, self._ring, self._sampler)
         self._validate: Callable[[Any, int | None], list] = self._flat.flatten_batch
         self._rng: Any = np.random.default_rng(seed)
+        self._policy_version = 0
         if self._ring.steps:  # a reopened storage (memmap folder): derive the sampler's state
             self.reindex()
 
@@ -174,6 +178,8 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
                 self._sampler.added(ring, arrays)
                 if self._relabel is not None:
                     self._relabel.added()
+                if self._waiters:
+                    self._added.notify_all()
                 evicted = ring.batch_size if ring.steps > ring.max_length else 0
         if self._limiter is not None and evicted:
             self._limiter.delete(evicted)
@@ -231,7 +237,8 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
                     ids, probabilities, leaves, drawn = whole
                     extras = {}
                 else:
-                    ids, probabilities, extras = self._sampler.draw(self._rng, self._ring, sample_batch_size, num_steps)
+                    draw = self._sampler.draw
+                    ids, probabilities, extras = self._drawn(draw, sample_batch_size, num_steps)
             except BaseException:
                 if self._limiter is not None:  # nothing was sampled: uncount the grant
                     self._limiter.undo_sample(sample_batch_size or 1)
@@ -243,6 +250,30 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         if self._relabel is not None:
             extras = {**extras, "relabelled": self._relabel.apply(leaves, drawn)}
         return self._finish_sample(leaves, ids, probabilities, extras, sample_batch_size, num_steps, time_stacked)
+
+    def _drawn(self, draw: Callable, sample_batch_size: int | None, shape: Any) -> tuple[Any, Any, dict]:
+        """``draw(rng, ring, sample_batch_size, shape)`` under the lock. With sample-count rules
+        and a rate limiter, a draw that finds too few eligible items waits for adds (up to
+        ``rate_limiter_timeout``: ``RateLimiterTimeout``) instead of raising EmptyBufferError."""
+        if self._limiter is None or not hasattr(self._sampler, "live"):
+            return draw(self._rng, self._ring, sample_batch_size, shape)
+        deadline = None if self._limiter_timeout is None else time.monotonic() + self._limiter_timeout
+        while True:
+            try:
+                return draw(self._rng, self._ring, sample_batch_size, shape)
+            except EmptyBufferError as err:
+                left = None if deadline is None else deadline - time.monotonic()
+                if self._limiter.closed:
+                    raise BufferClosedError("the buffer was closed while a sample waited for eligible items") from err
+                if left is not None and left <= 0:
+                    raise RateLimiterTimeout(
+                        f"get_next waited {self._limiter_timeout} s for eligible items (rate_limiter_timeout): {err}"
+                    ) from err
+                self._waiters += 1
+                try:
+                    self._added.wait(left)
+                finally:
+                    self._waiters -= 1
 
     def _sequence_rule(self, burn_in: Any, period: Any, sample_batch_size: Any, num_steps: Any) -> SequenceRule:
         """The checked ``SequenceRule`` of a sequence sample (ArgumentError: see ``get_next``)."""
@@ -392,9 +423,34 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         later rate-limited calls raise it too. Without a rate limiter there is nothing to close."""
         if self._limiter is not None:
             self._limiter.close()
+            with self._lock:
+                self._added.notify_all()
 
     def num_frames(self) -> int:
         return self._ring.num_valid_steps() * self._ring.batch_size
+
+    def num_eligible(self) -> int:
+        """Stored items a sample may still draw: ``num_frames()`` less the items consumed
+        (``max_times_sampled``) or stale (``max_staleness``); docs/sample_rules.md."""
+        with self._lock:
+            counter = getattr(self._sampler, "num_eligible", None)
+            return self.num_frames() if counter is None else counter()
+
+    @property
+    def policy_version(self) -> int:
+        """The learner's policy version: with ``max_staleness=V``, items whose version field is
+        older than ``policy_version - V`` are not drawn. Set it after each policy update."""
+        return self._policy_version
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        if isinstance(version, (bool, np.bool_)) or not isinstance(version, (int, np.integer)):
+            raise ArgumentError(f"policy_version: expected an int, got {version!r:.80}")
+        with self._lock:
+            self._policy_version = int(version)
+            setter = getattr(self._sampler, "set_policy_version", None)
+            if setter is not None:
+                setter(self._policy_version)
 
     def read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
         """The items stored under ``ids`` (logical ids, NumPy int64; stored ones only) and

@@ -12,6 +12,7 @@ from replaybuf.hindsight import HindsightRelabel, relabel_part
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.samplers import EpisodeIndex, EpisodeSampler, UniformSampler, episode_markers
+from replaybuf.samplers.rules import RuledSampler, check_sample_rules
 from replaybuf.storages import open_storage
 
 __all__ = ["PyUniformReplayBuffer", "UniformReplayBuffer", "episode_index", "uniform_sampler"]
@@ -34,13 +35,21 @@ def episode_index(
 
 
 def uniform_sampler(
-    respect_episodes: bool, pad_episode_ends: bool, episode_end_field: str | None
-) -> Callable[[FlatSpec, StreamRing], UniformSampler | EpisodeSampler]:
-    """The sampler part of the uniform presets: episode-aware when asked."""
+    respect_episodes: bool, pad_episode_ends: bool, episode_end_field: str | None, **rules: Any
+) -> Callable[[FlatSpec, StreamRing], Any]:
+    """The sampler part of the uniform presets: episode-aware when asked, under the sample-count
+    ``rules`` (``replacement``, ``max_times_sampled``, ``sampler``, ``max_staleness``,
+    ``version_field``, ``drop_remainder``: replaybuf.samplers.rules) when any is set.
 
-    def build(flat: FlatSpec, ring: StreamRing) -> UniformSampler | EpisodeSampler:
+    Raises:
+        ArgumentError: see ``episode_index`` and ``check_sample_rules``.
+    """
+
+    def build(flat: FlatSpec, ring: StreamRing) -> Any:
+        checked = check_sample_rules(flat, **rules)
         index = episode_index(flat, ring, respect_episodes, pad_episode_ends, episode_end_field)
-        return UniformSampler() if index is None else EpisodeSampler(index, pad=bool(pad_episode_ends))
+        base = UniformSampler() if index is None else EpisodeSampler(index, pad=bool(pad_episode_ends))
+        return RuledSampler(base, checked, ring) if checked.active else base
 
     return build
 
@@ -80,6 +89,13 @@ class UniformReplayBuffer(StreamBuffer):
             and samples wait for, and how long (``StreamBuffer``; docs/many_writers.md).
         her: a ``replaybuf.HindsightRelabel``: samples relabel goals with achieved ones
             (hindsight experience replay; needs ``respect_episodes``; docs/her.md).
+        replacement, drop_remainder: ``replacement=False``: shuffled epochs, each eligible item
+            (or window / sequence start) drawn once per epoch (``info.epoch``); ``drop_remainder``
+            drops an epoch's last, short batch (docs/sample_rules.md).
+        max_times_sampled: an item drawn this many times is consumed (1: a queue).
+        sampler: None (uniform) or ``"fifo"``: the oldest eligible items first.
+        max_staleness, version_field: items whose ``version_field`` (a scalar integer field) is
+            older than ``buffer.policy_version - max_staleness`` are not drawn.
 
     Raises:
         ArgumentError: a non-positive size; ``pad_episode_ends`` or ``episode_end_field``
@@ -106,13 +122,27 @@ class UniformReplayBuffer(StreamBuffer):
         pad_episode_ends: bool = False,
         episode_end_field: str | None = None,
         her: HindsightRelabel | None = None,
+        replacement: bool = True,
+        max_times_sampled: int | None = None,
+        sampler: str | None = None,
+        max_staleness: int | None = None,
+        version_field: str = "policy_version",
+        drop_remainder: bool = False,
     ):
+        rules = {
+            "replacement": replacement,
+            "max_times_sampled": max_times_sampled,
+            "sampler": sampler,
+            "max_staleness": max_staleness,
+            "version_field": version_field,
+            "drop_remainder": drop_remainder,
+        }
         super().__init__(
             data_spec,
             batch_size,
             max_length,
             storage=lambda flat, ring: open_storage(storage, path, flat, ring),
-            sampler=uniform_sampler(respect_episodes, pad_episode_ends, episode_end_field),
+            sampler=uniform_sampler(respect_episodes, pad_episode_ends, episode_end_field, **rules),
             seed=seed,
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,

@@ -1,0 +1,346 @@
+"""Sample-count rules over any uniform sampler: epochs, consumption, staleness (docs/sample_rules.md).
+
+- ``replacement=False``: shuffled epochs. The starts eligible when an epoch begins are drawn
+  in a random order, each once; starts added during the epoch join the next one, starts that
+  stop being eligible (overwritten, consumed, stale) are skipped. ``drop_remainder`` drops an
+  epoch's last, short batch.
+- ``max_times_sampled=K``: a start drawn K times is consumed (no longer drawn); the starts
+  of one batch are distinct. ``fifo=True`` draws the oldest eligible starts first (Reverb's
+  queue table; with K=1 a queue).
+- ``max_staleness=V``: a start whose ``version_field`` is older than
+  ``policy_version - V`` is not drawn.
+
+The unit is the sample's start: an item, a window's first item, a sequence's learning start.
+The live starts (stored, not consumed, not stale) are a ``LiveSet``; the wrapped sampler
+(``UniformSampler`` or ``EpisodeSampler``) decides which of them fit the sample's shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError
+from replaybuf.nest import FlatSpec
+from replaybuf.refusals import empty
+from replaybuf.ring import StreamRing
+from replaybuf.samplers.episodes import _leaf_index, pad_windows
+from replaybuf.samplers.live_set import LiveSet
+from replaybuf.samplers.sequences import SequenceRule, eligible
+from replaybuf.samplers.uniform import filled_probabilities
+
+__all__ = ["RuledSampler", "SampleRules", "check_sample_rules"]
+
+
+class SampleRules:
+    """The checked rules of one buffer (see the module); ``active`` when any is set."""
+
+    def __init__(
+        self,
+        replacement: bool,
+        max_times_sampled: int | None,
+        fifo: bool,
+        max_staleness: int | None,
+        version: int | None,
+        drop_remainder: bool,
+    ):
+        self.replacement, self.max_times_sampled, self.fifo = replacement, max_times_sampled, fifo
+        self.max_staleness, self.version, self.drop_remainder = max_staleness, version, drop_remainder
+
+    @property
+    def active(self) -> bool:
+        return not self.replacement or self.max_times_sampled is not None or self.fifo or self.max_staleness is not None
+
+
+def _int_at_least(name: str, value: Any, low: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ArgumentError(f"{name}: expected an int >= {low} or None, got {value!r:.80}")
+    return int(value)
+
+
+def check_sample_rules(
+    flat: FlatSpec,
+    replacement: Any = True,
+    max_times_sampled: Any = None,
+    sampler: Any = None,
+    max_staleness: Any = None,
+    version_field: Any = "policy_version",
+    drop_remainder: Any = False,
+) -> SampleRules:
+    """The ``SampleRules`` of a buffer's constructor keywords.
+
+    Raises:
+        ArgumentError: ``replacement`` or ``drop_remainder`` not a bool, ``max_times_sampled``
+            not an int >= 1, ``max_staleness`` not an int >= 0, ``sampler`` other than None or
+            ``"fifo"`` (or ``"fifo"`` with ``replacement=False``), ``drop_remainder`` without
+            ``replacement=False``, or ``max_staleness`` with a ``version_field`` that names no
+            scalar integer field of the data_spec.
+    """
+    for name, value in (("replacement", replacement), ("drop_remainder", drop_remainder)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise ArgumentError(f"{name}: expected True or False, got {value!r:.80}")
+    times = _int_at_least("max_times_sampled", max_times_sampled, 1)
+    staleness = _int_at_least("max_staleness", max_staleness, 0)
+    if sampler not in (None, "fifo"):
+        raise ArgumentError(f"sampler: expected None (uniform) or 'fifo' (oldest first), got {sampler!r:.80}")
+    if sampler == "fifo" and not replacement:
+        raise ArgumentError("sampler: expected None with replacement=False (an epoch is shuffled), got 'fifo'")
+    if drop_remainder and replacement:
+        raise ArgumentError(
+            "drop_remainder: only used with replacement=False (it drops an epoch's last batch), got True"
+        )
+    version = None
+    if staleness is not None:
+        version = _leaf_index(flat, version_field) if isinstance(version_field, str) else None
+        leaf = None if version is None else flat.leaves[version]
+        if leaf is None or leaf.shape != () or np.dtype(leaf.dtype).kind not in "iu":
+            raise ArgumentError(
+                f"version_field: expected the path of a scalar integer field of the data_spec (one of {flat.paths}) "
+                f"with max_staleness, got {version_field!r:.80}"
+            )
+    return SampleRules(bool(replacement), times, sampler == "fifo", staleness, version, bool(drop_remainder))
+
+
+class RuledSampler:
+    """A uniform sampler (``base``) whose draws follow ``rules``; the Sampler protocol."""
+
+    def __init__(self, base: Any, rules: SampleRules, ring: StreamRing):
+        self.base, self.rules, self.ring = base, rules, ring
+        self.live = LiveSet(ring.capacity)
+        self.times = np.zeros(ring.capacity, np.int64)
+        self.versions = np.zeros(ring.capacity, np.int64)
+        self.policy_version = 0
+        self._clear_epoch()
+
+    @property
+    def episodes(self) -> Any:
+        return getattr(self.base, "episodes", None)
+
+    @property
+    def pad(self) -> bool:
+        return getattr(self.base, "pad", False)
+
+    def _clear_epoch(self) -> None:
+        self.epoch, self.order, self.cursor = 0, np.zeros(0, np.int64), 0
+
+    # -- draws ----------------------------------------------------------------------------------
+    def draw(
+        self, rng: np.random.Generator, ring: StreamRing, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[np.ndarray, np.ndarray, dict]:
+        starts, probabilities, epoch = self._starts(rng, ring, sample_batch_size, num_steps)
+        ids = ring.window_ids(starts, num_steps)
+        extras: dict = {"epoch": epoch}
+        if num_steps is not None and self.pad:
+            ids, extras["mask"] = pad_windows(self.episodes, ids)
+        return ids, probabilities, extras
+
+    def draw_sequences(
+        self, rng: np.random.Generator, ring: StreamRing, sample_batch_size: int | None, rule: SequenceRule
+    ) -> tuple[np.ndarray, np.ndarray, dict]:
+        starts, probabilities, epoch = self._starts(rng, ring, sample_batch_size, rule)
+        ids, extras = self.episodes.sequences(starts, rule)
+        return ids, probabilities, {**extras, "epoch": epoch}
+
+    def _fits(self, ring: StreamRing, ids: np.ndarray, shape: int | SequenceRule | None) -> np.ndarray:
+        """Which live starts fit a sample of ``shape`` (num_steps, or a sequence rule) now."""
+        if isinstance(shape, SequenceRule):
+            return eligible(self.episodes.position, ring, ids, shape)
+        steps = shape or 1
+        fits = ids < (ring.steps - steps + 1) * ring.batch_size
+        if steps > 1 and self.episodes is not None and not self.pad:
+            fits &= self.episodes.inside(ids, steps)
+        return fits
+
+    def _starts(
+        self, rng: np.random.Generator, ring: StreamRing, size: int | None, shape: int | SequenceRule | None
+    ) -> tuple[np.ndarray, np.ndarray, Any]:
+        if ring.steps == 0:
+            raise empty(ring.name)
+        wanted = 1 if size is None else size
+        if self.rules.replacement:
+            starts, count, epoch = *self._live_starts(rng, ring, wanted, shape), None
+        else:
+            starts, count, epoch = self._epoch_starts(rng, ring, wanted, shape)
+        if self.rules.max_times_sampled is not None:
+            self._sampled(starts)
+        probabilities = filled_probabilities(1.0 / count, None if size is None else starts.shape[0])
+        if size is None:
+            return starts[0], probabilities, epoch
+        return starts, probabilities, epoch
+
+    def _live_starts(
+        self, rng: np.random.Generator, ring: StreamRing, wanted: int, shape: Any
+    ) -> tuple[np.ndarray, int]:
+        """``(starts, count)``: ``wanted`` starts among the ``count`` live ones that fit."""
+        live = self.live.ids()
+        fitting = live if shape is None or shape == 1 else live[self._fits(ring, live, shape)]
+        count = fitting.shape[0]
+        distinct = self.rules.max_times_sampled is not None or self.rules.fifo
+        if count == 0 or (distinct and count < wanted):
+            raise EmptyBufferError(
+                f"sample_batch_size={wanted}: only {count} eligible items (not yet consumed"
+                f"{', not stale' if self.rules.max_staleness is not None else ''}) fit the sample; add more items"
+                + (
+                    " or sample fewer (a batch's items are distinct under max_times_sampled or fifo)"
+                    if distinct
+                    else ""
+                )
+            )
+        if self.rules.fifo:
+            return np.sort(fitting)[:wanted], count
+        if distinct:
+            return fitting[rng.choice(count, wanted, replace=False)], count
+        return fitting[rng.integers(0, count, wanted)], count
+
+    def _epoch_starts(self, rng: np.random.Generator, ring: StreamRing, wanted: int, shape: Any) -> tuple:
+        """``(starts, epoch size, epoch)``: the next ``wanted`` starts of the epoch (fewer at its
+        end), a new shuffled epoch begun when this one is spent."""
+        found: list[np.ndarray] = []
+        need = wanted
+        while need:
+            if self.cursor >= self.order.shape[0]:
+                if found:  # the epoch ended short of a whole batch
+                    if self.rules.drop_remainder:
+                        found, need = [], wanted
+                    else:
+                        break
+                live = self.live.ids()
+                order = live[self._fits(ring, live, shape)]
+                if order.shape[0] == 0:
+                    raise EmptyBufferError(
+                        f"sample_batch_size={wanted}: no eligible item for a new epoch; add more items"
+                    )
+                if self.rules.drop_remainder and order.shape[0] < wanted:
+                    raise EmptyBufferError(
+                        f"sample_batch_size={wanted}: an epoch of {order.shape[0]} items has no whole batch "
+                        "(drop_remainder=True); add more items or sample fewer"
+                    )
+                self.order, self.cursor, self.epoch = rng.permutation(order), 0, self.epoch + 1
+            taken = self.order[self.cursor : self.cursor + need]
+            self.cursor += taken.shape[0]
+            taken = taken[self.live.contains(taken) & self._fits(ring, taken, shape)]
+            found.append(taken)
+            need -= taken.shape[0]
+        return np.concatenate(found), self.order.shape[0], self.epoch
+
+    def _sampled(self, starts: np.ndarray) -> None:
+        """Count a draw of ``starts`` (distinct); those drawn K times are consumed."""
+        slots = starts % self.ring.capacity
+        self.times[slots] += 1
+        self.live.remove(starts[self.times[slots] >= self.rules.max_times_sampled])
+
+    # -- versions -------------------------------------------------------------------------------
+    def set_policy_version(self, version: int) -> None:
+        """The learner's policy version: live starts older than ``version - max_staleness`` go."""
+        self.policy_version = int(version)
+        if self.rules.max_staleness is not None:
+            live = self.live.ids()
+            self.live.remove(live[self.versions[live % self.ring.capacity] < self._oldest_version()].copy())
+
+    def _oldest_version(self) -> int:
+        return self.policy_version - self.rules.max_staleness  # type: ignore[operator]
+
+    def num_eligible(self) -> int:
+        """Stored starts not consumed and not stale (whatever a sample's shape)."""
+        return self.live.size
+
+    # -- the rest of the sampler protocol ---------------------------------------------------------
+    def mass(self, ring: StreamRing, num_steps: int | None) -> tuple[float, float]:
+        live = self.live.ids()
+        return float(np.count_nonzero(self._fits(ring, live, num_steps))), 1.0
+
+    def added(self, ring: StreamRing, arrays: Any) -> None:
+        self.base.added(ring, arrays)
+        batch = ring.batch_size
+        ids = (ring.steps - 1) * batch + np.arange(batch, dtype=np.int64)
+        self.live.remove(ids - ring.capacity)  # the overwritten step's ids
+        slots = ids % ring.capacity
+        self.times[slots] = 0
+        fresh = ids
+        if self.rules.version is not None:
+            self.versions[slots] = np.asarray(arrays[self.rules.version], np.int64)
+            fresh = ids[self.versions[slots] >= self._oldest_version()]
+        self.live.add(fresh)
+
+    def cleared(self) -> None:
+        self.base.cleared()
+        self.live.clear()
+        self._clear_epoch()
+
+    def reopened(self, ring: StreamRing, fields: Any) -> None:
+        self.base.reopened(ring, fields)
+        self.live.clear()
+        self._clear_epoch()
+        ids = ring.stream_ids().T.ravel()
+        self.times[ids % ring.capacity] = 0
+        if self.rules.version is not None:
+            self.versions[ids % ring.capacity] = np.asarray(fields[self.rules.version])[ids % ring.capacity]
+            ids = ids[self.versions[ids % ring.capacity] >= self._oldest_version()]
+        self.live.add(ids)
+
+    def state(self, ring: StreamRing) -> dict:
+        ids = ring.stream_ids().T.ravel()
+        rules = {
+            "times": self.times[ids % ring.capacity].copy(),
+            "versions": self.versions[ids % ring.capacity].copy(),
+            "policy_version": self.policy_version,
+            "epoch": self.epoch,
+            "order": self.order.copy(),
+            "cursor": self.cursor,
+        }
+        return {**self.base.state(ring), "sample_rules": rules}
+
+    def check_state(self, ring: StreamRing, state: dict, count: int) -> tuple:
+        rules = state.get("sample_rules")
+        keys = {"times", "versions", "policy_version", "epoch", "order", "cursor"}
+        if not isinstance(rules, dict) or set(rules) != keys:
+            got = sorted(map(str, rules)) if isinstance(rules, dict) else type(rules).__name__
+            raise CheckpointError(f"state['sample_rules']: expected the keys {sorted(keys)}, got {got}")
+        for key in ("times", "versions", "order"):
+            array = rules[key]
+            size = (count,) if key != "order" else None
+            if (
+                not isinstance(array, np.ndarray)
+                or array.ndim != 1
+                or array.dtype.kind not in "iu"
+                or (size is not None and array.shape != size)
+            ):
+                got = f"{array.shape} {array.dtype}" if isinstance(array, np.ndarray) else type(array).__name__
+                raise CheckpointError(
+                    f"state['sample_rules'][{key!r}]: expected a 1-d integer array of {size or 'ids'}, got {got}"
+                )
+        for key in ("policy_version", "epoch", "cursor"):
+            if isinstance(rules[key], bool) or not isinstance(rules[key], (int, np.integer)):
+                raise CheckpointError(f"state['sample_rules'][{key!r}]: expected an int, got {rules[key]!r:.60}")
+        limit = self.rules.max_times_sampled
+        if rules["times"].size and (rules["times"].min() < 0 or (limit is not None and rules["times"].max() > limit)):
+            raise CheckpointError(f"state['sample_rules']['times']: expected counts in [0, {limit}], got out of range")
+        if not 0 <= rules["cursor"] <= rules["order"].shape[0] or rules["epoch"] < 0:
+            raise CheckpointError("state['sample_rules']: expected 0 <= cursor <= len(order) and epoch >= 0")
+        steps = state["steps"]
+        order = rules["order"]
+        if order.size and (order.min() < 0 or order.max() >= steps * ring.batch_size):
+            raise CheckpointError(
+                f"state['sample_rules']['order']: expected ids of added items (0 <= id < {steps * ring.batch_size})"
+            )
+        return self.base.check_state(ring, state, count), rules
+
+    def load_state(self, ring: StreamRing, checked: tuple) -> None:
+        base, rules = checked
+        self.base.load_state(ring, base)
+        ids = ring.stream_ids().T.ravel()
+        slots = ids % ring.capacity
+        self.times[slots] = rules["times"]
+        self.versions[slots] = rules["versions"]
+        self.policy_version = int(rules["policy_version"])
+        self.live.clear()
+        keep = np.ones(ids.shape[0], bool)
+        if self.rules.max_times_sampled is not None:
+            keep &= self.times[slots] < self.rules.max_times_sampled
+        if self.rules.max_staleness is not None:
+            keep &= self.versions[slots] >= self._oldest_version()
+        self.live.add(ids[keep])
+        self.epoch, self.order, self.cursor = int(rules["epoch"]), rules["order"].astype(np.int64), int(rules["cursor"])
