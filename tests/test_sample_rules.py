@@ -296,3 +296,19 @@ def test_frame_stacks_follow_the_rules():
     np.testing.assert_array_equal(items["observation"][:, 1, 0], items["observation"][:, 0, 0] + 1)
     with pytest.raises(EmptyBufferError):
         buffer.get_next(1)
+
+
+def test_checkpoints_load_across_buffers_with_and_without_rules():
+    ruled = buffer_of(length=10, max_times_sampled=1, max_staleness=1)
+    for step in range(5):
+        add(ruled, step, version=step)
+    ruled.policy_version = 4
+    ruled.get_next(2)
+    plain = buffer_of(length=10)
+    plain.load_state_dict(ruled.state_dict())  # the items; the rules' bookkeeping is not its concern
+    assert plain.num_frames() == 10 and plain.num_eligible() == 10
+    fresh = buffer_of(length=10, max_times_sampled=1, max_staleness=1)
+    fresh.policy_version = 4
+    fresh.load_state_dict(plain.state_dict())  # no counts saved: every item uncounted, versions from the items
+    assert fresh.num_eligible() == 4  # versions 3 and 4
+    assert set(fresh.get_next(4)[0]["policy_version"].tolist()) == {3, 4}

@@ -506,6 +506,10 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
             if rng_state is not None:  # another backend's generator state: this buffer keeps its own
                 self._rng.bit_generator.state = rng_state
             self._sampler.load_state(ring, sampler_state)
+            loaded = getattr(self._sampler, "loaded", None)  # a sampler that reads the loaded items
+            if loaded is not None:
+                loaded(ring, self._storage.fields)
+            self._policy_version = getattr(self._sampler, "policy_version", self._policy_version)
             if self._relabel is not None:
                 self._relabel.rebuild()
             if self._limiter is not None:

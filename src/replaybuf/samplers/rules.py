@@ -272,20 +272,28 @@ class RuledSampler:
 
     def reopened(self, ring: StreamRing, fields: Any) -> None:
         self.base.reopened(ring, fields)
-        self.live.clear()
+        self.times.fill(0)
         self._clear_epoch()
+        self.loaded(ring, fields)
+
+    def loaded(self, ring: StreamRing, fields: Any) -> None:
+        """After a load or a reopen: the versions from the stored items' version field, and the
+        live starts (stored, not consumed, not stale)."""
         ids = ring.stream_ids().T.ravel()
-        self.times[ids % ring.capacity] = 0
+        slots = ids % ring.capacity
+        keep = np.ones(ids.shape[0], bool)
         if self.rules.version is not None:
-            self.versions[ids % ring.capacity] = np.asarray(fields[self.rules.version])[ids % ring.capacity]
-            ids = ids[self.versions[ids % ring.capacity] >= self._oldest_version()]
-        self.live.add(ids)
+            self.versions[slots] = np.asarray(fields[self.rules.version])[slots]
+            keep &= self.versions[slots] >= self._oldest_version()
+        if self.rules.max_times_sampled is not None:
+            keep &= self.times[slots] < self.rules.max_times_sampled
+        self.live.clear()
+        self.live.add(ids[keep])
 
     def state(self, ring: StreamRing) -> dict:
         ids = ring.stream_ids().T.ravel()
         rules = {
             "times": self.times[ids % ring.capacity].copy(),
-            "versions": self.versions[ids % ring.capacity].copy(),
             "policy_version": self.policy_version,
             "epoch": self.epoch,
             "order": self.order.copy(),
@@ -294,12 +302,17 @@ class RuledSampler:
         return {**self.base.state(ring), "sample_rules": rules}
 
     def check_state(self, ring: StreamRing, state: dict, count: int) -> tuple:
+        """The base's checked state and the saved rules (None: a state saved without rules,
+        whose items start uncounted); CheckpointError naming the key when malformed."""
+        base = self.base.check_state(ring, state, count)
         rules = state.get("sample_rules")
-        keys = {"times", "versions", "policy_version", "epoch", "order", "cursor"}
+        if rules is None:
+            return base, None
+        keys = {"times", "policy_version", "epoch", "order", "cursor"}
         if not isinstance(rules, dict) or set(rules) != keys:
             got = sorted(map(str, rules)) if isinstance(rules, dict) else type(rules).__name__
             raise CheckpointError(f"state['sample_rules']: expected the keys {sorted(keys)}, got {got}")
-        for key in ("times", "versions", "order"):
+        for key in ("times", "order"):
             array = rules[key]
             size = (count,) if key != "order" else None
             if (
@@ -326,21 +339,17 @@ class RuledSampler:
             raise CheckpointError(
                 f"state['sample_rules']['order']: expected ids of added items (0 <= id < {steps * ring.batch_size})"
             )
-        return self.base.check_state(ring, state, count), rules
+        return base, rules
 
     def load_state(self, ring: StreamRing, checked: tuple) -> None:
+        """Restore the counts and the epoch; ``loaded`` then reads the versions and rebuilds
+        the live starts (the buffer calls it once its storage holds the items)."""
         base, rules = checked
         self.base.load_state(ring, base)
-        ids = ring.stream_ids().T.ravel()
-        slots = ids % ring.capacity
-        self.times[slots] = rules["times"]
-        self.versions[slots] = rules["versions"]
-        self.policy_version = int(rules["policy_version"])
-        self.live.clear()
-        keep = np.ones(ids.shape[0], bool)
-        if self.rules.max_times_sampled is not None:
-            keep &= self.times[slots] < self.rules.max_times_sampled
-        if self.rules.max_staleness is not None:
-            keep &= self.versions[slots] >= self._oldest_version()
-        self.live.add(ids[keep])
-        self.epoch, self.order, self.cursor = int(rules["epoch"]), rules["order"].astype(np.int64), int(rules["cursor"])
+        self.times.fill(0)
+        self._clear_epoch()
+        if rules is not None:
+            self.times[ring.stream_ids().T.ravel() % ring.capacity] = rules["times"]
+            self.policy_version = int(rules["policy_version"])
+            self.epoch, self.order = int(rules["epoch"]), rules["order"].astype(np.int64)
+            self.cursor = int(rules["cursor"])
