@@ -33,7 +33,7 @@ class BufferInfo(NamedTuple):
 
 
 class SampleInfo(BufferInfo):
-    """``BufferInfo(ids, probabilities)`` plus the attributes ``weights``, ``mask`` and ``relabelled``.
+    """``BufferInfo(ids, probabilities)`` plus the attributes ``weights``, ``mask``, ``relabelled`` and ``source``.
 
     It is still the 2-tuple ``(ids, probabilities)`` (unpacking, indexing and equality behave
     exactly as for ``BufferInfo``, and ``isinstance(info, BufferInfo)`` holds); the extras are
@@ -45,6 +45,8 @@ class SampleInfo(BufferInfo):
       step is real, False where it pads past the episode's end.
     - ``relabelled``: with ``her=``, bool ``[B]`` (or ``[]``): True where the element's goal and
       reward were relabelled (``replaybuf.HindsightRelabel``).
+    - ``source``: in a ``replaybuf.MixedReplayBuffer`` sample, int ``[B]`` (or ``[]``): the index
+      into ``mixer.source_names`` of the buffer each element was drawn from.
 
     ``_replace`` and ``_make`` return a plain 2-tuple without the extras.
     """
@@ -52,12 +54,22 @@ class SampleInfo(BufferInfo):
     weights: Any
     mask: Any
     relabelled: Any
+    source: Any
 
-    def __new__(cls, ids: Any, probabilities: Any, weights: Any = None, mask: Any = None, relabelled: Any = None):
+    def __new__(
+        cls,
+        ids: Any,
+        probabilities: Any,
+        weights: Any = None,
+        mask: Any = None,
+        relabelled: Any = None,
+        source: Any = None,
+    ):
         info = super().__new__(cls, ids, probabilities)
         info.weights = weights
         info.mask = mask
         info.relabelled = relabelled
+        info.source = source
         return info
 
 
