@@ -404,3 +404,46 @@ def test_numpy_and_torch_sources_return_the_first_sources_framework():
     np.testing.assert_array_equal(info.source.numpy(), [0, 0, 0, 1, 1, 1])
     torch_only = MixedReplayBuffer({"torch": on_torch}, {"torch": 1})
     assert isinstance(torch_only.get_next(2)[0]["x"], torch.Tensor)
+
+
+def test_jax_and_shared_memory_sources_mix_with_numpy():
+    jax = pytest.importorskip("jax")
+    from replaybuf.jax import JaxReplayBuffer
+
+    on_jax = filled(JaxReplayBuffer(SPEC, 1, 32, seed=0), range(100, 110))
+    shared = filled(replaybuf.SharedReplayBuffer(SPEC, writers=1, batch_size=1, max_length=32, seed=0), range(50, 60))
+    try:
+        numpy_first = MixedReplayBuffer(
+            {"np": uniform(range(10)), "jax": on_jax, "shared": shared}, {"np": 1, "jax": 1, "shared": 1}
+        )
+        items, info = numpy_first.get_next(6, num_steps=2)
+        for value in (items["x"], info.ids, info.probabilities, info.source):
+            assert isinstance(value, np.ndarray)
+        np.testing.assert_array_equal(np.sort(items["x"][:, 0, 0] // 50), [0, 0, 1, 1, 2, 2])
+        jax_first = MixedReplayBuffer({"jax": on_jax, "np": uniform(range(10))}, {"jax": 1, "np": 1})
+        items, info = jax_first.get_next(4)
+        for value in (items["x"], info.ids, info.probabilities, info.source):
+            assert isinstance(value, jax.Array)
+        np.testing.assert_array_equal(np.asarray(info.source), [0, 0, 1, 1])
+        np.testing.assert_array_equal(np.asarray(items["x"][2:, 0]) < 100, [True, True])
+    finally:
+        shared.close()
+
+
+def test_tensorflow_sources_mix_with_numpy():
+    tf = pytest.importorskip("tensorflow")
+    from replaybuf.tf import TFUniformReplayBuffer
+
+    on_tf = TFUniformReplayBuffer(SPEC, batch_size=1, max_length=32)
+    for v in range(100, 110):
+        on_tf.add_batch({"x": tf.constant([[v, -v]], tf.float32), "done": tf.constant([False])})
+    numpy_first = MixedReplayBuffer({"np": uniform(range(10)), "tf": on_tf}, {"np": 1, "tf": 1})
+    items, info = numpy_first.get_next(4)
+    assert isinstance(items["x"], np.ndarray) and isinstance(info.ids, np.ndarray)
+    np.testing.assert_array_equal(items["x"][:, 0] >= 100, [False, False, True, True])
+    tf_first = MixedReplayBuffer({"tf": on_tf, "np": uniform(range(10))}, {"tf": 1, "np": 1}, shuffle=True)
+    items, info = tf_first.get_next(4)
+    for value in (items["x"], info.ids, info.probabilities, info.source):
+        assert isinstance(value, tf.Tensor)
+    np.testing.assert_array_equal(np.sort(info.source.numpy()), [0, 0, 1, 1])
+    np.testing.assert_array_equal(items["x"].numpy()[:, 0] >= 100, info.source.numpy() == 0)
