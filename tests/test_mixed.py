@@ -86,6 +86,32 @@ def test_a_schedule_of_more_sources_never_takes_rows_back_and_stays_within_two_r
         assert np.abs(allocator.given - exact).max() < 2
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.integers(0, 6), min_size=2, max_size=3).filter(any),
+    st.lists(st.integers(1, 40), min_size=1, max_size=15),
+    st.booleans(),
+)
+def test_the_mixer_draws_the_allocated_rows(weights, sizes, annealed):
+    names = [f"s{i}" for i in range(len(weights))]
+    start = dict(zip(names, weights, strict=True))
+    end = dict(zip(names, reversed(weights), strict=True))
+    schedule = linear_schedule(start, end, rows=100) if annealed else start
+    sources = {name: uniform(range(5), seed=i) for i, name in enumerate(names)}
+    mixer = MixedReplayBuffer(sources, schedule, shuffle=True, seed=0)
+    exact = np.zeros(len(names))
+    given = np.zeros(len(names), np.int64)
+    for n in sizes:
+        shares = np.array(list(mixer.shares().values()))
+        _, info = mixer.get_next(n)
+        counts = np.bincount(info.source, minlength=len(names))
+        assert counts.sum() == n and info.ids.shape == (n,)
+        exact += n * shares
+        given += counts
+        assert np.abs(given - exact).max() < (1 if len(names) == 2 or not annealed else 2) + 1e-9
+    assert mixer.rows_drawn == sum(sizes)
+
+
 def test_linear_schedule_anneals_and_the_mixer_follows_it():
     schedule = linear_schedule({"offline": 1, "online": 0}, {"offline": 0, "online": 1}, rows=100)
     assert schedule(0) == {"offline": 1.0, "online": 0.0}
@@ -187,6 +213,21 @@ def test_extras_are_joined_when_every_source_drawn_returns_them():
     one = MixedReplayBuffer({"a": prioritized(range(8)), "b": uniform(range(8))}, {"a": 1, "b": 1})
     assert one.get_next(6)[1].weights is None
     assert one.get_next(1)[1].weights is not None  # only the prioritized source was drawn from
+
+
+def test_padded_windows_keep_their_masks():
+    def padded(seed):
+        buffer = replaybuf.UniformReplayBuffer(
+            SPEC, 1, 64, seed=seed, respect_episodes=True, pad_episode_ends=True, episode_end_field="done"
+        )
+        return filled(buffer, range(12), done_every=3)
+
+    mixer = MixedReplayBuffer({"a": padded(1), "b": padded(2)}, {"a": 1, "b": 1})
+    _, info = mixer.get_next(8, num_steps=3)
+    twin_a, twin_b = padded(1), padded(2)
+    expected = np.concatenate([twin_a.get_next(4, 3)[1].mask, twin_b.get_next(4, 3)[1].mask])
+    np.testing.assert_array_equal(info.mask, expected)
+    assert not info.mask.all()  # some windows pad past their episode's end
 
 
 def test_sampling_keywords_are_passed_to_every_source_as_given():
