@@ -351,6 +351,8 @@ def test_bad_options_are_refused():
     mixer = MixedReplayBuffer(sources, {"a": 1})
     with pytest.raises(replaybuf.ArgumentError, match="sample_batch_size: expected a positive int or None, got 0"):
         mixer.get_next(0)
+    with pytest.raises(replaybuf.ArgumentError, match="num_parallel_calls: expected a positive int or None, got 0"):
+        mixer.as_dataset(2, num_parallel_calls=0)
     with pytest.raises(replaybuf.ArgumentError, match="single_deterministic_pass: expected False"):
         mixer.as_dataset(2, single_deterministic_pass=True)
     with pytest.raises(replaybuf.ArgumentError, match=r"add_batch: a MixedReplayBuffer only samples .*add to one"):

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from replaybuf.buffer import SampleInfo, unstack_time
+from replaybuf.buffer import SampleInfo, check_positive, unstack_time
 from replaybuf.dataset import RandomDataset, check_sample_arguments
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, SpecMismatchError
 from replaybuf.frameworks import framework_of
@@ -27,6 +27,16 @@ from replaybuf.refusals import bad_priorities
 from replaybuf.samplers.mixture import RowAllocator, Weights
 
 __all__ = ["MixedReplayBuffer"]
+
+
+class _Part(NamedTuple):
+    """One source's rows of a sample: its index, row count, flat leaves and info (ids,
+    probabilities under the mixture, the extras it returned)."""
+
+    source: int
+    count: int
+    leaves: list
+    info: dict
 
 
 class MixedReplayBuffer(Checkpoints):
@@ -171,8 +181,7 @@ class MixedReplayBuffer(Checkpoints):
                 f"iterate each source's as_dataset(single_deterministic_pass=True)), got {single_deterministic_pass!r}"
             )
         check_sample_arguments(sample_batch_size, num_steps)
-        if num_parallel_calls is not None:
-            check_sample_arguments(num_parallel_calls, None)
+        check_positive("num_parallel_calls", num_parallel_calls)
         return RandomDataset(lambda: self.get_next(sample_batch_size, num_steps, **sampling), num_parallel_calls)
 
     def num_frames(self) -> int:
@@ -247,22 +256,18 @@ class MixedReplayBuffer(Checkpoints):
             self._rng.bit_generator.state = rng
 
     # -- internals ---------------------------------------------------------------------------
-    def _draw(self, k: int, count: int, n: int, num_steps: int | None, sampling: dict) -> tuple[int, int, list, dict]:
-        """Source ``k``'s ``count`` rows: ``(k, count, leaves, info)``, probabilities under the mixture."""
+    def _draw(self, k: int, count: int, n: int, num_steps: int | None, sampling: dict) -> _Part:
+        """Source ``k``'s ``count`` rows of a sample of ``n``."""
         name = self.source_names[k]
         try:
             items, info = self._sources[name].get_next(count, num_steps, **sampling)
         except EmptyBufferError as err:
             raise EmptyBufferError(f"sources[{name!r}]: {err}") from err
         extras = {key: value for key, value in getattr(info, "__dict__", {}).items() if value is not None}
-        return (
-            k,
-            count,
-            self._flat.flatten(items),
-            {"ids": info.ids, "probabilities": info.probabilities * (count / n), **extras},
-        )
+        mixed = {"ids": info.ids, "probabilities": info.probabilities * (count / n), **extras}
+        return _Part(k, count, self._flat.flatten(items), mixed)
 
-    def _join(self, parts: list, order: np.ndarray | None) -> tuple[list, dict]:
+    def _join(self, parts: list[_Part], order: np.ndarray | None) -> tuple[list, dict]:
         """The parts' leaves and info joined (and reordered) in the first source's framework."""
         fw = self._framework
 
@@ -270,12 +275,12 @@ class MixedReplayBuffer(Checkpoints):
             joined = fw.concat([fw.convert(v) for v in values]) if len(values) > 1 else fw.convert(values[0])
             return joined if order is None else fw.take(joined, order)
 
-        leaves = [join([part[2][i] for part in parts]) for i in range(len(self._flat.leaves))]
-        infos = [part[3] for part in parts]
+        leaves = [join([part.leaves[i] for part in parts]) for i in range(len(self._flat.leaves))]
+        infos = [part.info for part in parts]
         joined = {
             key: None if any(i.get(key) is None for i in infos) else join([i[key] for i in infos]) for key in infos[0]
         }
-        joined["source"] = join([np.concatenate([np.full(count, k, np.int64) for k, count, _, _ in parts])])
+        joined["source"] = join([np.concatenate([np.full(part.count, part.source, np.int64) for part in parts])])
         return leaves, joined
 
 
