@@ -435,6 +435,10 @@ def test_numpy_and_torch_sources_return_the_first_sources_framework():
     np.testing.assert_array_equal(info.source.numpy(), [0, 0, 0, 1, 1, 1])
     torch_only = MixedReplayBuffer({"torch": on_torch}, {"torch": 1})
     assert isinstance(torch_only.get_next(2)[0]["x"], torch.Tensor)
+    dataset = torch_first.as_dataset(4, num_steps=2)
+    assert isinstance(dataset, torch.utils.data.IterableDataset)  # as the torch buffers' datasets
+    items, info = next(iter(dataset))
+    assert items["x"].shape == (4, 2, 2) and info.source.tolist() == [0, 0, 1, 1]
 
 
 def test_jax_and_shared_memory_sources_mix_with_numpy():

@@ -2,8 +2,9 @@
 from buffers of different backends (``replaybuf.MixedReplayBuffer``).
 
 A ``Framework`` converts any array or tensor into its own kind, joins them along the first
-axis and reorders rows. Frameworks are found in ``sys.modules``, never imported: a value
-of a framework exists only once that framework was imported.
+axis, reorders rows and wraps an iterable of samples as its buffers wrap their datasets.
+Frameworks are found in ``sys.modules``, never imported: a value of a framework exists only
+once that framework was imported.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ class Framework:
     def take(self, value: Any, order: np.ndarray) -> Any:
         return value[order]
 
+    def dataset(self, samples: Any) -> Any:
+        """An iterable of samples as this framework's buffers hand out datasets."""
+        return samples
+
 
 class _Torch(Framework):
     name = "torch"
@@ -50,6 +55,11 @@ class _Torch(Framework):
 
     def take(self, value: Any, order: np.ndarray) -> Any:
         return value.index_select(0, self.torch.as_tensor(order, device=value.device))
+
+    def dataset(self, samples: Any) -> Any:
+        """A ``torch.utils.data.IterableDataset`` (``replaybuf.torch``'s, loaded with the torch buffers)."""
+        module = sys.modules.get("replaybuf.torch.dataset")
+        return samples if module is None else module.TorchDataset(samples)
 
 
 class _Jax(Framework):

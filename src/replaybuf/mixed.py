@@ -167,9 +167,10 @@ class MixedReplayBuffer(Checkpoints):
         num_parallel_calls: int | None = None,
         single_deterministic_pass: bool = False,
         **sampling: Any,
-    ) -> RandomDataset:
+    ) -> Any:
         """An endless iterable of ``get_next(sample_batch_size, num_steps, **sampling)``;
-        ``num_parallel_calls`` samples ahead in a thread (as the NumPy buffers' datasets).
+        ``num_parallel_calls`` samples ahead in a thread (as the NumPy buffers' datasets). With a
+        torch first source it is a ``torch.utils.data.IterableDataset``, as the torch buffers'.
 
         Raises:
             ArgumentError: single_deterministic_pass=True (a mixture has no single pass: make
@@ -182,7 +183,8 @@ class MixedReplayBuffer(Checkpoints):
             )
         check_sample_arguments(sample_batch_size, num_steps)
         check_positive("num_parallel_calls", num_parallel_calls)
-        return RandomDataset(lambda: self.get_next(sample_batch_size, num_steps, **sampling), num_parallel_calls)
+        samples = RandomDataset(lambda: self.get_next(sample_batch_size, num_steps, **sampling), num_parallel_calls)
+        return self._framework.dataset(samples)
 
     def num_frames(self) -> int:
         """Items stored in all sources together."""
