@@ -416,11 +416,14 @@ def test_load_state_dict_refusals_change_nothing():
 
 
 # -- frameworks ---------------------------------------------------------------------------------------
-def test_numpy_and_torch_sources_return_the_first_sources_framework():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_numpy_and_torch_sources_return_the_first_sources_framework(device):
     torch = pytest.importorskip("torch")
     from replaybuf.torch import TorchUniformReplayBuffer
 
-    on_torch = filled(TorchUniformReplayBuffer(SPEC, 1, 32, seed=0), range(100, 110))
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    on_torch = filled(TorchUniformReplayBuffer(SPEC, 1, 32, seed=0, device=device), range(100, 110))
     on_numpy = uniform(range(10))
     numpy_first = MixedReplayBuffer({"np": on_numpy, "torch": on_torch}, {"np": 1, "torch": 1}, shuffle=True)
     items, info = numpy_first.get_next(6)
@@ -432,7 +435,7 @@ def test_numpy_and_torch_sources_return_the_first_sources_framework():
     for value in (items["x"], items["done"], info.ids, info.probabilities, info.source):
         assert isinstance(value, torch.Tensor) and value.device == on_torch.device
     assert items["x"].dtype == torch.float32 and items["x"].shape == (6, 2, 2)
-    np.testing.assert_array_equal(info.source.numpy(), [0, 0, 0, 1, 1, 1])
+    np.testing.assert_array_equal(info.source.cpu().numpy(), [0, 0, 0, 1, 1, 1])
     torch_only = MixedReplayBuffer({"torch": on_torch}, {"torch": 1})
     assert isinstance(torch_only.get_next(2)[0]["x"], torch.Tensor)
     dataset = torch_first.as_dataset(4, num_steps=2)
