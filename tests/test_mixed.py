@@ -276,6 +276,8 @@ def test_update_priorities_refusals():
         mixer.update_priorities(info.ids, np.ones(3), source=info.source)
     with pytest.raises(replaybuf.PriorityError, match="priorities: expected finite values > 0"):
         mixer.update_priorities(info.ids, np.array([1, 1, 0, 1.0]), source=info.source)
+    with pytest.raises(replaybuf.PriorityError, match=r"ids: expected ids of added items .*got \[999\]"):
+        mixer.update_priorities(np.array([999, 0]), np.ones(2), source=np.array([0, 1]))  # a source's own refusal
 
 
 # -- errors ---------------------------------------------------------------------------------------
