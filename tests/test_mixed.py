@@ -105,6 +105,8 @@ def test_linear_schedule_anneals_and_the_mixer_follows_it():
     assert schedule(0) == {"offline": 1.0, "online": 0.0}
     assert schedule(50) == {"offline": 0.5, "online": 0.5}
     assert schedule(10**6) == {"offline": 0.0, "online": 1.0}
+    unnormalised = linear_schedule({"a": 3, "b": 1}, {"a": 0, "b": 8}, rows=10)
+    assert unnormalised(5) == {"a": 0.375, "b": 0.625}  # halfway between the shares 3/4 and 0
     mixer = MixedReplayBuffer({"offline": uniform(range(10)), "online": uniform(range(5))}, schedule)
     per_call = [np.bincount(mixer.get_next(10)[1].source, minlength=2) for _ in range(12)]
     assert [c[0] for c in per_call] == [10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0]  # share at the start of each call

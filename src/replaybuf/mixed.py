@@ -139,15 +139,15 @@ class MixedReplayBuffer(Checkpoints):
         with self._lock:
             shares = self._allocator.shares()
             counts = self._allocator.counts(shares, n)
-            drawn = [(k, int(c)) for k, c in enumerate(counts) if c > 0]
-            for k, _ in drawn:
+            owed = [(k, int(c)) for k, c in enumerate(counts) if c > 0]
+            for k, _ in owed:
                 name = self.source_names[k]
                 if int(self._sources[name].num_frames()) == 0:
                     raise EmptyBufferError(
                         f"sources[{name!r}]: owed {counts[k]} of {n} rows (share {shares[k]:.4g}) but empty; "
                         "add to it first, or give it weight 0 until it holds items"
                     )
-            parts = [self._draw(k, count, n, num_steps, sampling) for k, count in drawn]
+            parts = [self._draw(k, count, n, num_steps, sampling) for k, count in owed]
             self._allocator.commit(shares, counts)
             order = self._rng.permutation(n) if self._shuffle and len(parts) > 1 else None
         leaves, info = self._join(parts, order)

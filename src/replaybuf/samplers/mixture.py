@@ -56,8 +56,8 @@ def check_weights(weights: Any, names: Sequence[str], where: str = "weights") ->
 
 
 def linear_schedule(start: Mapping[str, float], end: Mapping[str, float], rows: int) -> Callable[[int], dict]:
-    """A schedule moving every share linearly from ``start`` to ``end`` over the first ``rows``
-    rows drawn, then staying at ``end`` (the offline share annealed to 0: ``end={"offline": 0,
+    """A schedule moving every share linearly from ``start``'s to ``end``'s (each normalised) over
+    the first ``rows`` rows drawn, then staying at ``end`` (the offline share annealed to 0: ``end={"offline": 0,
     "online": 1}``).
 
     Raises:
@@ -65,14 +65,13 @@ def linear_schedule(start: Mapping[str, float], end: Mapping[str, float], rows: 
             number >= 0, or ``rows`` not a positive int.
     """
     names = list(start)
-    check_weights(start, names, "start")
-    check_weights(end, names, "end")
+    first, last = check_weights(start, names, "start"), check_weights(end, names, "end")
     if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
         raise ArgumentError(f"rows: expected a positive int, got {rows!r}")
 
     def schedule(drawn: int) -> dict:
         f = min(1.0, drawn / rows)
-        return {name: (1.0 - f) * start[name] + f * end[name] for name in names}
+        return dict(zip(names, ((1.0 - f) * first + f * last).tolist(), strict=True))
 
     return schedule
 
