@@ -215,16 +215,17 @@ class MixedReplayBuffer(Checkpoints):
         bad = ~(np.isfinite(priorities) & (priorities > 0))
         if bad.any():
             raise bad_priorities(priorities, bad)
-        routes = [(self._sources[self.source_names[k]], source == k) for k in np.unique(source).tolist()]
-        for k, (buffer, mask) in zip(np.unique(source).tolist(), routes, strict=True):
+        routes = [(self.source_names[k], source == k) for k in np.unique(source).tolist()]
+        for name, mask in routes:
+            buffer = self._sources[name]
             if not callable(getattr(buffer, "update_priorities", None)):
                 raise ArgumentError(
-                    f"source: rows {np.flatnonzero(mask)[:5].tolist()} come from sources[{self.source_names[k]!r}] "
+                    f"source: rows {np.flatnonzero(mask)[:5].tolist()} come from sources[{name!r}] "
                     f"({type(buffer).__name__}), which keeps no priorities; update only the rows of prioritized "
                     "sources (info.source selects them)"
                 )
-        for buffer, mask in routes:
-            buffer.update_priorities(ids[mask], priorities[mask])
+        for name, mask in routes:
+            self._sources[name].update_priorities(ids[mask], priorities[mask])
 
     # -- checkpoints (the sources keep their own) --------------------------------------------
     def state_dict(self) -> dict:
