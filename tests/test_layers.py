@@ -19,6 +19,8 @@ FORBIDDEN = {
     "persistence": {"buffers", "samplers", "storages", "shared", "ray", "jax", "tf", "torch"},
     "samplers": {"buffers", "storages", "shared", "ray", "jax", "tf", "torch"},
     "storages": {"buffers", "samplers", "shared", "ray", "jax", "tf", "torch"},
+    "frameworks": {"buffers", "samplers", "storages", "persistence", "shared", "ray", "jax", "tf", "torch"},
+    "mixed": {"buffers", "storages", "shared", "ray", "jax", "tf", "torch", "agents", "cli"},
     "hindsight": {"buffers", "storages", "shared", "ray", "jax", "tf", "torch"},
     "buffers": {"shared", "ray", "jax", "tf", "torch", "mindspore_rl", "agents", "cli"},
     "tf": {"torch", "jax", "ray"},

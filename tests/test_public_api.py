@@ -39,6 +39,8 @@ CORE_NAMES = {
     "DatasetError",
     "WritersGoneError",
     "HindsightRelabel",
+    "MixedReplayBuffer",
+    "linear_schedule",
 }
 
 

@@ -28,7 +28,9 @@ from replaybuf.errors import (
     WritersGoneError,
 )
 from replaybuf.hindsight import HindsightRelabel
+from replaybuf.mixed import MixedReplayBuffer
 from replaybuf.rate_limiters import MinSize, SampleToInsertRatio
+from replaybuf.samplers.mixture import linear_schedule
 from replaybuf.shared import SharedReplayBuffer
 from replaybuf.specs import ArraySpec, BoundedArraySpec, TensorSpec, as_data_spec
 from replaybuf.trajectory import StepType, Trajectory, collect_data_spec
@@ -46,6 +48,7 @@ __all__ = [
     "FrameStackReplayBuffer",
     "HindsightRelabel",
     "MinSize",
+    "MixedReplayBuffer",
     "PrioritizedFrameStackReplayBuffer",
     "PrioritizedReplayBuffer",
     "PriorityError",
@@ -66,6 +69,7 @@ __all__ = [
     "WritersGoneError",
     "as_data_spec",
     "collect_data_spec",
+    "linear_schedule",
 ]
 
 __version__ = "0.1.0"

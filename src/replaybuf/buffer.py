@@ -33,7 +33,8 @@ class BufferInfo(NamedTuple):
 
 
 class SampleInfo(BufferInfo):
-    """``BufferInfo(ids, probabilities)`` plus the attributes ``weights``, ``mask``, ``learn`` and ``relabelled``.
+    """``BufferInfo(ids, probabilities)`` plus the attributes ``weights``, ``mask``, ``learn``,
+    ``epoch``, ``relabelled`` and ``source``.
 
     It is still the 2-tuple ``(ids, probabilities)`` (unpacking, indexing and equality behave
     exactly as for ``BufferInfo``, and ``isinstance(info, BufferInfo)`` holds); the extras are
@@ -48,6 +49,8 @@ class SampleInfo(BufferInfo):
     - ``learn``: sequences only, bool like ``mask``: True for the real steps of the learning part.
     - ``relabelled``: with ``her=``, bool ``[B]`` (or ``[]``): True where the element's goal and
       reward were relabelled (``replaybuf.HindsightRelabel``).
+    - ``source``: in a ``replaybuf.MixedReplayBuffer`` sample, int ``[B]`` (or ``[]``): the index
+      into ``mixer.source_names`` of the buffer each element was drawn from.
 
     ``_replace`` and ``_make`` return a plain 2-tuple without the extras.
     """
@@ -57,6 +60,7 @@ class SampleInfo(BufferInfo):
     learn: Any
     relabelled: Any
     epoch: Any
+    source: Any
 
     def __new__(
         cls,
@@ -67,6 +71,7 @@ class SampleInfo(BufferInfo):
         relabelled: Any = None,
         learn: Any = None,
         epoch: Any = None,
+        source: Any = None,
     ):
         info = super().__new__(cls, ids, probabilities)
         info.weights = weights
@@ -74,6 +79,7 @@ class SampleInfo(BufferInfo):
         info.learn = learn
         info.epoch = epoch
         info.relabelled = relabelled
+        info.source = source
         return info
 
 
