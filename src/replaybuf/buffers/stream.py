@@ -401,12 +401,15 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         ``BufferInfo(ids, ())``: what a deterministic pass, a Ray shard or replaybuf.sb3 reads."""
         return self._read_ids(ids)
 
-    def mass(self, num_steps: int | None = None) -> tuple[float, float]:
+    def mass(self, num_steps: int | None = None, rule: SequenceRule | None = None) -> tuple[float, float]:
         """``(mass, smallest)`` of the windows of ``num_steps`` a draw may return now: what the
         sampler normalises by (``P(element) = its mass / mass``; uniform: one per start) and
         the smallest stored priority mass (1.0 without priorities). What a caller splitting
-        one batch over several buffers (Ray shards) weighs each buffer by."""
+        one batch over several buffers (Ray shards) weighs each buffer by. With a sequence
+        ``rule``: the mass of its eligible learning starts instead."""
         with self._lock:
+            if rule is not None:
+                return self._sampler.sequence_mass(self._ring, rule)
             return self._sampler.mass(self._ring, num_steps)
 
     # -- checkpoints (docs/persistence.md) ---------------------------------------------------
