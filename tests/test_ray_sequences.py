@@ -13,7 +13,7 @@ from scipy import stats
 
 from replaybuf.errors import ArgumentError, EmptyBufferError
 from replaybuf.samplers.sumtree import priority_mass
-from test_sequences import SPEC, Model
+from test_sequences import BAD_SEQUENCE_ARGUMENTS, SPEC, Model
 
 ray = pytest.importorskip("ray")
 rb_ray = pytest.importorskip("replaybuf.ray")
@@ -119,27 +119,26 @@ def test_sequences_across_shards_equal_the_reference_model(sampler, burn_in, ste
         buffer.shutdown()
 
 
-def test_bad_sequence_arguments_are_refused_with_the_numpy_messages():
+@pytest.mark.parametrize(("options", "keywords", "message"), BAD_SEQUENCE_ARGUMENTS)
+def test_bad_sequence_arguments_are_refused_with_the_numpy_messages(options, keywords, message):
+    episodes = {"respect_episodes": True, "episode_end_field": "done", **options}
+    buffer = rb_ray.ShardedReplayBuffer(SPEC, shards=SHARDS, batch_size=BATCH, max_length=20, buffer_options=episodes)
+    try:
+        with pytest.raises(ArgumentError, match=message):
+            buffer.get_next(4, **{"num_steps": 3, **keywords})
+        with pytest.raises(ArgumentError, match=message):
+            buffer.as_dataset(4, **{"num_steps": 3, **keywords})
+    finally:
+        buffer.shutdown()
+
+
+def test_no_eligible_start_and_a_deterministic_pass_of_sequences_are_refused():
     buffer = make("uniform", pad=False, seed=0)
-    plain = rb_ray.ShardedReplayBuffer(SPEC, shards=SHARDS, batch_size=BATCH, max_length=LENGTH)
     try:
         Shards(buffer, seed=0).add([6, 6])
-        for keywords, message in [
-            ({"burn_in": -1}, "burn_in: expected an int >= 0, got -1"),
-            ({"period": 0}, "period: expected an int >= 1"),
-            ({"num_steps": None, "burn_in": 2}, "num_steps: expected the sequence's learning length"),
-            ({"num_steps": 15, "burn_in": 6}, r"burn_in \+ num_steps: expected at most max_length=16"),
-        ]:
-            with pytest.raises(ArgumentError, match=message):
-                buffer.get_next(4, **{"num_steps": 3, **keywords})
-            with pytest.raises(ArgumentError, match=message):
-                buffer.as_dataset(4, **{"num_steps": 3, **keywords})
-        with pytest.raises(ArgumentError, match="respect_episodes=True"):
-            plain.get_next(4, num_steps=3, burn_in=2)
         with pytest.raises(ArgumentError, match="single_deterministic_pass: expected False with burn_in/period"):
             buffer.as_dataset(4, num_steps=3, burn_in=2, single_deterministic_pass=True)
         with pytest.raises(EmptyBufferError, match="num_steps=12"):  # no episode of 12 steps, unpadded
             buffer.get_next(4, num_steps=12, burn_in=1)
     finally:
         buffer.shutdown()
-        plain.shutdown()

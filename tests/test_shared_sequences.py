@@ -14,7 +14,7 @@ from scipy import stats
 from replaybuf.errors import ArgumentError, EmptyBufferError
 from replaybuf.samplers.sumtree import priority_mass
 from shared_workers import buffers, no_leaked_segments  # noqa: F401
-from test_sequences import SPEC, Model
+from test_sequences import BAD_SEQUENCE_ARGUMENTS, SPEC, Model
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -262,23 +262,10 @@ def test_no_eligible_start_is_an_empty_buffer_error(buffers):
         buffer.get_next(2, num_steps=3, burn_in=1, period=2)
 
 
-@pytest.mark.parametrize(
-    ("options", "keywords", "message"),
-    [
-        ({}, {"burn_in": -1}, "burn_in: expected an int >= 0, got -1"),
-        ({}, {"burn_in": 1.5}, "burn_in: expected an int >= 0, got 1.5"),
-        ({}, {"period": 0}, "period: expected an int >= 1"),
-        ({}, {"period": True}, "period: expected an int >= 1"),
-        ({}, {"num_steps": None, "burn_in": 2}, "num_steps: expected the sequence's learning length"),
-        ({}, {"num_steps": 15, "burn_in": 6}, r"burn_in \+ num_steps: expected at most max_length=16"),
-        ({"respect_episodes": False}, {"burn_in": 2}, "respect_episodes=True"),
-    ],
-)
+@pytest.mark.parametrize(("options", "keywords", "message"), BAD_SEQUENCE_ARGUMENTS)
 def test_bad_sequence_arguments_are_refused_with_the_numpy_messages(buffers, options, keywords, message):
-    episodes = {"respect_episodes": True, "episode_end_field": "done"}
-    if options.get("respect_episodes") is False:
-        episodes = {}
-    buffer = buffers(SPEC, writers=2, batch_size=2, max_length=16, seed=0, **episodes)
+    episodes = {"respect_episodes": True, "episode_end_field": "done", **options}
+    buffer = buffers(SPEC, writers=2, batch_size=2, max_length=20, seed=0, **episodes)
     Writers(buffer).run([4, 4])
     before = buffer.state_dict()["rng"]
     with pytest.raises(ArgumentError, match=message):
