@@ -132,12 +132,24 @@ def test_bad_sequence_arguments_are_refused_with_the_numpy_messages(options, key
         buffer.shutdown()
 
 
-def test_no_eligible_start_and_a_deterministic_pass_of_sequences_are_refused():
-    buffer = make("uniform", pad=False, seed=0)
+def test_a_deterministic_pass_yields_every_eligible_sequence_once_in_order():
+    buffer = make("uniform", pad=False, seed=4)
     try:
-        Shards(buffer, seed=0).add([6, 6])
-        with pytest.raises(ArgumentError, match="single_deterministic_pass: expected False with burn_in/period"):
-            buffer.as_dataset(4, num_steps=3, burn_in=2, single_deterministic_pass=True)
+        shards = Shards(buffer, seed=4)
+        shards.add([25, 9])
+        passes = list(buffer.as_dataset(5, num_steps=3, burn_in=2, period=2, single_deterministic_pass=True))
+        starts = np.concatenate([np.asarray(info.ids)[:, 2] for _, info in passes])
+        expected = sorted(shards.expected(2, 3, 2, False, None), key=lambda uid: (uid % BATCH, uid))
+        np.testing.assert_array_equal(starts, expected)
+        for items, info in passes:  # each row as the model builds it (probabilities are () in a pass)
+            rows = np.asarray(info.ids)
+            for row in range(rows.shape[0]):
+                k, uid = shards.local(int(rows[row, 2]))
+                expected_ids, expected_mask = shards.models[k].sequence(uid, 2, 3)
+                np.testing.assert_array_equal(rows[row], buffer._global(k, np.array(expected_ids)))
+                np.testing.assert_array_equal(np.asarray(info.mask)[row], expected_mask)
+                want = [shards.models[k].items[u]["t"] for u in expected_ids]
+                np.testing.assert_array_equal(items["t"][row], want)
         with pytest.raises(EmptyBufferError, match="num_steps=12"):  # no episode of 12 steps, unpadded
             buffer.get_next(4, num_steps=12, burn_in=1)
     finally:

@@ -38,7 +38,7 @@ from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positiv
 from replaybuf.buffers.prioritized import PrioritizedReplayBuffer
 from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.buffers.uniform import UniformReplayBuffer
-from replaybuf.dataset import DeterministicPass, check_sample_arguments, plan_deterministic_pass
+from replaybuf.dataset import DeterministicPass, check_sample_arguments, plan_deterministic_pass, plan_sequence_pass
 from replaybuf.errors import ArgumentError, CheckpointError, ReplayBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import POINTER, read_state, write_state
@@ -49,7 +49,7 @@ from replaybuf.ray.gathered import gather_states, split_state
 from replaybuf.ray.remote import SHARD_DOWN, Limiter, ShardUnavailableError, call, get, limiter_config
 from replaybuf.ray.shard import Shard
 from replaybuf.ray.writer import ShardWriter
-from replaybuf.refusals import bad_priorities, empty, unknown_ids, window_too_long
+from replaybuf.refusals import bad_priorities, empty, no_episode_window, unknown_ids, window_too_long
 from replaybuf.ring import Geometry, StreamRing
 from replaybuf.samplers.choice import check_sampler
 from replaybuf.samplers.prioritized import priority_update
@@ -564,21 +564,21 @@ class ShardedReplayBuffer(ReplayBuffer):
         ``dataset_draw_ahead``): the next batches are being sampled on the shards while one is consumed. The
         deterministic pass (all shards must hold the same steps: items added through this
         object) reads every stored item once as ``UniformReplayBuffer``'s does. With
-        ``burn_in`` / ``period``: random sequences as ``get_next`` samples them.
+        ``burn_in`` / ``period``: sequences as ``get_next`` samples them; a deterministic pass
+        yields every eligible sequence of every shard once, ordered by stream, then learning
+        start, as ``UniformReplayBuffer``'s (shards may hold different steps).
 
         Raises:
             ArgumentError: a non-positive argument; in a deterministic pass as for
-                UniformReplayBuffer, or shards holding different steps; bad sequence
-                arguments (``get_next``), or sequences in a deterministic pass.
+                UniformReplayBuffer, or shards holding different steps (windows); bad
+                sequence arguments (``get_next``).
         """
         check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
         check_positive("num_parallel_calls", num_parallel_calls)
         rule = self._sequence_rule(burn_in, period, num_steps)
         if single_deterministic_pass and rule is not None:
-            raise ArgumentError(
-                "single_deterministic_pass: expected False with burn_in/period on a ShardedReplayBuffer "
-                "(a pass over sequences is not offered across shards), got True"
-            )
+            plan = lambda: self._plan_sequences(sample_batch_size, rule)  # noqa: E731
+            return DeterministicPass(plan, lambda starts: self._read_sequences(starts, rule))
         if single_deterministic_pass:
             return DeterministicPass(lambda: self._plan(sample_batch_size, num_steps), self._read_ids)
         depth = num_parallel_calls or self.dataset_draw_ahead
@@ -601,6 +601,38 @@ class ShardedReplayBuffer(ReplayBuffer):
 
     def _plan(self, sample_batch_size: int | None, num_steps: int | None) -> list[np.ndarray]:
         return plan_deterministic_pass(self._common_ring(), sample_batch_size, num_steps, None, False)
+
+    def _plan_sequences(self, sample_batch_size: int | None, rule: SequenceRule) -> list:
+        """Every shard's eligible learning starts now (global ids), by stream, then step, in
+        groups of ``sample_batch_size``: the order of a ``UniformReplayBuffer``'s pass."""
+        found = self._shard_call("plan", [a.sequence_starts.remote(rule) for a in self._actors])
+        starts = np.concatenate([self._global(k, local) for k, local in enumerate(found)])
+        if starts.size == 0:
+            raise no_episode_window(rule.num_steps, padding=not rule.pad)
+        ordered = starts[np.lexsort((starts, starts % self._batch_size))]
+        return plan_sequence_pass(ordered, sample_batch_size, False)
+
+    def _read_sequences(self, starts: np.ndarray, rule: SequenceRule) -> tuple[Any, BufferInfo]:
+        """The sequences from the learning ``starts`` (global ids), read on their shards."""
+        flat = np.atleast_1d(starts)
+        length = rule.burn_in + rule.num_steps
+        shard, local = self._route(flat)
+        refs = {int(k): self._actors[k].read_sequences.remote(local[shard == k], rule) for k in np.unique(shard)}
+        got = dict(zip(refs, self._shard_call("read", list(refs.values())), strict=True))
+        ids, mask, learn = (
+            np.empty((flat.size, length), np.int64),
+            np.empty((flat.size, length), bool),
+            np.empty((flat.size, length), bool),
+        )
+        leaves = [np.empty((flat.size, length, *spec.shape), spec.dtype) for spec in self._flat.leaves]
+        for k, (parts, local_ids, part_mask, part_learn) in got.items():
+            mine = shard == k
+            ids[mine], mask[mine], learn[mine] = self._global(k, local_ids), part_mask, part_learn
+            for leaf, part in zip(leaves, parts, strict=True):
+                leaf[mine] = part
+        shape = (*np.shape(starts), length)
+        items = self._flat.unflatten([leaf.reshape(shape + leaf.shape[2:]) for leaf in leaves])
+        return items, SampleInfo(ids.reshape(shape), (), mask=mask.reshape(shape), learn=learn.reshape(shape))
 
     def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
         flat = ids.ravel()

@@ -216,6 +216,17 @@ class Shard:
             result["mass"], result["smallest"] = buffer.mass(num_steps, rule)
         return result
 
+    def sequence_starts(self, rule: SequenceRule) -> np.ndarray:
+        """The local ids of ``rule``'s eligible learning starts now, in id order."""
+        return self.buffer.sequence_starts(rule)
+
+    def read_sequences(
+        self, local_starts: np.ndarray, rule: SequenceRule
+    ) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+        """``(flat leaves, local ids, mask, learn)`` of the sequences from ``local_starts`` (1-d)."""
+        items, info = self.buffer.read_sequences(np.asarray(local_starts, np.int64), rule)
+        return self.flat.flatten(items), np.asarray(info.ids), np.asarray(info.mask), np.asarray(info.learn)
+
     def read(self, local_ids: np.ndarray) -> list:
         """The flat leaves of the items stored under ``local_ids`` (1-d)."""
         items, _ = self.buffer.read_ids(np.asarray(local_ids, np.int64))

@@ -15,7 +15,13 @@ import numpy as np
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive
 from replaybuf.buffers.stream import reject_unused
-from replaybuf.dataset import DeterministicPass, RandomDataset, check_sample_arguments, plan_deterministic_pass
+from replaybuf.dataset import (
+    DeterministicPass,
+    RandomDataset,
+    check_sample_arguments,
+    plan_deterministic_pass,
+    plan_sequence_pass,
+)
 from replaybuf.errors import ArgumentError, BufferClosedError, EmptyBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.front import Checkpoints
@@ -581,11 +587,7 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         starts = np.concatenate(parts)
         if starts.size == 0:
             raise no_episode_window(rule.num_steps, padding=not rule.pad)
-        size = sample_batch_size or 1
-        plan = [starts[i : i + size] for i in range(0, starts.size, size)]
-        if self._drop_remainder and plan[-1].size < size:
-            plan.pop()
-        return plan if sample_batch_size is not None else [part[0] for part in plan]
+        return plan_sequence_pass(starts, sample_batch_size, self._drop_remainder)
 
     def _read_sequences(self, starts: np.ndarray, rule: SequenceRule) -> tuple[Any, BufferInfo]:
         """The sequences from learning ``starts`` (ids) with their mask and learn."""
