@@ -296,6 +296,12 @@ def test_bad_sequence_arguments_are_refused_and_change_nothing(options, keywords
     model = Model(2, 20, np.random.default_rng(0))
     for _ in range(10):
         buffer.add_batch(model.add(0.2))
+    assert_refused(buffer, keywords, message)
+
+
+def assert_refused(buffer, keywords, message):
+    """``get_next`` and ``as_dataset`` refuse ``keywords`` (beside num_steps=3) with ``message``,
+    and the sampling generator did not move."""
     before = buffer.state_dict()["rng"]
     with pytest.raises(ArgumentError, match=message):
         buffer.get_next(4, **{"num_steps": 3, **keywords})
