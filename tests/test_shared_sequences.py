@@ -248,6 +248,23 @@ def test_a_writer_that_laps_the_learner_keeps_period_one_exact_and_drops_its_unk
     check_rows(writers, items, np.asarray(info.ids), np.asarray(info.mask), 2, 3)
 
 
+@pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
+def test_a_loaded_copy_draws_the_same_sequences_and_a_cleared_buffer_none(buffers, sampler):
+    buffer = make(buffers, sampler, pad=False, seed=6)
+    writers = Writers(buffer, seed=6)
+    writers.run([11, 7])
+    buffer.get_next(4, num_steps=2, burn_in=2, period=2)
+    writers.taken_in()
+    copy = make(buffers, sampler, pad=False, seed=6)
+    copy.load_state_dict(buffer.state_dict())  # positions are read again from the loaded records
+    alpha = 0.7 if sampler == "prioritized" else None
+    items, info = copy.get_next(64, num_steps=2, burn_in=2, period=2)
+    check_sequences(writers, items, info, 2, 2, 2, False, alpha)
+    buffer.clear()
+    with pytest.raises(EmptyBufferError, match="is empty"):
+        buffer.get_next(4, num_steps=2, burn_in=2, period=2)
+
+
 def test_no_eligible_start_is_an_empty_buffer_error(buffers):
     buffer = make(buffers, "uniform", pad=False)
     with pytest.raises(EmptyBufferError, match="is empty"):
