@@ -276,18 +276,20 @@ def test_torch_sequences_equal_numpy_ones_for_the_same_seed():
         np.testing.assert_array_equal(a["observation"], numpy_of(b["observation"]))
 
 
-@pytest.mark.parametrize(
-    ("options", "keywords", "message"),
-    [
-        ({}, {"burn_in": -1}, "burn_in: expected an int >= 0, got -1"),
-        ({}, {"burn_in": 1.5}, "burn_in: expected an int >= 0, got 1.5"),
-        ({}, {"period": 0}, "period: expected an int >= 1"),
-        ({}, {"period": True}, "period: expected an int >= 1"),
-        ({}, {"num_steps": None, "burn_in": 2}, "num_steps: expected the sequence's learning length"),
-        ({}, {"num_steps": 15, "burn_in": 6}, r"burn_in \+ num_steps: expected at most max_length=20"),
-        ({"respect_episodes": False, "episode_end_field": None}, {"burn_in": 2}, "respect_episodes=True"),
-    ],
-)
+# (buffer options, get_next keywords beside num_steps=3, the message) on a buffer of max_length=20;
+# the shared and Ray tests ask their buffers the same
+BAD_SEQUENCE_ARGUMENTS = [
+    ({}, {"burn_in": -1}, "burn_in: expected an int >= 0, got -1"),
+    ({}, {"burn_in": 1.5}, "burn_in: expected an int >= 0, got 1.5"),
+    ({}, {"period": 0}, "period: expected an int >= 1"),
+    ({}, {"period": True}, "period: expected an int >= 1"),
+    ({}, {"num_steps": None, "burn_in": 2}, "num_steps: expected the sequence's learning length"),
+    ({}, {"num_steps": 15, "burn_in": 6}, r"burn_in \+ num_steps: expected at most max_length=20"),
+    ({"respect_episodes": False, "episode_end_field": None}, {"burn_in": 2}, "respect_episodes=True"),
+]
+
+
+@pytest.mark.parametrize(("options", "keywords", "message"), BAD_SEQUENCE_ARGUMENTS)
 def test_bad_sequence_arguments_are_refused_and_change_nothing(options, keywords, message):
     buffer = replaybuf.UniformReplayBuffer(
         SPEC, batch_size=2, max_length=20, seed=0, **{"respect_episodes": True, "episode_end_field": "done", **options}
@@ -295,6 +297,12 @@ def test_bad_sequence_arguments_are_refused_and_change_nothing(options, keywords
     model = Model(2, 20, np.random.default_rng(0))
     for _ in range(10):
         buffer.add_batch(model.add(0.2))
+    assert_refused(buffer, keywords, message)
+
+
+def assert_refused(buffer, keywords, message):
+    """``get_next`` and ``as_dataset`` refuse ``keywords`` (beside num_steps=3) with ``message``,
+    and the sampling generator did not move."""
     before = buffer.state_dict()["rng"]
     with pytest.raises(ArgumentError, match=message):
         buffer.get_next(4, **{"num_steps": 3, **keywords})

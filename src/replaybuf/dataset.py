@@ -28,6 +28,7 @@ __all__ = [
     "check_pass_arguments",
     "check_sample_arguments",
     "plan_deterministic_pass",
+    "plan_sequence_pass",
 ]
 
 MAX_SAMPLE_ITEMS = 2**31 - 1  # items in one sample (sample_batch_size x num_steps): TF's int32 shapes
@@ -230,3 +231,14 @@ class _Planned:
                 raise StopIteration
             self._next = index + 1
         return self._read(self._plan[index])
+
+
+def plan_sequence_pass(ordered: np.ndarray, sample_batch_size: int | None, drop_remainder: bool) -> list:
+    """A deterministic pass over sequences: the learning starts ``ordered`` (in the order they
+    are yielded) in groups of ``sample_batch_size`` (one start each when None; a short last
+    group dropped when ``drop_remainder``)."""
+    size = sample_batch_size or 1
+    plan = [ordered[i : i + size] for i in range(0, ordered.size, size)]
+    if drop_remainder and plan and plan[-1].size < size:
+        plan.pop()
+    return plan if sample_batch_size is not None else [part[0] for part in plan]

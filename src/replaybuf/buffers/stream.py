@@ -26,6 +26,7 @@ from replaybuf.dataset import (
     RandomDataset,
     check_sample_arguments,
     plan_deterministic_pass,
+    plan_sequence_pass,
 )
 from replaybuf.errors import ArgumentError, BufferClosedError, CheckpointError, EmptyBufferError, RateLimiterTimeout
 from replaybuf.hindsight import Relabeller
@@ -308,8 +309,15 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         length = rule.burn_in + num_steps
         return self._finish_sample(leaves, ids, probabilities, extras, sample_batch_size, length, time_stacked)
 
-    def _read_sequences(self, starts: np.ndarray, rule: SequenceRule) -> tuple[Any, BufferInfo]:
-        """The sequences from learning ``starts`` with their mask and learn (a deterministic pass)."""
+    def sequence_starts(self, rule: SequenceRule) -> np.ndarray:
+        """The eligible learning starts of ``rule`` now, in id order (a copy): what a
+        deterministic pass over sequences visits (here, or a Ray shard's)."""
+        with self._lock:
+            return self._sampler.episodes.starts(rule).live().copy()
+
+    def read_sequences(self, starts: np.ndarray, rule: SequenceRule) -> tuple[Any, BufferInfo]:
+        """The sequences from learning ``starts`` (stored ids) with their mask and learn (a
+        deterministic pass; a Ray shard's reads)."""
         with self._lock:
             ids, extras = self._sampler.episodes.sequences(starts, rule)
             items, info = self._read_ids(ids)
@@ -375,19 +383,14 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         if single_deterministic_pass and rule is not None:
 
             def plan_sequences() -> list[np.ndarray]:
-                with self._lock:
-                    starts = self._sampler.episodes.starts(rule).live()
-                    if starts.size == 0:
-                        raise no_episode_window(rule.num_steps, padding=not rule.pad)
-                    ordered = starts[np.lexsort((starts, starts % self._ring.batch_size))]  # by stream, then step
-                size = sample_batch_size or 1
-                plan = [ordered[i : i + size] for i in range(0, ordered.size, size)]
-                if self._drop_remainder and plan and plan[-1].size < size:
-                    plan.pop()
-                return plan if sample_batch_size is not None else [part[0] for part in plan]
+                starts = self.sequence_starts(rule)
+                if starts.size == 0:
+                    raise no_episode_window(rule.num_steps, padding=not rule.pad)
+                ordered = starts[np.lexsort((starts, starts % self._ring.batch_size))]  # by stream, then step
+                return plan_sequence_pass(ordered, sample_batch_size, self._drop_remainder)
 
             return self._wrap_dataset(
-                DeterministicPass(plan_sequences, lambda starts: self._read_sequences(starts, rule))
+                DeterministicPass(plan_sequences, lambda starts: self.read_sequences(starts, rule))
             )
         if single_deterministic_pass:
 
@@ -457,12 +460,15 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         ``BufferInfo(ids, ())``: what a deterministic pass, a Ray shard or replaybuf.sb3 reads."""
         return self._read_ids(ids)
 
-    def mass(self, num_steps: int | None = None) -> tuple[float, float]:
+    def mass(self, num_steps: int | None = None, rule: SequenceRule | None = None) -> tuple[float, float]:
         """``(mass, smallest)`` of the windows of ``num_steps`` a draw may return now: what the
         sampler normalises by (``P(element) = its mass / mass``; uniform: one per start) and
         the smallest stored priority mass (1.0 without priorities). What a caller splitting
-        one batch over several buffers (Ray shards) weighs each buffer by."""
+        one batch over several buffers (Ray shards) weighs each buffer by. With a sequence
+        ``rule``: the mass of its eligible learning starts instead."""
         with self._lock:
+            if rule is not None:
+                return self._sampler.sequence_mass(self._ring, rule)
             return self._sampler.mass(self._ring, num_steps)
 
     # -- checkpoints (docs/persistence.md) ---------------------------------------------------

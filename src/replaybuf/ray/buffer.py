@@ -38,7 +38,7 @@ from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positiv
 from replaybuf.buffers.prioritized import PrioritizedReplayBuffer
 from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.buffers.uniform import UniformReplayBuffer
-from replaybuf.dataset import DeterministicPass, check_sample_arguments, plan_deterministic_pass
+from replaybuf.dataset import DeterministicPass, check_sample_arguments, plan_deterministic_pass, plan_sequence_pass
 from replaybuf.errors import ArgumentError, CheckpointError, ReplayBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import POINTER, read_state, write_state
@@ -49,10 +49,11 @@ from replaybuf.ray.gathered import gather_states, split_state
 from replaybuf.ray.remote import SHARD_DOWN, Limiter, ShardUnavailableError, call, get, limiter_config
 from replaybuf.ray.shard import Shard
 from replaybuf.ray.writer import ShardWriter
-from replaybuf.refusals import bad_priorities, empty, unknown_ids, window_too_long
+from replaybuf.refusals import bad_priorities, empty, no_episode_window, unknown_ids, window_too_long
 from replaybuf.ring import Geometry, StreamRing
 from replaybuf.samplers.choice import check_sampler
 from replaybuf.samplers.prioritized import priority_update
+from replaybuf.samplers.sequences import SequenceRule, check_sequence_arguments
 from replaybuf.samplers.split import MassSplit
 
 __all__ = ["ShardedReplayBuffer"]
@@ -215,7 +216,7 @@ class ShardedReplayBuffer(ReplayBuffer):
         get([a.ping.remote() for a in self._actors])  # the shards' own argument errors surface here
         self._writers = [self._writer_for(k) for k in range(shards)]  # this object's add_batch
         self._writer_count = np.zeros(shards, np.int64)
-        self._masses: dict[int | None, np.ndarray] = {}
+        self._masses: dict[tuple, np.ndarray] = {}  # (num_steps, sequence rule or None) -> each shard's mass
         self._fresh = False
         self._down: dict[int, Any] = {}  # shard -> the ping that tells when it is back
 
@@ -316,15 +317,15 @@ class ShardedReplayBuffer(ReplayBuffer):
         if (ids < 0).any():
             raise unknown_ids(ids, ids < 0)
         shard, local = self._route(ids)
-        lengths = list(self._masses)
+        keys = list(self._masses)
         refs = {}
         for k in np.unique(shard):
             mine = shard == k
-            refs[int(k)] = self._actors[k].update_priorities.remote(local[mine], priorities[mine], lengths)
+            refs[int(k)] = self._actors[k].update_priorities.remote(local[mine], priorities[mine], keys)
         if wait:  # the shards' new masses: the next split is exact at once
             for k, masses in zip(refs, get(list(refs.values()), timeout=self._call_timeout), strict=True):
-                for steps, mass in zip(lengths, masses, strict=True):
-                    self._masses[steps][k] = mass
+                for key, mass in zip(keys, masses, strict=True):
+                    self._masses[key][k] = mass
 
     def clear(self) -> None:
         """Forget every item on every shard (and the limiter's counts)."""
@@ -347,50 +348,74 @@ class ShardedReplayBuffer(ReplayBuffer):
 
     # -- sampling -------------------------------------------------------------------------------
     def get_next(
-        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        time_stacked: bool = True,
+        *,
+        burn_in: int | None = None,
+        period: int | None = None,
     ) -> tuple[Any, BufferInfo]:
         """Sample across the shards; shapes as ``replaybuf.buffer`` says.
 
         Returns ``(items, info)``; ``info`` is a ``SampleInfo`` with ``weights`` for
-        prioritized shards (and ``mask`` for padded episode windows).
+        prioritized shards (and ``mask`` for padded episode windows). With ``burn_in`` or
+        ``period`` (shards with ``respect_episodes``): sequences as the shards' buffers draw
+        them (``info.mask``, ``info.learn``), the batch split by each shard's mass of eligible
+        learning starts.
 
         Raises:
-            EmptyBufferError: nothing is stored, or no shard holds a window of num_steps.
-            ArgumentError: sample_batch_size or num_steps not a positive int.
+            EmptyBufferError: nothing is stored, or no shard holds a window of num_steps (or an
+                eligible learning start).
+            ArgumentError: sample_batch_size or num_steps not a positive int; bad sequence
+                arguments (as ``UniformReplayBuffer.get_next``).
             RateLimiterTimeout: the limiter held the sample back past rate_limiter_timeout.
             ShardUnavailableError: every shard with items stayed down past call_timeout.
         """
         check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
-        return self._collect(self._submit(sample_batch_size, num_steps), time_stacked)
+        rule = self._sequence_rule(burn_in, period, num_steps)
+        return self._collect(self._submit(sample_batch_size, num_steps, rule), time_stacked)
 
-    def _submit(self, sample_batch_size: int | None, num_steps: int | None) -> dict:
+    def _sequence_rule(self, burn_in: Any, period: Any, num_steps: Any) -> SequenceRule | None:
+        """The checked ``SequenceRule`` of a sample with ``burn_in`` or ``period`` (None without),
+        checked here as every shard's buffer would."""
+        if burn_in is None and period is None:
+            return None
+        pad = bool(self._buffer_options.get("pad_episode_ends", False))
+        return check_sequence_arguments(burn_in, period, num_steps, self._max_length, self._episodes, pad)
+
+    def _submit(self, sample_batch_size: int | None, num_steps: int | None, rule: SequenceRule | None = None) -> dict:
         """Start one fan-out: the limiter's grant, the split, one call per live shard."""
         n = sample_batch_size or 1
         if self._limiter is not None:
             call(self._limiter.await_sample, n, self._limiter_timeout, retry_timeout=self._retry_timeout)
         self._check_down()
-        masses = self._masses.get(num_steps)
+        key = (num_steps, None if rule is None else rule._replace(burn_in=0))  # what a shard's mass is of
+        masses = self._masses.get(key)
         if masses is None or not self._fresh:
-            masses = self._refresh(num_steps)
+            masses = self._refresh(key)
         live = np.array([k not in self._down for k in range(self._shards)])
-        pending = {"B": sample_batch_size, "T": num_steps, "n": n, "live": live, "masses": masses.copy()}
+        pending = {"B": sample_batch_size, "T": num_steps, "rule": rule, "key": key, "n": n, "live": live}
+        pending["masses"] = masses.copy()
         counts = self._split(n, masses, live)
         pending["counts"] = counts
-        pending["refs"] = {k: self._actors[k].sample.remote(int(counts[k]), num_steps) for k in np.flatnonzero(live)}
+        pending["refs"] = {
+            k: self._actors[k].sample.remote(int(counts[k]), num_steps, rule) for k in np.flatnonzero(live)
+        }
         return pending
 
     def _split(self, n: int, masses: np.ndarray, live: np.ndarray) -> np.ndarray:
         return MassSplit(np.where(live, masses, 0.0)).counts(self._rng, n)
 
-    def _refresh(self, num_steps: int | None) -> np.ndarray:
-        """Ask every live shard for its mass now (a fan-out of 0 draws)."""
+    def _refresh(self, key: tuple) -> np.ndarray:
+        """Ask every live shard for its mass of ``key`` ``(num_steps, rule)`` now (a fan-out of 0 draws)."""
         live = [k for k in range(self._shards) if k not in self._down]
-        refs = {k: self._actors[k].sample.remote(0, num_steps) for k in live}
+        refs = {k: self._actors[k].sample.remote(0, *key) for k in live}
         masses = np.zeros(self._shards)
         for k, result in self._gather(refs).items():
             if result is not None:
                 masses[k] = result["mass"]
-        self._masses[num_steps] = masses
+        self._masses[key] = masses
         self._fresh = True
         return masses
 
@@ -445,7 +470,7 @@ class ShardedReplayBuffer(ReplayBuffer):
             self._limiter.undo_sample.remote(pending["n"])
 
     def _assemble(self, pending: dict, time_stacked: bool) -> tuple[Any, BufferInfo]:
-        n, num_steps, masses = pending["n"], pending["T"], pending["masses"]
+        n, num_steps, masses, rule = pending["n"], pending["T"], pending["masses"], pending["rule"]
         live, counts = pending["live"].copy(), pending["counts"].copy()
         parts: dict[int, list] = {}
         answers: dict[int, dict] = {}
@@ -474,20 +499,22 @@ class ShardedReplayBuffer(ReplayBuffer):
             if extra.sum() == 0:
                 self._raise_empty(num_steps, errors)
             counts = extra
-            refs = {k: self._actors[k].sample.remote(int(extra[k]), num_steps) for k in np.flatnonzero(extra)}
+            refs = {k: self._actors[k].sample.remote(int(extra[k]), num_steps, rule) for k in np.flatnonzero(extra)}
         else:
             raise ShardUnavailableError(f"a batch of {n} could not be filled in {self._shards + 1} rounds of redraws")
         for k, result in answers.items():
-            self._masses.setdefault(num_steps, np.zeros(self._shards))[k] = result["mass"]
+            self._masses.setdefault(pending["key"], np.zeros(self._shards))[k] = result["mass"]
         split = MassSplit(np.where(live, masses, 0.0))
         order = self._rng.permutation(n)
-        leaves_parts, ids_parts, prob_parts, mask_parts = [], [], [], []
+        leaves_parts, ids_parts, prob_parts = [], [], []
+        marks: dict[str, list] = {"mask": [], "learn": []}
         for k in sorted(parts):
             for result in parts[k]:
                 leaves_parts.append(result["leaves"])
                 ids_parts.append(self._global(k, result["ids"]))
                 prob_parts.append(split.probabilities(k, result["probabilities"]))
-                mask_parts.append(result["mask"])
+                for name, found in marks.items():
+                    found.append(result[name])
         leaves = [np.concatenate([p[i] for p in leaves_parts])[order] for i in range(len(self._flat.leaves))]
         ids = np.concatenate(ids_parts)[order]
         probabilities = np.concatenate(prob_parts)[order].astype(np.float32)
@@ -496,8 +523,11 @@ class ShardedReplayBuffer(ReplayBuffer):
             beta = next(iter(answers.values()))["beta"]
             reported = {k: (answers[k]["mass"], answers[k]["smallest"]) for k in np.flatnonzero(live) if k in answers}
             extras["weights"] = split.weights(probabilities, split.smallest(reported), beta)
-        if mask_parts and mask_parts[0] is not None:
-            extras["mask"] = np.concatenate(mask_parts)[order]
+        for name, found in marks.items():
+            if found and found[0] is not None:
+                extras[name] = np.concatenate(found)[order]
+        if rule is not None:
+            num_steps = rule.burn_in + rule.num_steps
         if pending["B"] is None:
             leaves = [leaf[0] for leaf in leaves]
             ids, probabilities = ids[0], probabilities[0]
@@ -524,24 +554,36 @@ class ShardedReplayBuffer(ReplayBuffer):
         num_steps: int | None = None,
         num_parallel_calls: int | None = None,
         single_deterministic_pass: bool = False,
+        *,
+        burn_in: int | None = None,
+        period: int | None = None,
     ) -> Any:
         """An iterable of ``(items, info)``.
 
         Random mode is endless and keeps ``num_parallel_calls`` fan-outs in flight (default
         ``dataset_draw_ahead``): the next batches are being sampled on the shards while one is consumed. The
         deterministic pass (all shards must hold the same steps: items added through this
-        object) reads every stored item once as ``UniformReplayBuffer``'s does.
+        object) reads every stored item once as ``UniformReplayBuffer``'s does. With
+        ``burn_in`` / ``period``: sequences as ``get_next`` samples them; a deterministic pass
+        yields every eligible sequence of every shard once, ordered by stream, then learning
+        start, as ``UniformReplayBuffer``'s (shards may hold different steps).
 
         Raises:
             ArgumentError: a non-positive argument; in a deterministic pass as for
-                UniformReplayBuffer, or shards holding different steps.
+                UniformReplayBuffer, or shards holding different steps (windows); bad
+                sequence arguments (``get_next``).
         """
         check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
         check_positive("num_parallel_calls", num_parallel_calls)
+        rule = self._sequence_rule(burn_in, period, num_steps)
+        if single_deterministic_pass and rule is not None:
+            plan = lambda: self._plan_sequences(sample_batch_size, rule)  # noqa: E731
+            return DeterministicPass(plan, lambda starts: self._read_sequences(starts, rule))
         if single_deterministic_pass:
             return DeterministicPass(lambda: self._plan(sample_batch_size, num_steps), self._read_ids)
         depth = num_parallel_calls or self.dataset_draw_ahead
-        return ShardedRandomDataset(self._submit, self._collect, self._undo, sample_batch_size, num_steps, depth)
+        submit = lambda size, steps: self._submit(size, steps, rule)  # noqa: E731
+        return ShardedRandomDataset(submit, self._collect, self._undo, sample_batch_size, num_steps, depth)
 
     def _common_ring(self) -> StreamRing:
         """A ring standing for every shard: they must hold the same steps."""
@@ -559,6 +601,38 @@ class ShardedReplayBuffer(ReplayBuffer):
 
     def _plan(self, sample_batch_size: int | None, num_steps: int | None) -> list[np.ndarray]:
         return plan_deterministic_pass(self._common_ring(), sample_batch_size, num_steps, None, False)
+
+    def _plan_sequences(self, sample_batch_size: int | None, rule: SequenceRule) -> list:
+        """Every shard's eligible learning starts now (global ids), by stream, then step, in
+        groups of ``sample_batch_size``: the order of a ``UniformReplayBuffer``'s pass."""
+        found = self._shard_call("plan", [a.sequence_starts.remote(rule) for a in self._actors])
+        starts = np.concatenate([self._global(k, local) for k, local in enumerate(found)])
+        if starts.size == 0:
+            raise no_episode_window(rule.num_steps, padding=not rule.pad)
+        ordered = starts[np.lexsort((starts, starts % self._batch_size))]
+        return plan_sequence_pass(ordered, sample_batch_size, False)
+
+    def _read_sequences(self, starts: np.ndarray, rule: SequenceRule) -> tuple[Any, BufferInfo]:
+        """The sequences from the learning ``starts`` (global ids), read on their shards."""
+        flat = np.atleast_1d(starts)
+        length = rule.burn_in + rule.num_steps
+        shard, local = self._route(flat)
+        refs = {int(k): self._actors[k].read_sequences.remote(local[shard == k], rule) for k in np.unique(shard)}
+        got = dict(zip(refs, self._shard_call("read", list(refs.values())), strict=True))
+        ids, mask, learn = (
+            np.empty((flat.size, length), np.int64),
+            np.empty((flat.size, length), bool),
+            np.empty((flat.size, length), bool),
+        )
+        leaves = [np.empty((flat.size, length, *spec.shape), spec.dtype) for spec in self._flat.leaves]
+        for k, (parts, local_ids, part_mask, part_learn) in got.items():
+            mine = shard == k
+            ids[mine], mask[mine], learn[mine] = self._global(k, local_ids), part_mask, part_learn
+            for leaf, part in zip(leaves, parts, strict=True):
+                leaf[mine] = part
+        shape = (*np.shape(starts), length)
+        items = self._flat.unflatten([leaf.reshape(shape + leaf.shape[2:]) for leaf in leaves])
+        return items, SampleInfo(ids.reshape(shape), (), mask=mask.reshape(shape), learn=learn.reshape(shape))
 
     def _read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
         flat = ids.ravel()

@@ -39,6 +39,7 @@ from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, R
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import POINTER, read_state, write_state
 from replaybuf.ray.remote import ResendRequested, call, reconstructed
+from replaybuf.samplers.sequences import SequenceRule
 
 __all__ = ["Shard"]
 
@@ -173,12 +174,13 @@ class Shard:
             if self.durable.get(key, 0) < seq:
                 self.save(self.folder)
 
-    def update_priorities(self, local_ids: np.ndarray, priorities: np.ndarray, lengths: list) -> list[float]:
-        """Set priorities; returns the shard's new mass for each window length in ``lengths``."""
+    def update_priorities(self, local_ids: np.ndarray, priorities: np.ndarray, keys: list) -> list[float]:
+        """Set priorities; returns the shard's new mass for each ``(num_steps, sequence rule or
+        None)`` in ``keys``."""
         buffer = self.buffer
         with buffer.lock:
             buffer.update_priorities(local_ids, priorities)
-            return [buffer.mass(steps)[0] for steps in lengths]
+            return [buffer.mass(*key)[0] for key in keys]
 
     def clear(self) -> None:
         with self.lock:
@@ -186,31 +188,44 @@ class Shard:
             self.counts = {"inserts": 0, "samples": 0, "deletes": 0}
 
     # -- reads ----------------------------------------------------------------------------------
-    def sample(self, count: int, num_steps: int | None) -> dict:
-        """``count`` draws (windows of ``num_steps``) and the shard's mass after them.
+    def sample(self, count: int, num_steps: int | None, rule: SequenceRule | None = None) -> dict:
+        """``count`` draws (windows of ``num_steps``, or sequences of ``rule``: replaybuf.samplers.sequences)
+        and the shard's mass after them.
 
         Returns ``{"mass", "smallest", "beta", "leaves", "ids", "probabilities", "weights",
-        "mask"}``; with ``count == 0`` only the first three. An ``EmptyBufferError`` (the
-        shard cannot draw such windows now) comes back as ``{"mass": 0.0, "error": message}``.
+        "mask", "learn"}``; with ``count == 0`` only the first three. An ``EmptyBufferError``
+        (the shard cannot draw such windows now) comes back as ``{"mass": 0.0, "error": message}``.
         """
         buffer = self.buffer
         beta = float(buffer.beta) if hasattr(buffer, "update_priorities") else 0.0
         result: dict = {"beta": beta}
         if count:
+            sequence = {} if rule is None else {"burn_in": rule.burn_in, "period": rule.period}
             try:
-                items, info = buffer.get_next(count, num_steps)
+                items, info = buffer.get_next(count, num_steps, **sequence)
             except EmptyBufferError as err:
                 return {"mass": 0.0, "smallest": 1.0, "beta": beta, "error": str(err)}
             result["leaves"] = self.flat.flatten(items)
             result["ids"] = np.asarray(info.ids)
             result["probabilities"] = np.asarray(info.probabilities, np.float64)
-            result["weights"] = getattr(info, "weights", None)
-            result["mask"] = getattr(info, "mask", None)
+            for name in ("weights", "mask", "learn"):
+                result[name] = getattr(info, name, None)
             with self.lock:
                 self.counts["samples"] += count
         with buffer.lock:
-            result["mass"], result["smallest"] = buffer.mass(num_steps)
+            result["mass"], result["smallest"] = buffer.mass(num_steps, rule)
         return result
+
+    def sequence_starts(self, rule: SequenceRule) -> np.ndarray:
+        """The local ids of ``rule``'s eligible learning starts now, in id order."""
+        return self.buffer.sequence_starts(rule)
+
+    def read_sequences(
+        self, local_starts: np.ndarray, rule: SequenceRule
+    ) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+        """``(flat leaves, local ids, mask, learn)`` of the sequences from ``local_starts`` (1-d)."""
+        items, info = self.buffer.read_sequences(np.asarray(local_starts, np.int64), rule)
+        return self.flat.flatten(items), np.asarray(info.ids), np.asarray(info.mask), np.asarray(info.learn)
 
     def read(self, local_ids: np.ndarray) -> list:
         """The flat leaves of the items stored under ``local_ids`` (1-d)."""

@@ -381,6 +381,19 @@ class EpisodeSampler:
         ids, extras = self.index.sequences(np.asarray(starts), rule)
         return ids, filled_probabilities(1.0 / count, size), extras
 
+    def sequence_mass(self, ring: StreamRing, rule: SequenceRule) -> tuple[float, float]:
+        """``(count, 1.0)``: how many eligible learning starts of ``rule`` ``draw_sequences``
+        draws among now (0 when none); what a Ray driver splits a batch of sequences by."""
+        if ring.steps == 0:
+            return 0.0, 1.0
+        if rule.period == 1 and rule.pad:
+            return float(ring.num_valid_steps() * ring.batch_size), 1.0
+        if rule.period == 1:
+            if window_start_count(ring, rule.num_steps) == 0:
+                return 0.0, 1.0
+            return float(self.index.count(rule.num_steps)), 1.0
+        return float(self.index.starts(rule).live().size), 1.0
+
     def _inside_starts(
         self, rng: np.random.Generator, low: int, high: int, wanted: int, steps: int, rate: float
     ) -> np.ndarray:

@@ -211,12 +211,9 @@ class PrioritizedSampler:
         (replaybuf.samplers.sequences) whose learning starts are drawn by their priority."""
         if ring.steps == 0:
             raise empty(ring.name)
-        if rule.period == 1 and not rule.pad:  # the starts of windows of num_steps inside one episode
-            low, high = ring.window_starts(rule.num_steps)
-            tree = self._window_tree(ring, rule.num_steps)
-        else:  # every stored step (period 1, padded), or the listed sparse starts
-            low, high = ring.first_valid_step(), ring.steps
-            tree = self.sums if rule.period == 1 else self._sequence_tree(ring, rule)
+        if rule.period == 1 and not rule.pad:
+            ring.window_starts(rule.num_steps)  # EmptyBufferError when no stream holds num_steps
+        tree, low, high = self._sequence_starts(ring, rule)
         if tree.root() <= 0:
             raise no_episode_window(
                 rule.num_steps,
@@ -228,6 +225,23 @@ class PrioritizedSampler:
         )
         ids, extras = self.episodes.sequences(starts, rule)  # type: ignore[union-attr]
         return ids, probabilities, {"weights": weights, **extras}
+
+    def sequence_mass(self, ring: StreamRing, rule: SequenceRule) -> tuple[float, float]:
+        """``(mass, smallest)`` of ``rule``'s eligible learning starts (what ``draw_sequences``
+        normalises by; 0 when none) and the smallest stored mass, as ``mass`` for windows."""
+        if ring.steps == 0 or (rule.period == 1 and not rule.pad and window_start_count(ring, rule.num_steps) == 0):
+            return 0.0, 1.0
+        return self._sequence_starts(ring, rule)[0].root(), self.mins.root()
+
+    def _sequence_starts(self, ring: StreamRing, rule: SequenceRule) -> tuple[SumTree, int, int]:
+        """``(tree, low, high)``: the tree holding the masses of ``rule``'s eligible starts (0
+        elsewhere) and the steps ``[low, high)`` they lie in."""
+        if rule.period == 1 and not rule.pad:  # the starts of windows of num_steps inside one episode
+            low, high = ring.first_valid_step(), ring.steps - rule.num_steps + 1
+            return self._window_tree(ring, rule.num_steps), low, high
+        # every stored step (period 1, padded), or the listed sparse starts
+        tree = self.sums if rule.period == 1 else self._sequence_tree(ring, rule)
+        return tree, ring.first_valid_step(), ring.steps
 
     def _draw_starts(
         self,

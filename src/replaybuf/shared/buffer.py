@@ -15,7 +15,13 @@ import numpy as np
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive
 from replaybuf.buffers.stream import reject_unused
-from replaybuf.dataset import DeterministicPass, RandomDataset, check_sample_arguments, plan_deterministic_pass
+from replaybuf.dataset import (
+    DeterministicPass,
+    RandomDataset,
+    check_sample_arguments,
+    plan_deterministic_pass,
+    plan_sequence_pass,
+)
 from replaybuf.errors import ArgumentError, BufferClosedError, EmptyBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.front import Checkpoints
@@ -23,8 +29,9 @@ from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeo
 from replaybuf.refusals import empty, no_episode_window, overwritten_while_read, window_too_long
 from replaybuf.ring import STEPS, Geometry, WriterCursors
 from replaybuf.samplers.choice import check_sampler
-from replaybuf.samplers.episodes import episode_markers
+from replaybuf.samplers.episodes import episode_markers, pad_windows
 from replaybuf.samplers.prioritized import priority_update
+from replaybuf.samplers.sequences import SequenceRule, check_sequence_arguments
 from replaybuf.samplers.split import MassSplit
 from replaybuf.shared import checkpoint
 from replaybuf.shared.episodes import SegmentEpisodes
@@ -78,7 +85,11 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         respect_episodes: windows never cross an episode's end (ends from
             ``episode_end_field``, else a ``step_type`` or ``next_step_type`` field): uniform
             over the windows inside one episode (shared/episodes.py), or by priority over
-            them with ``sampler="prioritized"`` (shared/windows.py).
+            them with ``sampler="prioritized"`` (shared/windows.py); and sequences
+            (``get_next(burn_in=, period=)``).
+        pad_episode_ends: with respect_episodes, windows are drawn as without episodes and
+            steps past the first step's episode repeat its last real step, ``info.mask`` True
+            on real steps (as the NumPy buffers); sequences draw padded starts too.
 
     The shared memory is released by ``close()`` (or a ``with`` block), or when this
     object is collected or its process exits.
@@ -103,6 +114,7 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         dataset_drop_remainder: bool = False,
         dataset_window_shift: int | None = None,
         respect_episodes: bool = False,
+        pad_episode_ends: bool = False,
         episode_end_field: str | None = None,
     ):
         for name, value in (("writers", writers), ("batch_size", batch_size), ("max_length", max_length)):
@@ -118,7 +130,10 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
             why = "only used with sampler='prioritized'"
             reject_unused(alpha=(alpha, 0.6, why), beta=(beta, 0.4, why), epsilon=(epsilon, 1e-6, why))
         if not respect_episodes:
-            reject_unused(episode_end_field=(episode_end_field, None, "only used with respect_episodes=True"))
+            why = "only used with respect_episodes=True"
+            reject_unused(
+                pad_episode_ends=(pad_episode_ends, False, why), episode_end_field=(episode_end_field, None, why)
+            )
         if isinstance(context, str):
             if context not in multiprocessing.get_all_start_methods():
                 raise ArgumentError(
@@ -151,12 +166,11 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         self._commits = WriterCursors(self._cursors, max_length)
         self._names = list(self._layout.dtype.names or ())
         Layout.initialise(self._header)
-        self._episodes, self._episode_end_field = None, episode_end_field
+        self._episodes, self._episode_end_field, self._pad = None, episode_end_field, bool(pad_episode_ends)
         if respect_episodes:
             markers = episode_markers(self._flat, episode_end_field)  # raises ArgumentError
             self._episodes = SegmentEpisodes(markers, self._names, self._writers, self._batch_size, self._max_length)
-        both = self._episodes is not None and self._priorities is not None
-        self._windows = SegmentWindows(self._priorities, self._episodes) if both else None
+        self._windows = None if self._episodes is None else SegmentWindows(self._priorities, self._episodes)
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -241,33 +255,54 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
 
     # -- sampling ---------------------------------------------------------------------------
     def get_next(
-        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        time_stacked: bool = True,
+        *,
+        burn_in: int | None = None,
+        period: int | None = None,
     ) -> tuple[Any, BufferInfo]:
-        """Sample windows uniformly over every writer's streams (shapes as every buffer's).
+        """Sample windows uniformly (or by priority) over every writer's streams (shapes as
+        every buffer's). With ``pad_episode_ends``: ``info.mask``, as NumPy buffers.
+
+        With ``burn_in`` or ``period`` (``respect_episodes=True``): sequences of ``burn_in +
+        num_steps`` steps from learning starts at episode positions that are multiples of
+        ``period``, with ``info.mask`` and ``info.learn`` (replaybuf.samplers.sequences).
 
         Raises:
-            EmptyBufferError: nothing is stored, or no stream holds ``num_steps`` steps.
-            ArgumentError: sample_batch_size or num_steps is not a positive int.
+            EmptyBufferError: nothing is stored, or no stream holds ``num_steps`` steps
+                (inside one episode with ``respect_episodes``), or no eligible learning start.
+            ArgumentError: sample_batch_size or num_steps is not a positive int; ``burn_in`` /
+                ``period`` without ``respect_episodes``, without ``num_steps``, or asking more
+                steps than a stream holds.
             RateLimiterTimeout: the rate limiter held the sample back past the timeout.
             BufferClosedError: the buffer was closed (also while waiting).
             WritersGoneError: the rate limiter holds the sample back and every writer's
                 process died or gave its writer up: no insert can come (named in the message).
         """
         check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
+        rule = self._sequence_rule(burn_in, period, num_steps)
         self._check_open()
         count = sample_batch_size or 1
         if self._limiter is not None:
             self._limiter.await_sample(count, self._timeout, self._writers_gone)
+        extras: dict = {}
         try:
             with self._lock:
-                if self._priorities is not None:
-                    ids, probabilities, rows, weights = self._draw_prioritized(count, num_steps)
+                if rule is not None:
+                    ids, probabilities, rows, extras = self._draw_sequences(count, rule)
+                    num_steps = rule.burn_in + rule.num_steps
+                elif self._priorities is not None:
+                    ids, probabilities, rows, extras["weights"] = self._draw_prioritized(count, num_steps)
+                elif self._pad:
+                    ids, probabilities, rows = self._draw(count, num_steps, held=self._episode_bounds)
                 elif self._episodes is not None:
                     ids, probabilities, rows = self._draw_episodes(count, num_steps)
-                    weights = None
                 else:
                     ids, probabilities, rows = self._draw(count, num_steps)
-                    weights = None
+                if self._pad and rule is None and num_steps is not None:
+                    ids, rows, extras["mask"] = self._padded(ids, rows)
         except BaseException:
             if self._limiter is not None:
                 self._limiter.undo_sample(count)
@@ -275,16 +310,60 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         if sample_batch_size is None:
             ids, rows = ids[0], rows[0]
             probabilities = probabilities.reshape(())
-            weights = None if weights is None else weights.reshape(())
+            extras = {key: value[0] if value.ndim > 1 else value.reshape(()) for key, value in extras.items()}
         leaves = [rows[name] for name in self._names]
         if not time_stacked and num_steps is not None:
             lead = (slice(None),) if sample_batch_size is not None else ()
             items = tuple(self._flat.unflatten([leaf[(*lead, t)] for leaf in leaves]) for t in range(num_steps))
         else:
             items = self._flat.unflatten(leaves)
-        if weights is not None:
-            return items, SampleInfo(ids, probabilities, weights=weights)
+        if extras:
+            return items, SampleInfo(ids, probabilities, **extras)
         return items, BufferInfo(ids, probabilities)
+
+    def _sequence_rule(self, burn_in: Any, period: Any, num_steps: Any) -> SequenceRule | None:
+        """The checked ``SequenceRule`` of a sample with ``burn_in`` or ``period``; None without
+        (ArgumentError: see ``get_next``)."""
+        if burn_in is None and period is None:
+            return None
+        return check_sequence_arguments(
+            burn_in, period, num_steps, self._max_length, self._episodes is not None, self._pad
+        )
+
+    def _draw_sequences(self, count: int, rule: SequenceRule, tries: int = 0) -> tuple[Any, Any, Any, dict]:
+        """``count`` sequences of ``rule``: ids ``[count, burn_in + num_steps]``, probabilities,
+        the records read and ``{"mask", "learn"}`` (and ``"weights"`` by priority); sequences a
+        writer overwrote while they were read are drawn again."""
+        lows, highs = self._windows.take_in(self._commits, self._records)
+        if not any(highs):
+            raise empty(type(self).__name__)
+        writer, step, stream, probabilities, weights = self._windows.draw(self._rng, count, rule, lows, highs)
+        ids, mask, learn = self._episodes.sequences(writer, step, stream, rule)
+        rows = read_rows(self._records, self._slots(*self._split(ids)), self._read_threads)
+        extras = {"mask": mask, "learn": learn, **({} if weights is None else {"weights": weights})}
+        torn = self._commits.torn(writer, ids[:, 0] // self._streams)  # read after the copy
+        if torn.any():
+            if tries == _MAX_REDRAWS:
+                raise overwritten_while_read("sequences", _MAX_REDRAWS)
+            self.torn_redraws += int(torn.sum())
+            again = np.flatnonzero(torn)
+            ids[again], probabilities[again], rows[again], redrawn = self._draw_sequences(again.size, rule, tries + 1)
+            for key, value in extras.items():
+                value[again] = redrawn[key]
+        return ids, probabilities, rows, extras
+
+    def _episode_bounds(self) -> tuple[list[int], list[int]]:
+        """Each writer's steps the episode index holds, after taking in what was committed."""
+        self._episodes.take_in(self._commits, self._records)
+        lows, highs = zip(*self._episodes.known, strict=True)
+        return list(lows), list(highs)
+
+    def _padded(self, ids: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Windows ``[N, T]`` drawn as without episodes, padded past the first step's episode
+        (replaybuf.samplers.episodes.pad_windows): ``(ids, rows, mask)``."""
+        padded, mask = pad_windows(self._episodes, ids)
+        steps = (padded - ids[:, :1]) // self._streams  # each step's offset in its window
+        return padded, np.take_along_axis(rows, steps, axis=1), mask
 
     def _writers_gone(self) -> str | None:
         """Why no writer can insert any more (each one's process died or gave it up), or None
@@ -303,7 +382,7 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
     def _priority_bounds(self) -> tuple[list[int], list[int]]:
         """Each writer's whole steps ``(lows, highs)``; with episodes, the bounds the episode
         index and the priorities have both taken in (what the window trees follow)."""
-        if self._windows is None:
+        if self._episodes is None:
             return self._commits.bound_lists()
         return self._windows.take_in(self._commits, self._records)
 
@@ -316,8 +395,11 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         lows, highs = self._priority_bounds()
         if not any(highs):
             self._raise_empty(length, np.zeros(1, np.int64))
-        sampler = self._priorities if self._windows is None else self._windows
-        writer, step, stream, probabilities, weights = sampler.draw(self._rng, count, length, lows, highs)
+        if self._windows is None or self._pad:  # padded windows are drawn as without episodes
+            drawn = self._priorities.draw(self._rng, count, length, lows, highs)
+        else:
+            drawn = self._windows.draw(self._rng, count, SequenceRule(0, length, 1, False), lows, highs)
+        writer, step, stream, probabilities, weights = drawn
         column = writer * batch_size + stream
         steps = step if num_steps is None else step[:, None] + np.arange(num_steps)
         ids = steps * self._streams + (column if num_steps is None else column[:, None])
@@ -356,15 +438,18 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         with self._lock:
             lows, highs = self._priority_bounds()
             live, masses = self._priorities.update(writer, step, stream, priorities, lows, highs, ids)
-            if self._windows is not None:
+            if self._episodes is not None:
                 self._windows.updated(writer[live], step[live], stream[live], masses)
 
-    def _draw(self, count: int, num_steps: int | None, tries: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _draw(
+        self, count: int, num_steps: int | None, tries: int = 0, held: Callable | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``count`` draws: ids ``[count]`` (or ``[count, T]`` windows), probabilities ``[count]``
-        and the records read. Draws a writer overwrote while they were read are drawn again."""
+        and the records read. Draws a writer overwrote while they were read are drawn again.
+        ``held``: returns the writers' steps to draw from (default: the committed ones)."""
         length, batch_size, max_length = num_steps or 1, self._batch_size, self._max_length
         # any order of these reads is safe because the torn check below rereads WRITING
-        lows, highs = self._commits.bound_lists()
+        lows, highs = (held or self._commits.bound_lists)()
         starts = [max(0, high - (length - 1) - low) * batch_size for low, high in zip(lows, highs, strict=True)]
         total = sum(starts)
         if total == 0:
@@ -409,7 +494,7 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
             raise overwritten_while_read("draws", _MAX_REDRAWS)
         self.torn_redraws += int(torn.sum())
         again = np.flatnonzero(torn)
-        ids[again], probabilities[again], rows[again] = self._draw(again.size, num_steps, tries + 1)
+        ids[again], probabilities[again], rows[again] = self._draw(again.size, num_steps, tries + 1, held)
         return ids, probabilities, rows
 
     def _draw_episodes(self, count: int, num_steps: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -458,22 +543,60 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         num_steps: int | None = None,
         num_parallel_calls: int | None = None,
         single_deterministic_pass: bool = False,
+        *,
+        burn_in: int | None = None,
+        period: int | None = None,
     ) -> Any:
         """Random mode: endless ``get_next`` calls (``num_parallel_calls`` > 0: in a thread).
 
         A deterministic pass visits writer 0's streams, then writer 1's, ... (groups of
         ``sample_batch_size`` streams never mix writers), each stream in time order, cut
-        into windows of ``num_steps``; ids are fixed when the iterator is created.
+        into windows of ``num_steps``; ids are fixed when the iterator is created. With
+        ``burn_in`` / ``period``: sequences as ``get_next`` samples them; a deterministic pass
+        yields every eligible sequence once, ``sample_batch_size`` at a time, ordered by
+        writer, stream, then learning start.
 
         Raises:
             ArgumentError: a non-positive argument; in a deterministic pass,
-                sample_batch_size > batch_size or num_steps > max_length.
+                sample_batch_size > batch_size or num_steps > max_length; bad sequence
+                arguments (``get_next``).
         """
         check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
         check_positive("num_parallel_calls", num_parallel_calls)
+        rule = self._sequence_rule(burn_in, period, num_steps)
+        if single_deterministic_pass and rule is not None:
+            plan = lambda: self._plan_sequences(sample_batch_size, rule)  # noqa: E731
+            return DeterministicPass(plan, lambda starts: self._read_sequences(starts, rule))
         if single_deterministic_pass:
             return DeterministicPass(lambda: self._plan(sample_batch_size, num_steps), self._read_ids)
-        return RandomDataset(lambda: self.get_next(sample_batch_size, num_steps), num_parallel_calls)
+        sample = lambda: self.get_next(sample_batch_size, num_steps, burn_in=burn_in, period=period)  # noqa: E731
+        return RandomDataset(sample, num_parallel_calls)
+
+    def _plan_sequences(self, sample_batch_size: int | None, rule: SequenceRule) -> list[np.ndarray]:
+        """The learning starts of every eligible sequence now, by writer, stream, then step, cut
+        into groups of ``sample_batch_size`` (one start each when None)."""
+        with self._lock:
+            self._episodes.take_in(self._commits, self._records)
+            parts = []
+            for w, (low, high) in enumerate(self._episodes.known):
+                stream, step = np.divmod(np.arange((high - low) * self._batch_size), high - low)
+                step += low
+                writer = np.full(step.size, w)
+                found = self._episodes.eligible(writer, step, stream, rule)
+                parts.append(step[found] * self._streams + w * self._batch_size + stream[found])
+        starts = np.concatenate(parts)
+        if starts.size == 0:
+            raise no_episode_window(rule.num_steps, padding=not rule.pad)
+        return plan_sequence_pass(starts, sample_batch_size, self._drop_remainder)
+
+    def _read_sequences(self, starts: np.ndarray, rule: SequenceRule) -> tuple[Any, BufferInfo]:
+        """The sequences from learning ``starts`` (ids) with their mask and learn."""
+        with self._lock:
+            flat = np.atleast_1d(starts)
+            ids, mask, learn = self._episodes.sequences(*self._split(flat), rule)
+            shape = (*np.shape(starts), rule.burn_in + rule.num_steps)
+            items, info = self._read_ids(ids.reshape(shape))
+        return items, SampleInfo(info.ids, (), mask=mask.reshape(shape), learn=learn.reshape(shape))
 
     def _plan(self, sample_batch_size: int | None, num_steps: int | None) -> list[np.ndarray]:
         low, high = self._bounds()

@@ -12,6 +12,12 @@ A window of ``T`` steps from step ``t`` lies inside one episode iff
 ``position[t + T - 1] - position[t] == T - 1``. The count of such windows per writer is kept
 for every ``T`` asked for (computed once, then updated by each intake), so the uniform
 probability ``1 / count`` needs no pass over the buffer.
+
+Sequences (``burn_in``, ``period``) and padded windows compose replaybuf.samplers.sequences
+and replaybuf.samplers.episodes on each writer's segment, seen as a ``StreamRing`` of its
+taken-in steps. After a restart at step ``r > 0`` the positions of the episode each stream
+was in at ``r`` are smaller than the true ones, so with ``period > 1`` its steps are no
+learning starts (a learner that samples before a writer laps it never restarts).
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ from __future__ import annotations
 import numpy as np
 
 from replaybuf.refusals import overwritten_while_read
-from replaybuf.ring import WriterCursors
+from replaybuf.ring import StreamRing, WriterCursors
 from replaybuf.samplers.episodes import Markers, episode_positions
+from replaybuf.samplers.sequences import SequenceRule, eligible, sequence_windows
 
 __all__ = ["SegmentEpisodes"]
 
@@ -42,6 +49,7 @@ class SegmentEpisodes:
         self.last = np.full((self.writers, self.batch_size), -1, np.int64)  # each stream's newest position
         self.ended = np.ones((self.writers, self.batch_size), bool)  # its episode ended there
         self.counts: dict[int, np.ndarray] = {}  # T -> per writer, the windows of T inside one episode
+        self.restarted = np.zeros(self.writers, np.int64)  # the step each writer's positions count from
 
     # -- intake -----------------------------------------------------------------------------
     def take_in(self, cursors: WriterCursors, records: np.ndarray) -> None:
@@ -69,6 +77,7 @@ class SegmentEpisodes:
         starts, ends = markers
         if restart:
             new = episode_positions(starts, ends, np.full(self.batch_size, -1), np.ones(self.batch_size, bool))
+            self.restarted[w] = low
         else:
             new = episode_positions(starts, ends, self.last[w], self.ended[w])
         for size, counts in self.counts.items():
@@ -119,6 +128,54 @@ class SegmentEpisodes:
         length = self.max_length
         span = self.position[writer, end % length, stream] - self.position[writer, step % length, stream]
         return counted & (span == size - 1)
+
+    def real(self, ids: np.ndarray) -> np.ndarray:
+        """For windows of ids ``[..., T]`` (taken in): which steps belong to the first step's
+        episode (what ``replaybuf.samplers.episodes.pad_windows`` asks an index)."""
+        step, column = np.divmod(ids, self.writers * self.batch_size)
+        writer, stream = np.divmod(column, self.batch_size)
+        position = self.position[writer, step % self.max_length, stream]
+        return position == position[..., :1] + np.arange(ids.shape[-1])
+
+    # -- sequences (replaybuf.samplers.sequences on each writer's segment) -------------------
+    def eligible(self, writer: np.ndarray, step: np.ndarray, stream: np.ndarray, rule: SequenceRule) -> np.ndarray:
+        """Whether each (writer, step, stream) is an eligible learning start of ``rule`` among
+        the steps taken in (with ``period > 1``, of a known position: see the module)."""
+        found = np.zeros(step.shape, bool)
+        for w in np.unique(writer).tolist():
+            mine = writer == w
+            ring, at, streams = self._ring(w), step[mine], stream[mine]
+            ok = (at >= ring.first_valid_step()) & (at < ring.steps)
+            ok &= eligible(self.position[w].reshape(-1), ring, at * self.batch_size + streams, rule)
+            if rule.period > 1 and self.restarted[w]:
+                ok &= self.position[w, at % self.max_length, streams] < at - self.restarted[w]
+            found[mine] = ok
+        return found
+
+    def sequences(
+        self, writer: np.ndarray, step: np.ndarray, stream: np.ndarray, rule: SequenceRule
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(ids, mask, learn)`` ``[N, burn_in + num_steps]`` of the sequences from the learning
+        starts (writer, step, stream) ``[N]``; ids are the buffer's."""
+        length, streams = rule.burn_in + rule.num_steps, self.writers * self.batch_size
+        ids, mask = np.empty((step.size, length), np.int64), np.empty((step.size, length), bool)
+        learn = np.empty_like(mask)
+        for w in np.unique(writer).tolist():
+            mine = writer == w
+            local = step[mine] * self.batch_size + stream[mine]
+            window, mask[mine], learn[mine] = sequence_windows(
+                self.position[w].reshape(-1), self._ring(w), local, rule.burn_in, rule.num_steps
+            )
+            at, column = np.divmod(window, self.batch_size)
+            ids[mine] = at * streams + w * self.batch_size + column
+        return ids, mask, learn
+
+    def _ring(self, w: int) -> StreamRing:
+        """Writer ``w``'s segment as a ring holding the steps taken in (its ids: ``step * batch_size + stream``)."""
+        low, high = self.known[w]
+        ring = StreamRing(self.batch_size, self.max_length)
+        ring.reset(high, low)
+        return ring
 
 
 class _Fields:

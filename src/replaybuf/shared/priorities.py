@@ -19,7 +19,7 @@ from replaybuf.refusals import bad_priorities, unknown_ids, window_too_long
 from replaybuf.samplers.prioritized import check_beta, check_exponents
 from replaybuf.samplers.sumtree import MIN_WEIGHT, MinTree, SumTree, priority_mass
 
-__all__ = ["SegmentPriorities"]
+__all__ = ["SegmentPriorities", "slot_steps"]
 
 _REDRAWS = 64
 
@@ -118,8 +118,7 @@ class SegmentPriorities:
             found, mass = np.empty(todo.size, np.int64), np.empty(todo.size, np.float64)
             tree.kernels.find(tree.tree, tree.offsets, tree.arity, targets, found, mass)
             slots[todo], values[todo] = found, mass
-            writer, row, stream = _split_slot(found, self.segment, self.batch_size)
-            step = low_of[writer] + (row - low_of[writer]) % self.max_length
+            writer, step, stream = slot_steps(found, self.segment, self.batch_size, self.max_length, low_of)
             bad = (mass <= 0) | (step > high_of[writer] - num_steps)
             if not bad.any():
                 break
@@ -127,8 +126,7 @@ class SegmentPriorities:
             targets = rng.random(todo.size) * total  # rounding onto an empty slot or a start into the head
         else:
             raise EmptyBufferError(f"no start of a {num_steps}-step window found in {_REDRAWS} redraws")
-        writer, row, stream = _split_slot(slots, self.segment, self.batch_size)
-        step = low_of[writer] + (row - low_of[writer]) % self.max_length
+        writer, step, stream = slot_steps(slots, self.segment, self.batch_size, self.max_length, low_of)
         probabilities = values / (total - excluded)
         smallest = self.mins.root()
         weights = np.maximum((values / smallest) ** -self.beta(), MIN_WEIGHT) if np.isfinite(smallest) else values
@@ -201,7 +199,11 @@ class SegmentPriorities:
         return live, masses
 
 
-def _split_slot(slots: np.ndarray, segment: int, batch_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def slot_steps(
+    slots: np.ndarray, segment: int, batch_size: int, max_length: int, lows: list[int] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(writer, step, stream)`` of record ``slots`` holding steps at or above each writer's ``lows``."""
     writer, inner = np.divmod(slots, segment)
     row, stream = np.divmod(inner, batch_size)
-    return writer, row, stream
+    low_of = np.asarray(lows)[writer]
+    return writer, low_of + (row - low_of) % max_length, stream
