@@ -293,7 +293,9 @@ def test_bad_numpy_constructor_arguments_are_refused_naming_them(make, match):
 
 
 def test_bad_torch_constructor_arguments_are_refused_naming_them():
-    torch_buffers = pytest.importorskip("replaybuf.torch")
+    pytest.importorskip("torch")
+    import replaybuf.torch as torch_buffers
+
     uniform, py_uniform = torch_buffers.TorchUniformReplayBuffer, torch_buffers.TorchPyUniformReplayBuffer
     _refused(ArgumentError, r"max_length: a capacity of", lambda: uniform(SPEC, 2, 2**62))
     _refused(ArgumentError, r"capacity: a capacity of", lambda: py_uniform(SPEC, 2**62))
@@ -389,10 +391,14 @@ def _trajectory_buffers():
     yield "numpy", replaybuf.UniformReplayBuffer(_trajectory_spec(), 2, 4)
     yield "numpy-py", replaybuf.PyUniformReplayBuffer(_trajectory_spec(), 4)
     yield "numpy-prioritized", replaybuf.PrioritizedReplayBuffer(_trajectory_spec(), 2, 4)
-    torch_buffers = pytest.importorskip("replaybuf.torch")
+    pytest.importorskip("torch")
+    import replaybuf.torch as torch_buffers
+
     yield "torch", torch_buffers.TorchUniformReplayBuffer(_trajectory_spec(), 2, 4)
     yield "torch-py", torch_buffers.TorchPyUniformReplayBuffer(_trajectory_spec(), 4)
-    tf_buffers = pytest.importorskip("replaybuf.tf")
+    pytest.importorskip("tensorflow")
+    import replaybuf.tf as tf_buffers
+
     yield "tf", tf_buffers.TFUniformReplayBuffer(_trajectory_spec(), 2, 4)
 
 
@@ -462,7 +468,9 @@ def _other_backends():
         return replaybuf.SharedReplayBuffer(SPEC, writers=1, batch_size=2, max_length=5, seed=5)
 
     yield "shared", shared
-    jax_buffers = pytest.importorskip("replaybuf.jax")
+    pytest.importorskip("jax")
+    import replaybuf.jax as jax_buffers
+
     yield "jax", lambda: jax_buffers.JaxReplayBuffer(SPEC, batch_size=2, max_length=5, seed=5)
 
 

@@ -237,7 +237,7 @@ def test_fast_writer_and_slow_learner_stay_inside_the_error_buffer_at_every_gran
 @pytest.mark.parametrize("method", ["spawn", "forkserver", "fork"])
 def test_a_shared_limiter_blocks_a_child_process(method):
     if method not in multiprocessing.get_all_start_methods():
-        pytest.skip(f"{method} is not available on {sys.platform}")
+        pytest.skip(f"{method} is not available on {sys.platform} (POSIX only)")
     context = multiprocessing.get_context(method)
     limiter = SampleToInsertRatio(1.0, 2, 1.0).shared(context)  # range [1, 3]
     done = context.Value("q", 0)
