@@ -66,7 +66,9 @@ $(ZOO)/.installed: $(STAMP)
 
 # make test also runs TF-Agents 0.19.0's own test files and example scripts
 # (tests/tf_agents_suite) with replaybuf's classes swapped in, in .venv-tf-agents, and
-# SB3's (tests/sb3_suite) with replaybuf.sb3's.
+# SB3's (tests/sb3_suite) with replaybuf.sb3's. Every run is strict about skips: one whose
+# reason is not in tests/skip_gate.py's ALLOWED (a missing extra, a broken import) fails it.
+test: export REPLAYBUF_STRICT_SKIPS := 1
 test: $(STAMP) $(TFA)/.installed $(SB3_SDIST) $(GYM029)/.installed $(ZOO)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(TFA)/bin/python -m pytest -q -c tests/tf_agents_suite/pytest.ini tests/tf_agents_suite

@@ -1,4 +1,5 @@
-"""pytest at the repository root: README.md and docs/*.md are collected as tests (tests/doc_blocks.py)."""
+"""pytest at the repository root: README.md and docs/*.md are collected as tests (tests/doc_blocks.py);
+with REPLAYBUF_STRICT_SKIPS=1 a skip for a reason not allowed fails the run (tests/skip_gate.py)."""
 
 import sys
 from pathlib import Path
@@ -7,5 +8,6 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from doc_blocks import collect_docs, pytest_runtest_makereport  # noqa: E402,F401 (pytest hooks)
+from skip_gate import pytest_configure  # noqa: E402,F401 (pytest hook: REPLAYBUF_STRICT_SKIPS=1)
 
 pytest_collect_file = collect_docs(ROOT)

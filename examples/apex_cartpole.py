@@ -127,6 +127,7 @@ def main():
     per_actor = max(1, args.steps_per_round // (args.actors * args.envs_per_actor))
     round_steps = per_actor * args.actors * args.envs_per_actor
     steps, next_eval, best, best_weights, loss_value = 0, args.eval_every, -1.0, None, float("nan")
+    updates = 0  # priority updates sent
     returns: list[float] = []
     dataset = None
     start = time.time()
@@ -162,6 +163,7 @@ def main():
                 loss_value = loss.item()
                 td = (value - td_target).abs().detach().numpy() * valid.numpy() + 1e-3
                 rb.update_priorities(info.ids, td, wait=False)
+                updates += 1
             target.load_state_dict(q.state_dict())
         for finished in ray.get(running):
             returns.extend(finished)
@@ -184,6 +186,9 @@ def main():
     if best_weights is not None:
         q.load_state_dict(best_weights)
     print(f"env steps {steps}, wall time {time.time() - start:.1f} s, final loss {loss_value:.4f}")
+    _, info = rb.get_next(256, num_steps=2)  # the priorities sent make a batch's probabilities unequal
+    spread = info.probabilities.max() / info.probabilities.min()
+    print(f"priority updates sent {updates}; a batch's probabilities max/min {spread:.1f}")
     print(f"mean greedy return over 20 fresh episodes: {evaluate(q, seed=1_000_000 + args.seed):.1f}", flush=True)
     ray.shutdown()
 

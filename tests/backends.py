@@ -52,7 +52,9 @@ def _torch_backend(device: str):
     torch = pytest.importorskip("torch")
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    return pytest.importorskip("replaybuf.torch")
+    import replaybuf.torch
+
+    return replaybuf.torch
 
 
 def _torch_uniform(device: str):
@@ -82,7 +84,9 @@ def _torch_to_numpy(value):
 
 
 def _tf_uniform(data_spec, batch_size, max_length, seed):
-    tf_backend = pytest.importorskip("replaybuf.tf")
+    pytest.importorskip("tensorflow")
+    import replaybuf.tf as tf_backend
+
     return tf_backend.TFUniformReplayBuffer(data_spec, batch_size=batch_size, max_length=max_length, seed=seed)
 
 
@@ -152,13 +156,17 @@ def _shared(data_spec, batch_size, max_length, seed):
 
 
 def _jax_uniform(data_spec, batch_size, max_length, seed):
-    jax_backend = pytest.importorskip("replaybuf.jax")
+    pytest.importorskip("jax")
+    import replaybuf.jax as jax_backend
+
     return jax_backend.JaxReplayBuffer(data_spec, batch_size=batch_size, max_length=max_length, seed=seed)
 
 
 def _jax_prioritized(data_spec, batch_size, max_length, seed):
     # as numpy-prioritized: no priority updates here, so sampling must be exactly uniform
-    jax_backend = pytest.importorskip("replaybuf.jax")
+    pytest.importorskip("jax")
+    import replaybuf.jax as jax_backend
+
     return jax_backend.JaxReplayBuffer(
         data_spec, batch_size=batch_size, max_length=max_length, seed=seed, sampler="prioritized"
     )
@@ -171,7 +179,6 @@ def _ray_session():
     """Ray for the sharded backends: started once (2 CPUs, this host) at first use and shut
     down when the tests exit; tests/test_ray_*.py start and stop their own sessions."""
     ray = pytest.importorskip("ray")
-    pytest.importorskip("replaybuf.ray")
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
         atexit.register(ray.shutdown)

@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import replaybuf
-import replaybuf.shared
+pytest.importorskip("jax")
 
-jax_buffers = pytest.importorskip("replaybuf.jax")
+import replaybuf  # noqa: E402
+import replaybuf.jax as jax_buffers  # noqa: E402
+import replaybuf.shared  # noqa: E402
 
 NESTED = {"obs": replaybuf.ArraySpec((2,), np.float32), "info": {"done": replaybuf.ArraySpec((), bool)}}
 FLAT = {"obs": replaybuf.ArraySpec((2,), np.float32), "reward": replaybuf.ArraySpec((), np.float32)}

@@ -15,7 +15,6 @@ import pytest
 
 import replaybuf
 from conformance_data import SPEC, assert_items_match_ids, fields_for_ids
-from replaybuf import samplers
 from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.persistence.front import Checkpoints
 from replaybuf.storages.records import RecordStorage
@@ -36,20 +35,6 @@ def test_numpy_buffers_are_presets_of_one_composition(cls):
     assert len(below) <= 3, below
     assert issubclass(cls, StreamBuffer)
     assert "get_next" not in vars(cls) and "add_batch" not in vars(cls)
-
-
-@pytest.mark.parametrize(
-    "sampler",
-    [
-        samplers.UniformSampler(),
-        samplers.EpisodeSampler(None, pad=False),
-        samplers.PrioritizedSampler(8),
-    ],
-    ids=lambda s: type(s).__name__,
-)
-def test_every_sampler_has_the_one_protocol(sampler):
-    for name in ("draw", "added", "cleared", "reopened", "state", "check_state", "load_state"):
-        assert callable(getattr(sampler, name)), name
 
 
 @pytest.mark.parametrize("cls", [replaybuf.UniformReplayBuffer, replaybuf.PrioritizedReplayBuffer])

@@ -18,10 +18,11 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import optree
 import pytest
 
 import replaybuf
-from conformance_data import SPEC, step_batch
+from conformance_data import SPEC, fields_for_ids, step_batch
 from hostile_buffers import (
     KINDS,
     assert_equal_trees,
@@ -323,14 +324,13 @@ def test_a_damaged_memmap_folder_is_refused(damage, tmp_path):
     folder = tmp_path / "rb"
     _filled_memmap(folder)
     change, match = MEMMAP_DAMAGE[damage]
-    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.exists()}
     change(folder)
+    damaged = {p.name: p.read_bytes() for p in folder.iterdir()}
     with pytest.raises(CheckpointError, match=match) as caught:
         _memmap(folder)
     assert isinstance(caught.value, ValueError)
-    if damage != "cursor missing":  # opening refused: the folder is not written to
-        after = {p.name: p.read_bytes() for p in folder.iterdir()}
-        assert after.keys() == before.keys()
+    # opening refused: the folder is not written to, not a byte of it
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == damaged
 
 
 def test_a_memmap_folder_of_the_largest_steps_opens_and_keeps_working(tmp_path):
@@ -341,8 +341,21 @@ def test_a_memmap_folder_of_the_largest_steps_opens_and_keeps_working(tmp_path):
     buffer = _memmap(folder)
     assert buffer.num_frames() == 10
     buffer.add_batch(step_batch(0, 2))
-    _, info = buffer.get_next(4, 2)
-    assert info.ids.min() >= 0
+    items, info = buffer.get_next(64, 2)
+    # steps [largest - 4, largest] are stored; a 2-step window starts at one of the first 4
+    assert info.ids.min() >= (largest - 4) * 2 and info.ids.max() <= largest * 2 + 1
+    np.testing.assert_array_equal(info.ids[:, 1] - info.ids[:, 0], 2)
+    # step t of stream s sits in slot t % 5: slots 0-2 hold what steps 0-2 wrote, the new
+    # step (largest % 5 == 2) rewrote slot 2 with step 0's items, slots 3-4 were never written
+    written = {0: 0, 1: 1, 2: 0}
+    steps, streams = np.divmod(info.ids, 2)
+    for slot in range(5):
+        got = optree.tree_map(lambda leaf, at=steps % 5 == slot: leaf[at], items)
+        if slot in written:
+            want = fields_for_ids(written[slot] * 2 + streams[steps % 5 == slot])
+        else:
+            want = optree.tree_map(np.zeros_like, got)
+        assert_equal_trees(got, want, f"slot {slot}")
 
 
 def test_every_byte_of_a_memmap_folders_metadata_flipped_opens_or_is_refused_cleanly(tmp_path):

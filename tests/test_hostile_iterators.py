@@ -23,7 +23,9 @@ THREADS, CALLS = 8, 40
 def _buffers():
     yield "uniform", replaybuf.UniformReplayBuffer(SPEC, 2, 6, seed=0)
     yield "prioritized", replaybuf.PrioritizedReplayBuffer(SPEC, 2, 6, seed=0)
-    torch_buffers = pytest.importorskip("replaybuf.torch")
+    pytest.importorskip("torch")
+    import replaybuf.torch as torch_buffers
+
     yield "torch", torch_buffers.TorchUniformReplayBuffer(SPEC, 2, 6, seed=0)
 
 
@@ -120,7 +122,9 @@ def test_a_shared_prefetching_iterator_stops_its_thread_when_collected():
 
 def test_a_torch_dataloader_over_a_shared_iterator_source():
     """The torch IterableDataset hands out the same thread-safe iterators."""
-    torch_buffers = pytest.importorskip("replaybuf.torch")
+    pytest.importorskip("torch")
+    import replaybuf.torch as torch_buffers
+
     buffer = torch_buffers.TorchUniformReplayBuffer(SPEC, 2, 6, seed=0)
     for t in range(6):
         buffer.add_batch(step_batch(t, 2))

@@ -9,8 +9,10 @@ other content); it runs on every buffer kind it applies to (tests/hostile_buffer
 from __future__ import annotations
 
 import numpy as np
+import optree
 import pytest
 
+from conformance_data import fields_for_ids, step_batch
 from hostile_buffers import KINDS, assert_twins, source_state, twins
 from replaybuf.errors import CheckpointError, ReplayBufferError
 from replaybuf.samplers.sumtree import MAX_MASS, MIN_MASS
@@ -273,21 +275,26 @@ def test_the_priorities_are_not_applied_before_the_items_are_checked():
 
 
 def test_a_state_at_the_largest_steps_loads_and_keeps_working():
-    """``steps`` up to 2**62 // batch_size loads, and the buffer adds and samples on from there."""
+    """``steps`` up to 2**62 // batch_size loads, and the buffer adds and samples on from there:
+    every id drawn is one still stored, and its items are the ones stored under it."""
     buffer, _ = twins("uniform")
     state = source_state("uniform")
-    state["steps"] = 2**62 // 2
+    largest = state["steps"] = 2**62 // 2
     buffer.load_state_dict(state)
-    for _ in range(3):
-        buffer.add_batch({k: v[:2] if hasattr(v, "shape") else v for k, v in _two_items(state).items()})
-        _, info = buffer.get_next(4, 2)
-        assert info.ids.dtype == np.int64 and info.ids.max() < 2**62 + 8
-
-
-def _two_items(state):
-    from conformance_data import step_batch
-
-    return step_batch(0, 2)
+    loaded = [state["items"][str(k)] for k in range(4)]  # flat leaves of ids (largest - 5) * 2 on
+    for steps in range(largest + 1, largest + 4):
+        buffer.add_batch(step_batch(0, 2))
+        items, info = buffer.get_next(64, 2)
+        ids = info.ids
+        assert ids.dtype == np.int64 and ids.min() >= (steps - 5) * 2 and ids.max() <= steps * 2 - 1
+        np.testing.assert_array_equal(ids[:, 1] - ids[:, 0], 2)
+        new = ids >= largest * 2  # added here: step_batch(0, 2)'s items, by stream
+        fresh = optree.tree_leaves(fields_for_ids(ids % 2))
+        before = np.clip(ids - (largest - 5) * 2, 0, 9)
+        for got, added, old in zip(optree.tree_leaves(items), fresh, loaded, strict=True):
+            np.testing.assert_array_equal(
+                got, np.where(new.reshape(new.shape + (1,) * (added.ndim - 2)), added, old[before])
+            )
 
 
 @pytest.mark.parametrize("kind", ["torch", "mindspore"])

@@ -59,7 +59,7 @@ def test_episode_buffer_with_no_window_inside_an_episode_raises():
 
 
 def test_bad_priorities_raise_priority_error_with_the_entries_dropped_and_counted():
-    buffer = make_buffer(SPEC, 2, 4, sampler="prioritized", checked=True)
+    buffer = make_buffer(SPEC, 2, 4, sampler="prioritized", alpha=0.5, epsilon=0.25, checked=True)
     state = add_steps(buffer, buffer.init(), 3)  # ids 0..5 added
     update = checked(buffer.update_priorities, donate_argnums=0)
     before = np.asarray(state.priorities.trees.sums[-1]).copy()
@@ -68,7 +68,9 @@ def test_bad_priorities_raise_priority_error_with_the_entries_dropped_and_counte
     new = caught.value.outputs  # the state passed in was donated: the result travels on the error
     assert int(new.priorities.dropped) == 1
     leaves = np.asarray(new.priorities.trees.sums[-1])
-    assert leaves[1] == before[1] and leaves[0] != before[0]  # the good entry applied, the bad one dropped
+    # the good entry applied, as (5 + epsilon) ** alpha; the bad one dropped, the others untouched
+    assert leaves[0] == pytest.approx((5.0 + 0.25) ** 0.5, rel=1e-6)
+    np.testing.assert_array_equal(leaves[1:], before[1:])
     with pytest.raises(PriorityError, match=r"got 2 bad of 3 \(the first: id 9, priority 1.0\)"):
         update(new, jnp.array([9, 2, -1]), jnp.array([1.0, 2.0, 3.0]))
 

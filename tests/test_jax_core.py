@@ -14,6 +14,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import replaybuf  # noqa: E402
 from conformance_data import SPEC, assert_items_match_ids, step_batch  # noqa: E402
+from draw_counts import assert_counts_follow  # noqa: E402
 from replaybuf import ArraySpec  # noqa: E402
 from replaybuf.jax import make_buffer  # noqa: E402
 from replaybuf.jax.sumtree import forced_tree_path  # noqa: E402
@@ -312,18 +313,23 @@ def test_sum_tree_is_recomputed_and_cannot_drift():
     )
     update = jax.jit(buffer.update_priorities, donate_argnums=0)
     rng = np.random.default_rng(0)
+    model = dict.fromkeys(range(40, 240), 1.0)  # the stored ids, added at the max so far: 1.0
     for _ in range(300):
-        ids = rng.integers(40, 240, 32)
-        state = update(state, ids.astype(np.int32), rng.choice([1e-3, 1.0, 1e4], 32).astype(np.float32))
+        ids = rng.choice(np.arange(40, 240), 32, replace=False)  # no duplicates: their order is XLA's
+        priorities = rng.choice([1e-3, 1.0, 1e4], 32).astype(np.float32)
+        state = update(state, ids.astype(np.int32), priorities)
+        model.update(zip(ids.tolist(), priorities.astype(np.float64).tolist(), strict=True))
     leaves = np.asarray(state.priorities.trees.sums[-1], np.float64)
+    masses = np.array(list(model.values()))  # alpha 1, epsilon 0: the priorities
+    np.testing.assert_array_equal(leaves[np.array(list(model)) % buffer.capacity], masses.astype(np.float32))
     sums = state.priorities.trees.sums
     # every parent is the sum of its children (to float32 rounding in one sum of 8, whatever
     # the order XLA adds them in): nothing accumulated over the 300 updates
     for level in range(len(sums) - 1):
         children = np.asarray(sums[level + 1], np.float64).reshape(sums[level].shape[0], -1).sum(-1)
         np.testing.assert_allclose(np.asarray(sums[level]), children, rtol=1e-6)
-    np.testing.assert_allclose(float(sums[0][0]), leaves.sum(), rtol=1e-6)
-    assert float(state.priorities.trees.mins[0][0]) == pytest.approx(leaves[leaves > 0].min())
+    np.testing.assert_allclose(float(sums[0][0]), masses.sum(), rtol=1e-6)
+    assert float(state.priorities.trees.mins[0][0]) == pytest.approx(masses.min())
 
 
 @pytest.fixture(params=["levels", "wide"])
@@ -355,8 +361,7 @@ def test_prioritized_draws_follow_priorities_with_probabilities_and_weights(desc
         np.add.at(counts, ids, 1)
         np.testing.assert_allclose(np.asarray(info.probabilities), priorities[ids] / priorities.sum(), rtol=1e-5)
         np.testing.assert_allclose(np.asarray(info.weights), (priorities[ids] / priorities.min()) ** -0.5, rtol=1e-5)
-    expected = priorities / priorities.sum() * counts.sum()
-    assert np.abs(counts - expected).max() < 5 * np.sqrt(expected.max())
+    assert_counts_follow(counts, priorities / priorities.sum())
     # windows of 3: the last two steps cannot start one; the rest share the mass
     _, info = sample(state, jax.random.key(0), 256, 3)
     ids = np.asarray(info.ids)[:, 0]
@@ -441,7 +446,9 @@ def test_bad_priority_updates_are_dropped_and_counted_inside_jit():
 # -- episodes and priorities together ---------------------------------------------------------
 def _episodes_with_priorities(steps, seed):
     """A buffer of 3 streams x 7 steps with random episode ends, filled, then given random
-    priorities in two rounds (one before and one after more adds, stale ids included)."""
+    priorities in two rounds (one before and one after more adds, stale ids included), and
+    the id -> priority (= mass: alpha 1, epsilon 0) of every id added, by the rule: new items
+    at the largest priority applied so far (1.0 at first), stale ids ignored."""
     batch_size, max_length = 3, 7
     buffer = make_buffer(
         SMALL,
@@ -459,24 +466,29 @@ def _episodes_with_priorities(steps, seed):
     rng = np.random.default_rng(seed)
     add = jax.jit(buffer.add, donate_argnums=0)
     update = jax.jit(buffer.update_priorities, donate_argnums=0)
-    state = buffer.init()
+    state, model, largest = buffer.init(), {}, 1.0
     for t in range(steps):
         state = add(state, batch(t))
+        model.update(dict.fromkeys(range(t * batch_size, (t + 1) * batch_size), largest))
         if t in (steps // 2, steps - 2):
-            ids = rng.integers(0, (t + 1) * batch_size, 12)
-            state = update(state, ids.astype(np.int32), rng.uniform(0.1, 5.0, 12).astype(np.float32))
-    return buffer, state, done
+            added = (t + 1) * batch_size  # no duplicates: their order is XLA's
+            ids = rng.choice(added, min(12, added), replace=False)
+            priorities = rng.uniform(0.1, 5.0, ids.size).astype(np.float32)
+            state = update(state, ids.astype(np.int32), priorities)
+            live = ids >= max(0, t + 1 - max_length) * batch_size
+            model.update(zip(ids[live].tolist(), priorities[live].astype(np.float64).tolist(), strict=True))
+            largest = max(largest, *priorities[live].astype(np.float64).tolist())
+    stored = range(max(0, steps - max_length) * batch_size, steps * batch_size)
+    return buffer, state, done, {i: model[i] for i in stored}
 
 
 @pytest.mark.parametrize("num_steps", [3, 2, 1])  # 3: the window tree; 2: one pass, then rejection
 @pytest.mark.parametrize("steps", [5, 12, 23])
 def test_prioritized_episode_windows_match_brute_force(num_steps, steps, descent):
-    buffer, state, done = _episodes_with_priorities(steps, seed=steps)
+    buffer, state, done, model = _episodes_with_priorities(steps, seed=steps)
     expected = sorted(_brute_force_starts(done, 3, 7, steps, num_steps))
-    leaves = np.asarray(state.priorities.trees.sums[-1], np.float64)
-    slots = np.array(expected, np.int64) % buffer.capacity
-    mass = {i: leaves[slot] for i, slot in zip(expected, slots, strict=True)}
-    total, smallest = sum(mass.values()), leaves[leaves > 0].min()
+    mass = {i: model[i] for i in expected}
+    total, smallest = sum(mass.values()), min(model.values())
     sample = jax.jit(buffer.sample, static_argnums=(2, 3))
     counts = dict.fromkeys(expected, 0)
     for i in range(60):
@@ -492,17 +504,14 @@ def test_prioritized_episode_windows_match_brute_force(num_steps, steps, descent
         np.testing.assert_allclose(np.asarray(info.weights), (want / smallest) ** -0.5, rtol=1e-5)
         for i in ids.tolist():
             counts[i] += 1
-    drawn = np.array([counts[i] for i in expected], np.float64)
-    frequencies = np.array([mass[i] for i in expected]) / total * drawn.sum()
-    assert np.abs(drawn - frequencies).max() < 5 * np.sqrt(frequencies.max()) + 2
+    assert_counts_follow([counts[i] for i in expected], np.array([mass[i] for i in expected]) / total)
 
 
 def test_window_tree_holds_exactly_the_valid_starts_masses():
-    buffer, state, done = _episodes_with_priorities(23, seed=5)
-    leaves = np.asarray(state.priorities.trees.sums[-1])[: buffer.capacity]
+    buffer, state, done, model = _episodes_with_priorities(23, seed=5)
     want = np.zeros(buffer.capacity, np.float32)
     for i in _brute_force_starts(done, 3, 7, 23, 3):
-        want[i % buffer.capacity] = leaves[i % buffer.capacity]
+        want[i % buffer.capacity] = model[i]
     windows = state.priorities.windows.sums
     np.testing.assert_allclose(np.asarray(windows[-1])[: buffer.capacity], want, rtol=1e-6)
     np.testing.assert_allclose(float(windows[0][0]), want.sum(), rtol=1e-5)

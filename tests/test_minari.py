@@ -156,12 +156,16 @@ def _shared(spec, batch_size, max_length):
 
 
 def _torch(spec, batch_size, max_length):
-    torch_backend = pytest.importorskip("replaybuf.torch")
+    pytest.importorskip("torch")
+    import replaybuf.torch as torch_backend
+
     return torch_backend.TorchUniformReplayBuffer(spec, batch_size, max_length, device="cpu")
 
 
 def _jax(spec, batch_size, max_length):
-    jax_backend = pytest.importorskip("replaybuf.jax")
+    pytest.importorskip("jax")
+    import replaybuf.jax as jax_backend
+
     return jax_backend.JaxReplayBuffer(spec, batch_size, max_length)
 
 

@@ -104,15 +104,16 @@ def test_mass_is_what_the_draws_normalise_by(kind, steps_added, num_steps, tmp_p
     _fill(buffer, steps_added, rng)
     prioritized = kind.startswith("prioritized")
     if prioritized:  # distinct masses, so a wrong normaliser shows
-        ids = np.arange(max(0, steps_added - LENGTH) * BATCH, steps_added * BATCH)
-        buffer.update_priorities(ids, rng.uniform(0.5, 3.0, ids.shape))
+        ids = np.arange(max(0, steps_added - LENGTH) * BATCH, steps_added * BATCH)  # the stored ones
+        priorities = rng.uniform(0.5, 3.0, ids.shape)  # every item was added at the max so far, 1.0
+        buffer.update_priorities(ids, priorities)
+        masses = dict(zip(ids.tolist(), (priorities + 1e-6) ** 0.6, strict=True))  # the default epsilon, alpha
     mass, smallest = buffer.mass(num_steps)
     _, info = buffer.get_next(sample_batch_size=64, num_steps=num_steps)
     first = info.ids if num_steps is None else info.ids[:, 0]
     if prioritized:
-        sampler = buffer._sampler
-        element = sampler.sums.levels[0][first % buffer.capacity]
-        assert smallest == pytest.approx(sampler.mins.root())
+        element = np.array([masses[i] for i in first.tolist()])
+        assert smallest == pytest.approx(min(masses.values()))
     else:
         element = np.ones(first.shape)
         assert smallest == 1.0

@@ -130,6 +130,14 @@ def test_bad_timeouts_are_rejected(bad):
 def test_close_wakes_every_waiter_and_later_calls_raise():
     limiter = MinSize(5)
     woken: list[BaseException] = []
+    blocked: set[int] = set()  # the threads that reached the limiter's wait (called only when blocked)
+    wait_on = limiter._cond.wait
+
+    def counted_wait(timeout=None):
+        blocked.add(threading.get_ident())
+        return wait_on(timeout)
+
+    limiter._cond.wait = counted_wait
 
     def wait() -> None:
         try:
@@ -140,7 +148,10 @@ def test_close_wakes_every_waiter_and_later_calls_raise():
     threads = [threading.Thread(target=wait) for _ in range(3)]
     for thread in threads:
         thread.start()
-    time.sleep(0.1)
+    deadline = time.monotonic() + 30
+    while len(blocked) < 3:  # every waiter inside the wait: close must wake it there
+        assert time.monotonic() < deadline, f"{len(blocked)} of 3 waiters blocked"
+        time.sleep(0.01)
     assert not woken  # really blocked
     limiter.close()
     for thread in threads:
@@ -237,7 +248,7 @@ def test_fast_writer_and_slow_learner_stay_inside_the_error_buffer_at_every_gran
 @pytest.mark.parametrize("method", ["spawn", "forkserver", "fork"])
 def test_a_shared_limiter_blocks_a_child_process(method):
     if method not in multiprocessing.get_all_start_methods():
-        pytest.skip(f"{method} is not available on {sys.platform}")
+        pytest.skip(f"{method} is not available on {sys.platform} (POSIX only)")
     context = multiprocessing.get_context(method)
     limiter = SampleToInsertRatio(1.0, 2, 1.0).shared(context)  # range [1, 3]
     done = context.Value("q", 0)

@@ -13,8 +13,9 @@ import pytest
 from conformance_data import SPEC, fields_for_ids
 
 ray = pytest.importorskip("ray")
-rb_ray = pytest.importorskip("replaybuf.ray")
 from ray.cluster_utils import Cluster  # noqa: E402
+
+import replaybuf.ray as rb_ray  # noqa: E402
 
 ShardedReplayBuffer = rb_ray.ShardedReplayBuffer
 

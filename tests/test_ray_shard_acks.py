@@ -17,8 +17,7 @@ import pytest
 from conformance_data import SPEC, fields_for_ids
 
 pytest.importorskip("ray")
-shard_module = pytest.importorskip("replaybuf.ray.shard")
-
+import replaybuf.ray.shard as shard_module  # noqa: E402
 from replaybuf import UniformReplayBuffer  # noqa: E402
 from replaybuf.nest import FlatSpec  # noqa: E402
 from replaybuf.persistence.folder import read_state  # noqa: E402

@@ -19,7 +19,8 @@ import replaybuf
 from conformance_data import SPEC, assert_items_match_ids, fields_for_ids, step_batch
 
 ray = pytest.importorskip("ray")
-rb_ray = pytest.importorskip("replaybuf.ray")
+import replaybuf.ray as rb_ray  # noqa: E402
+
 ShardedReplayBuffer = rb_ray.ShardedReplayBuffer
 
 pytestmark = pytest.mark.timeout(300)
@@ -257,7 +258,11 @@ def test_retried_add_never_inserts_twice():
     assert buffer.num_frames() == 1
     # out of order delivery: 3 waits for 2
     three = shard.add.remote(leaves, "w", 3)
-    assert ray.wait([three], timeout=0.5)[0] == []
+    deadline = time.monotonic() + 60
+    while buffer.shard_info()[0]["waiting"] < 1:  # first add 3 reaches the shard and waits there
+        assert time.monotonic() < deadline and not ray.wait([three], timeout=0)[0], "add 3 did not wait for 2"
+        time.sleep(0.01)
+    assert ray.wait([three], timeout=0.2)[0] == []  # and it is held
     assert ray.get(shard.add.remote(leaves, "w", 2)) is True
     assert ray.get(three) is True
     assert buffer.num_frames() == 3
@@ -305,9 +310,13 @@ def test_rate_limiter_holds_a_fast_writer_to_a_slow_learner():
     buffer = ShardedReplayBuffer(SPEC, shards=2, max_length=500, rate_limiter=limiter, rate_limiter_timeout=30)
     writer_actor = _WriterActor.remote(buffer.writer(0))
     run = writer_actor.run.remote(0, 400)  # as fast as it can: would finish in well under a second unheld
-    time.sleep(1.0)
-    held = buffer.rate_limiter_state()
-    assert held["inserts"] <= (80 + 40) / 4 + 1  # I * spi - S <= max_diff with S = 0: at most 30 inserted
+    cap = (80 + 40) // 4  # I * spi - S <= max_diff with S = 0: 30 inserts, then the writer waits
+    deadline = time.monotonic() + 60
+    while buffer.rate_limiter_state()["inserts"] < cap:  # first the writer reaches the cap
+        assert time.monotonic() < deadline and not ray.wait([run], timeout=0)[0], buffer.rate_limiter_state()
+        time.sleep(0.05)
+    time.sleep(0.5)  # then it is held there
+    assert buffer.rate_limiter_state()["inserts"] == cap and not ray.wait([run], timeout=0)[0]
     for _ in range(60):
         items, info = buffer.get_next(8)
         time.sleep(0.01)

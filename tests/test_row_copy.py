@@ -115,7 +115,7 @@ def _read_in_child(store, queue):
     queue.put(row_copy.read_rows(store, slots, 2).tobytes() == store.take(slots).tobytes())
 
 
-@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork (POSIX only)")
 def test_a_forked_child_reads_split_with_a_pool_of_its_own(split_everything):
     store = records(64)
     row_copy.read_rows(store, np.arange(64), 2)  # the parent's pool exists before the fork

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-cleanrl = importlib.util.find_spec("cleanrl")
-if cleanrl is None:
+if Path(sys.prefix).name != ".venv-gym029":  # there CleanRL must import: a missing one fails
     pytest.skip("CleanRL runs in .venv-gym029 (make test)", allow_module_level=True)
+cleanrl = importlib.util.find_spec("cleanrl")
+assert cleanrl is not None, "CleanRL is not installed in .venv-gym029: make test installs it"
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SWITCH = ("from stable_baselines3.common.buffers import ReplayBuffer", "from replaybuf.sb3 import ReplayBuffer")

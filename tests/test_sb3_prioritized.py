@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import pickle
 
 import numpy as np
@@ -10,8 +11,10 @@ import pytest
 pytest.importorskip("stable_baselines3")
 
 import torch as th  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 from gymnasium import spaces  # noqa: E402
 from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
+from stable_baselines3.common.logger import configure  # noqa: E402
 
 from replaybuf.buffers import PrioritizedFrameStackReplayBuffer  # noqa: E402
 from replaybuf.errors import ArgumentError, EmptyBufferError, PriorityError  # noqa: E402
@@ -61,10 +64,29 @@ def test_pickle_keeps_priorities_and_the_generator():
     assert np.array_equal(a.ids, b.ids) and th.equal(a.weights, b.weights)
 
 
+def _stack(t):
+    """VecFrameStack's observation at step t: frames t-3..t on the last axis, frame k all 10 + k."""
+    return np.stack([np.full((36, 36), 10 + k, np.uint8) for k in range(t - 3, t + 1)], axis=-1)
+
+
 def test_image_spaces_draw_from_prioritized_frame_stacks():
+    """Frame stacks come back whole (obs and next_obs) with the weights their priorities give."""
     space = spaces.Box(0, 255, (36, 36, 4), np.uint8)
-    buffer = PrioritizedReplayBuffer(10, space, spaces.Discrete(2), compression="lz4")
+    buffer = PrioritizedReplayBuffer(10, space, spaces.Discrete(2), compression="lz4", alpha=0.5, epsilon=0.0)
     assert isinstance(buffer.native, PrioritizedFrameStackReplayBuffer)
+    for t in range(8):
+        buffer.add(_stack(t)[None], _stack(t + 1)[None], np.array([t % 2]), np.array([t]), np.zeros(1), [{}])
+    priorities = np.arange(1.0, 9.0)  # one env: transition t has id t
+    buffer.update_priorities(np.arange(8), priorities)
+    buffer.beta = 1.0
+    sample = buffer.sample(64)
+    for row, t in enumerate(sample.ids):
+        np.testing.assert_array_equal(sample.observations[row].numpy(), _stack(t))
+        np.testing.assert_array_equal(sample.next_observations[row].numpy(), _stack(t + 1))
+    assert th.equal(sample.rewards[:, 0], th.as_tensor(sample.ids, dtype=th.float32))
+    # w = (N P(i)) ** -beta over its largest: (p_i / p_min) ** -(alpha * beta) with epsilon 0
+    expected = (priorities[sample.ids] / priorities.min()) ** -0.5
+    np.testing.assert_allclose(sample.weights[:, 0].numpy(), expected, rtol=1e-5)
 
 
 def test_errors():
@@ -91,6 +113,50 @@ def test_errors():
 def test_prioritized_dqn_arguments(kwargs, match):
     with pytest.raises(ArgumentError, match=match):
         PrioritizedDQN("MlpPolicy", "CartPole-v1", **kwargs)
+
+
+def test_a_train_step_sets_td_error_priorities_and_a_zero_weight_row_adds_no_gradient():
+    """One ``PrioritizedDQN.train`` step on a hand-built buffer: each drawn transition's new
+    priority is its ``|Q(s, a) - r - gamma (1 - done) max Q_target(s')|`` (the networks of before
+    the step) plus the 1e-6 floor, and a row of importance weight 0 adds nothing to the gradient."""
+    th.manual_seed(0)
+    model = PrioritizedDQN(
+        "MlpPolicy",
+        "CartPole-v1",
+        buffer_size=100,
+        batch_size=4,
+        max_grad_norm=1e9,  # no clipping: the gradient stays the loss's
+        replay_buffer_kwargs={"alpha": 1.0, "epsilon": 0.0},  # stored mass = priority
+        seed=0,
+    )
+    model.set_logger(configure(None, []))
+    buffer, rng = model.replay_buffer, np.random.default_rng(0)
+    states = rng.normal(size=(7, 1, 4)).astype(np.float32)
+    for t in range(6):
+        buffer.add(states[t], states[t + 1], np.array([t % 2]), np.array([t / 2]), np.array([t == 5]), [{}])
+    drawn, sample = [], buffer.sample
+
+    def sample_with_a_zero_weight(batch_size, env=None):
+        data = sample(batch_size, env)._replace(weights=th.tensor([[1.0], [0.0], [1.0], [1.0]]))
+        drawn.append(data)
+        return data
+
+    buffer.sample = sample_with_a_zero_weight
+    q_net, q_target = copy.deepcopy(model.q_net), copy.deepcopy(model.q_net_target)
+    model.train(gradient_steps=1, batch_size=4)
+    (data,) = drawn
+    with th.no_grad():
+        target = data.rewards + (1 - data.dones) * model.gamma * q_target(data.next_observations).max(1).values[:, None]
+    q = q_net(data.observations).gather(1, data.actions.long())
+    masses = buffer.native.state_dict()["priorities"]["mass"]  # one env: transition t has id t
+    expected = (q - target).abs().detach().numpy().ravel() + 1e-6
+    np.testing.assert_allclose(masses[data.ids], expected, rtol=1e-5)
+    assert (masses[np.setdiff1d(np.arange(6), data.ids)] == 1.0).all()  # not drawn: a new item's 1.0
+    # the gradient of the batch's mean loss without row 1
+    rows = [0, 2, 3]
+    (F.smooth_l1_loss(q[rows], target[rows], reduction="sum") / 4).backward()
+    for got, want in zip(model.q_net.parameters(), q_net.parameters(), strict=True):
+        th.testing.assert_close(got.grad, want.grad)
 
 
 # the CartPole configuration of the test below and of docs/sb3.md's table (one update per step)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conformance_data import SPEC, assert_items_match_ids, fields_for_ids
+from draw_counts import assert_counts_follow
 from replaybuf import SampleInfo
 from replaybuf.errors import ArgumentError, CheckpointError, PriorityError
 from replaybuf.shared import SharedReplayBuffer
@@ -42,8 +43,7 @@ def test_updated_priorities_set_probabilities_and_weights(buffers):
     buffer.update_priorities(np.array([0, 2, 4, 1]), np.array([1.0, 1.0, 1.0, 7.0]))
     items, info = buffer.get_next(2000)
     assert_items_match_ids(items, info.ids)
-    share = np.mean(info.ids == 1)
-    assert 0.6 < share < 0.8  # 7 of 10
+    assert_counts_follow([np.sum(info.ids == i) for i in (0, 1, 2, 4)], [0.1, 0.7, 0.1, 0.1])  # 7 of 10 for id 1
     np.testing.assert_allclose(info.probabilities[info.ids == 1], 0.7, rtol=1e-6)
     np.testing.assert_allclose(info.probabilities[info.ids == 0], 0.1, rtol=1e-6)
     np.testing.assert_allclose(info.weights[info.ids == 1], 1 / 7, rtol=1e-5)  # (P / P_min) ** -1

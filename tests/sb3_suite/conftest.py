@@ -22,8 +22,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.append(str(Path(__file__).parents[1]))  # last: tests/skip_gate.py, shadowing nothing
 
 from suite import SELECTED, SWAPS  # noqa: E402
+
+import skip_gate  # noqa: E402
 
 _INI = Path(__file__).with_name("pytest.ini")
 _TESTS = Path(__file__).with_name("sdist") / "tests"
@@ -79,6 +82,7 @@ def swap() -> dict:
 def pytest_configure(config):
     if not _ours(config):
         return
+    skip_gate.pytest_configure(config)
     early = [name for name in sys.modules if name in {Path(f).stem for f in SELECTED}]
     if early:  # a test module imported before the swap would keep SB3's classes
         raise RuntimeError(f"SB3 test modules imported before the swap: {early}")

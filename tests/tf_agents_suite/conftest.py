@@ -11,6 +11,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+sys.path.append(str(Path(__file__).parents[1]))  # last: tests/skip_gate.py, shadowing nothing
+
+import skip_gate  # noqa: E402
+
 _INI = Path(__file__).with_name("pytest.ini")
 
 
@@ -27,6 +31,7 @@ def pytest_ignore_collect(collection_path, config):
 def pytest_configure(config):
     if not _ours(config):
         return
+    skip_gate.pytest_configure(config)
     early = [name for name in sys.modules if name.startswith("tf_agents.") and name.endswith("_test")]
     if early:  # a test module imported before the swap would keep TF-Agents' classes
         raise RuntimeError(f"TF-Agents test modules imported before the swap: {early}")

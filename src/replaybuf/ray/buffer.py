@@ -664,7 +664,8 @@ class ShardedReplayBuffer(ReplayBuffer):
 
     def shard_info(self) -> list[dict | None]:
         """Each shard's counters (``num_frames``, ``steps``, ``inserts``, ``samples``,
-        ``deletes``, ``restored``, ``pid``); None for a shard that missed the deadline."""
+        ``deletes``, ``waiting``: adds waiting for an earlier add of their writer, ``restored``,
+        ``pid``); None for a shard that missed the deadline."""
         results = self._gather({k: a.info.remote() for k, a in enumerate(self._actors)})
         return [results[k] for k in range(self._shards)]
 

@@ -78,6 +78,7 @@ class Shard:
         self.saving = threading.RLock()
         self.writers: dict[str, dict] = {}  # writer key -> {"applied": seq, "epoch", "busy"}
         self.counts = {"inserts": 0, "samples": 0, "deletes": 0}
+        self.waiting = 0  # adds waiting for an earlier add of their writer (or for it to finish)
         self.limiter, self.limiter_timeout = limiter, limiter_timeout
         self.folder = None if checkpoint_dir is None else os.path.join(checkpoint_dir, f"shard-{index:03d}")
         self.checkpoint_every = checkpoint_every
@@ -117,12 +118,17 @@ class Shard:
                     f"unacknowledged add (this is add {seq}; the checkpoint holds up to {state['applied']})"
                 )
             turn = lambda: state["applied"] >= seq or (state["applied"] == seq - 1 and not state["busy"])  # noqa: E731
-            while not self.cond.wait_for(turn, _ORDER_WAIT):
-                if state["applied"] < seq - 1 and not state["busy"]:  # (a busy one may be rate limited)
-                    raise ReplayBufferError(
-                        f"shard {self.index}: add {seq} of writer {key} waited {_ORDER_WAIT} s for add "
-                        f"{state['applied'] + 1}, which never came"
-                    )
+            waits = not turn()
+            self.waiting += waits
+            try:
+                while not self.cond.wait_for(turn, _ORDER_WAIT):
+                    if state["applied"] < seq - 1 and not state["busy"]:  # (a busy one may be rate limited)
+                        raise ReplayBufferError(
+                            f"shard {self.index}: add {seq} of writer {key} waited {_ORDER_WAIT} s for add "
+                            f"{state['applied'] + 1}, which never came"
+                        )
+            finally:
+                self.waiting -= waits
             retry = state["applied"] >= seq
             if not retry:
                 state["busy"] = True
@@ -239,10 +245,11 @@ class Shard:
             return ring.first_valid_step(), ring.steps, self.flat.flatten(self.buffer.gather_all())
 
     def info(self) -> dict:
-        """Counters the driver and the limiter read: frames, steps, inserts/samples/deletes,
-        whether this actor reloaded a checkpoint when it started, its pid and node id."""
+        """Counters the driver and the limiter read: frames, steps, inserts/samples/deletes, the
+        adds waiting for their turn, whether this actor reloaded a checkpoint when it started,
+        its pid and node id."""
         with self.lock:
-            counts = dict(self.counts)
+            counts = {**self.counts, "waiting": self.waiting}
         ring = self.buffer.ring
         return {
             "num_frames": self.buffer.num_frames(),
