@@ -106,6 +106,39 @@ def test_reopening_recovers_the_items_and_the_frame_matching(tmp_path):
         np.testing.assert_array_equal(value, reopened.gather_all()[key])
 
 
+def test_a_ring_that_grows_is_rewritten_and_reopens(tmp_path):
+    """Stacks sharing no frame (8 new frames an item) outgrow the ring sized for one: it is
+    rewritten larger, every item still reads back, and the reopened folder has its size."""
+    rng = np.random.default_rng(0)
+    memory = FrameStackReplayBuffer(spec(0), 2, 10, seed=5)
+    mapped = FrameStackReplayBuffer(spec(0), 2, 10, seed=5, storage="memmap", path=tmp_path / "rb")
+    size = mapped.storage.pool.size
+    for t in range(25):
+        item = {
+            "observation": rng.integers(1, 255, (2, 4, *FRAME), np.uint8),
+            "action": np.arange(2) + 2 * t,
+            "step_type": np.ones(2, np.int32),
+            "next_observation": rng.integers(1, 255, (2, 4, *FRAME), np.uint8),
+        }
+        memory.add_batch(item)
+        mapped.add_batch(item)
+    assert mapped.storage.pool.size > size
+    assert_same_samples(memory, mapped)
+    grown = mapped.storage.pool.size
+    del mapped
+    reopened = FrameStackReplayBuffer(spec(0), 2, 10, seed=5, storage="memmap", path=tmp_path / "rb")
+    assert reopened.storage.pool.size == grown
+    for key, value in memory.gather_all().items():
+        np.testing.assert_array_equal(value, reopened.gather_all()[key])
+    assert sorted(p.name for p in (tmp_path).iterdir()) == ["rb"]  # no temporary file left
+    assert sorted(p.name for p in (tmp_path / "rb").iterdir()) == [
+        "cursor.npy",
+        "frames.npy",
+        "meta.json",
+        "records.npy",
+    ]
+
+
 @pytest.mark.parametrize("cls", [FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer])
 def test_a_reopened_buffer_keeps_windows_inside_episodes(tmp_path, cls):
     """The episode index is rebuilt from the stored step types (read by flat index)."""
