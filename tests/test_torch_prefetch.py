@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch")
 import replaybuf  # noqa: E402
 from replaybuf import ArraySpec  # noqa: E402
 from replaybuf.buffer import SampleInfo  # noqa: E402
-from replaybuf.torch import TorchUniformReplayBuffer, prefetch  # noqa: E402
+from replaybuf.torch import TorchUniformReplayBuffer, as_torch_dtype, prefetch  # noqa: E402
+from replaybuf.torch.prefetch import _layout, _pack, _unpack  # noqa: E402
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 SPEC = {"frame": ArraySpec((4, 3), np.uint8), "reward": ArraySpec((), np.float32), "done": ArraySpec((), bool)}
@@ -199,6 +200,26 @@ def test_cuda_without_cuda_is_refused():
         replaybuf.ArgumentError, match="device: 'cuda' needs CUDA, and this process sees no CUDA device"
     ):
         prefetch(_Counted(), device="cuda")
+
+
+def test_the_staged_block_holds_every_leaf_with_its_dtype_and_shape():
+    """The packing of the CUDA path (one block, one view per leaf), run on a CPU block."""
+    arrays = [
+        np.arange(12, dtype=np.float64).reshape(3, 4),
+        np.array([True, False, True]),
+        np.array(7, np.int32),  # a 0-d leaf
+        np.zeros((0, 5), np.float32),  # an empty one
+        np.arange(5, dtype=np.uint8),
+        np.arange(6, dtype=np.int64).reshape(2, 3),
+    ]
+    offsets, end = _layout(arrays)
+    assert all(at % 64 == 0 for at in offsets) and end >= sum(a.nbytes for a in arrays)
+    block = torch.empty(end, dtype=torch.uint8)
+    _pack(block, arrays, offsets)
+    for leaf, array in zip(_unpack(block, arrays, offsets), arrays, strict=True):
+        assert leaf.dtype == as_torch_dtype(array.dtype) and tuple(leaf.shape) == array.shape
+        np.testing.assert_array_equal(leaf.numpy(), array)
+    assert _layout([]) == ([], 1)
 
 
 @CUDA

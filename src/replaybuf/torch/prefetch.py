@@ -161,33 +161,50 @@ class _CudaStage:
         arrays: list[np.ndarray] = []
         tensors: list[torch.Tensor] = []  # leaves already on a CUDA device: moved on the stream
         index = _map_leaves(partial(_sort_leaf, arrays, tensors), nest)
-        offsets, end = [], 0
-        for array in arrays:
-            offsets.append(end)
-            end += -(-array.nbytes // ALIGN) * ALIGN
+        offsets, end = _layout(arrays)
         turn, self.turn = self.turn, (self.turn + 1) % len(self.pinned)
         if self.events[turn] is not None:
             self.events[turn].synchronize()  # the block's previous copy has finished reading it
         pinned = self.pinned[turn]
         if pinned is None or pinned.numel() < end:
-            pinned = self.pinned[turn] = torch.empty(max(end, 1), dtype=torch.uint8, pin_memory=True)
-        host = pinned.numpy()
-        for array, at in zip(arrays, offsets, strict=True):
-            host[at : at + array.nbytes] = array.reshape(-1).view(np.uint8)
+            pinned = self.pinned[turn] = torch.empty(end, dtype=torch.uint8, pin_memory=True)
+        _pack(pinned, arrays, offsets)
         producer = torch.cuda.current_stream(self.device)
         with torch.cuda.stream(self.stream):
             self.stream.wait_stream(producer)  # tensors the dataset made on the device are ready
-            block = torch.empty(max(end, 1), dtype=torch.uint8, device=self.device)
-            block.copy_(pinned[: max(end, 1)], non_blocking=True)
+            block = torch.empty(end, dtype=torch.uint8, device=self.device)
+            block.copy_(pinned[:end], non_blocking=True)
             moved = [t.to(self.device, non_blocking=True) for t in tensors]
             event = torch.cuda.Event()
             event.record(self.stream)
         self.events[turn] = event
-        leaves = [
-            block[at : at + a.nbytes].view(as_torch_dtype(a.dtype)).view(a.shape)
-            for a, at in zip(arrays, offsets, strict=True)
-        ]
+        leaves = _unpack(block, arrays, offsets)
         return _map_leaves(partial(_staged, leaves, moved), index), event, [block, *moved]
+
+
+def _layout(arrays: list[np.ndarray]) -> tuple[list[int], int]:
+    """``(offsets, end)``: where each array's bytes start in a block (``ALIGN``-aligned), and
+    the block's length (at least 1)."""
+    offsets, end = [], 0
+    for array in arrays:
+        offsets.append(end)
+        end += -(-array.nbytes // ALIGN) * ALIGN
+    return offsets, max(end, 1)
+
+
+def _pack(block: torch.Tensor, arrays: list[np.ndarray], offsets: list[int]) -> None:
+    """Copy the contiguous ``arrays`` into the host uint8 tensor ``block`` at ``offsets``."""
+    host = block.numpy()
+    for array, at in zip(arrays, offsets, strict=True):
+        host[at : at + array.nbytes] = array.reshape(-1).view(np.uint8)
+
+
+def _unpack(block: torch.Tensor, arrays: list[np.ndarray], offsets: list[int]) -> list[torch.Tensor]:
+    """Views of the uint8 tensor ``block`` (on any device) with the dtypes and shapes of ``arrays``."""
+    return [
+        block[at : at + a.nbytes].view(as_torch_dtype(a.dtype)).view(a.shape)
+        for a, at in zip(arrays, offsets, strict=True)
+    ]
 
 
 def _sort_leaf(arrays: list[np.ndarray], tensors: list[torch.Tensor], leaf: Any) -> int:
