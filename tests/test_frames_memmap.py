@@ -305,6 +305,27 @@ def test_a_cut_frame_file_is_refused(tmp_path):
         FrameStackReplayBuffer(spec(0), 2, 10, storage="memmap", path=tmp_path / "rb")
 
 
+def test_a_flipped_byte_in_the_frame_files_header_opens_or_is_refused(tmp_path):
+    """Every byte of frames.npy's header, flipped: the folder opens (the byte did not matter)
+    or raises CheckpointError, never another exception; the folder is not written."""
+    rb = FrameStackReplayBuffer(spec(0), 2, 10, storage="memmap", path=tmp_path / "rb")
+    adds(rb, 3, 0)
+    del rb
+    frames = tmp_path / "rb" / "frames.npy"
+    original = frames.read_bytes()
+    header = original.index(b"\n") + 1
+    for at in range(header):
+        flipped = bytearray(original)
+        flipped[at] ^= 0xFF
+        frames.write_bytes(bytes(flipped))
+        try:
+            FrameStackReplayBuffer(spec(0), 2, 10, storage="memmap", path=tmp_path / "rb")
+        except CheckpointError:
+            pass
+        assert frames.read_bytes() == bytes(flipped), at
+    frames.write_bytes(original)
+
+
 def test_a_checkpoint_loads_into_a_memmap_frame_buffer(tmp_path):
     memory = PrioritizedFrameStackReplayBuffer(spec(0), 2, 10, seed=5)
     adds(memory, 17, 0)
