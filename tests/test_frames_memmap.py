@@ -160,6 +160,19 @@ def _step(observation: np.ndarray, next_observation: np.ndarray) -> dict:
     return {"observation": observation, "action": np.arange(2), "step_type": mid, "next_observation": next_observation}
 
 
+def test_a_cleared_folder_reopens_empty_and_takes_adds(tmp_path):
+    memory = FrameStackReplayBuffer(spec(0), 2, 10, seed=5)
+    mapped = FrameStackReplayBuffer(spec(0), 2, 10, seed=5, storage="memmap", path=tmp_path / "rb")
+    adds(mapped, 12, 0)
+    mapped.clear()
+    del mapped
+    reopened = FrameStackReplayBuffer(spec(0), 2, 10, seed=5, storage="memmap", path=tmp_path / "rb")
+    assert reopened.num_frames() == 0 and reopened.storage.pool.counter == 0
+    adds(memory, 14, 1)
+    adds(reopened, 14, 1)
+    assert_same_samples(memory, reopened)
+
+
 def test_a_reopened_buffer_stores_a_continuing_episode_once(tmp_path):
     """Observations continuing the reopened newest step share its frames (obs == next_obs)."""
     data_spec = spec(0)
