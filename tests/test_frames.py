@@ -330,8 +330,8 @@ def test_errors():
     mixed = dict(data_spec, next_observation=replaybuf.ArraySpec((4, 3, 3), np.uint8))
     with pytest.raises(ArgumentError, match="frames shaped"):
         FrameStackReplayBuffer(mixed)
-    with pytest.raises(ArgumentError, match="storage"):
-        FrameStackReplayBuffer(data_spec, storage="memmap", path="unused")
+    with pytest.raises(ArgumentError, match="storage: expected 'memory' or 'memmap'"):
+        FrameStackReplayBuffer(data_spec, storage="columns")
     buffer = FrameStackReplayBuffer(data_spec, 2, 3)
     with pytest.raises(CheckpointError):
         buffer.load_state_dict({})

@@ -24,6 +24,7 @@ from replaybuf.ring import StreamRing
 __all__ = [
     "MAX_SAMPLE_ITEMS",
     "DeterministicPass",
+    "Prefetching",
     "RandomDataset",
     "check_pass_arguments",
     "check_sample_arguments",
@@ -66,7 +67,7 @@ class RandomDataset:
     def __iter__(self) -> Iterator[Any]:
         if not self._prefetch:
             return _Sampling(self._sample)
-        return _Prefetching(self._sample, self._prefetch)
+        return Prefetching(self._sample, self._prefetch)
 
 
 class _Sampling:
@@ -82,7 +83,7 @@ class _Sampling:
         return self._sample()
 
 
-class _Prefetching:
+class Prefetching:
     """Items from a daemon thread started at the first ``next``; it stops when this iterator
     is closed or collected (an iterator never advanced starts no thread).
 
@@ -96,10 +97,11 @@ class _Prefetching:
         self._stop = threading.Event()
         self._start = threading.Lock()
         self._started = False
+        self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         weakref.finalize(self, self._stop.set)  # the thread holds no reference to the iterator
 
-    def __iter__(self) -> _Prefetching:
+    def __iter__(self) -> Prefetching:
         return self
 
     def __next__(self) -> Any:
@@ -107,8 +109,9 @@ class _Prefetching:
             with self._start:
                 if not self._started:
                     args = (self._sample, self._ready, self._stop)
-                    threading.Thread(target=_produce, args=args, name="replaybuf-prefetch", daemon=True).start()
-                    self._started = True
+                    thread = threading.Thread(target=_produce, args=args, name="replaybuf-prefetch", daemon=True)
+                    thread.start()
+                    self._thread, self._started = thread, True
         if self._error is not None:
             raise self._error
         ok, value = self._ready.get()
@@ -119,8 +122,12 @@ class _Prefetching:
         return value
 
     def close(self) -> None:
-        """Stop the prefetching thread (also done when the iterator is collected)."""
+        """Stop the prefetching thread and wait for it to end (it finishes the ``sample`` call
+        it is in); collecting the iterator stops it too, without waiting."""
         self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
 
 def _produce(sample: Callable[[], Any], ready: queue.Queue, stop: threading.Event) -> None:

@@ -16,12 +16,14 @@ from math import prod
 from typing import Any
 
 from replaybuf.buffers.prioritized import PrioritizedReplayBuffer, prioritized_sampler
-from replaybuf.buffers.stream import StreamBuffer, reject_unused
+from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.buffers.uniform import uniform_sampler
+from replaybuf.errors import ArgumentError
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.storages import FrameStorage, stacked_leaves
 from replaybuf.storages.codecs import make_codec
+from replaybuf.storages.frame_memmap import MemmapFrameStorage
 
 __all__ = ["FrameStackReplayBuffer", "PrioritizedFrameStackReplayBuffer"]
 
@@ -34,18 +36,32 @@ def frame_storage(
     compression: str | None = None,
     compression_level: int | None = None,
 ) -> Callable[[FlatSpec, StreamRing], FrameStorage]:
-    """The storage part of the frame-stack presets.
+    """The storage part of the frame-stack presets: in RAM, or in the folder ``path``
+    (``storage="memmap"``, raw frames).
 
     Raises:
-        ArgumentError: as ``stacked_leaves``; a storage other than ``"memory"``, or a path;
-            as ``replaybuf.storages.codecs.make_codec`` for ``compression`` and its level.
+        ArgumentError: as ``stacked_leaves``; a storage other than ``"memory"`` or
+            ``"memmap"``, ``"memmap"`` without a path or with ``compression``, a path with
+            ``"memory"``; as ``replaybuf.storages.codecs.make_codec`` for ``compression`` and its level.
+        CheckpointError: as ``MemmapStorage.open`` for the folder ``path``.
     """
-    why = "frame stacks are not memory-mapped yet; use storage='memory'"
-    reject_unused(storage=(storage, "memory", why), path=(path, None, why))
+    if storage not in ("memory", "memmap"):
+        raise ArgumentError(f"storage: expected 'memory' or 'memmap', got {storage!r}")
+    if storage == "memory" and path is not None:
+        raise ArgumentError(f"path: only used with storage='memmap', got storage='memory' and path={path!r}")
+    if storage == "memmap" and path is None:
+        raise ArgumentError("path: storage='memmap' needs a folder path for its files")
+    if storage == "memmap" and compression is not None:
+        raise ArgumentError(
+            f"compression: compressed frames are not memory-mapped yet; use compression=None with "
+            f"storage='memmap', got {compression!r}"
+        )
     make_codec(compression, compression_level, 1)  # the argument errors, before the spec's
 
     def build(flat: FlatSpec, ring: StreamRing) -> FrameStorage:
         stacked = stacked_leaves(flat, stacked_fields, stack_axis)
+        if storage == "memmap":
+            return MemmapFrameStorage(path, flat, ring, stacked)  # type: ignore[arg-type]
         first = stacked[0]
         frame_bytes = prod(first.frame_shape) * flat.leaves[first.index].dtype.itemsize
         codec = make_codec(compression, compression_level, frame_bytes)
@@ -71,10 +87,17 @@ class FrameStackReplayBuffer(StreamBuffer):
         compression_level: the codec's level (lz4: 0 is LZ4's fast mode, 1-12 LZ4-HC,
             default 3; zstd: -7 to 22, default 1); None for the codec's default.
 
+        storage: ``"memory"`` (default) or ``"memmap"``: records and raw frames in the folder
+            ``path``, read from disk as sampled; reopening the folder recovers the items
+            (docs/images.md, docs/persistence.md). Not with ``compression`` yet.
+
     Raises:
-        ArgumentError: as ``stacked_leaves``; a storage other than ``"memory"``; an unknown
-            ``compression``, a level outside the codec's range or without a codec, or a
-            codec whose package is missing; the UniformReplayBuffer's argument errors.
+        ArgumentError: as ``stacked_leaves``; a storage other than ``"memory"`` or
+            ``"memmap"``, ``"memmap"`` without ``path`` or with ``compression``, ``path``
+            without ``"memmap"``; an unknown ``compression``, a level outside the codec's
+            range or without a codec, or a codec whose package is missing; the
+            UniformReplayBuffer's argument errors.
+        CheckpointError: ``path`` holds a buffer of another spec, geometry or kind, or is damaged.
     """
 
     def __init__(
@@ -130,7 +153,7 @@ class PrioritizedFrameStackReplayBuffer(StreamBuffer):
     """``PrioritizedReplayBuffer`` whose stacked-frame fields store each distinct frame once.
 
     Takes PrioritizedReplayBuffer's arguments plus ``stacked_fields``, ``stack_axis``,
-    ``compression`` and ``compression_level`` (see FrameStackReplayBuffer).
+    ``compression`` and ``compression_level``; ``storage`` and ``path`` as FrameStackReplayBuffer's.
     """
 
     alpha = PrioritizedReplayBuffer.alpha

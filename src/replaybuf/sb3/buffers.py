@@ -140,8 +140,9 @@ class ReplayBuffer(sb3.ReplayBuffer):
         stacked = {leaf.index for leaf in getattr(storage, "stacked", ())}
         plain = [i for i in range(len(flat.leaves)) if i not in stacked]
         views: list[Any] = [None] * len(flat.leaves)
-        for i, field in zip(plain, storage.fields, strict=False):
-            views[i] = field.reshape(self.buffer_size, self.n_envs, *flat.leaves[i].shape)
+        stored = storage.fields  # by flat index (a stacked leaf's entry: its frame pointers)
+        for i in plain:
+            views[i] = stored[i].reshape(self.buffer_size, self.n_envs, *flat.leaves[i].shape)
         fields = flat.unflatten(views)
         if not stacked:  # frame stacks have no array of whole observations
             self.observations = fields["observation"]

@@ -4,8 +4,9 @@ Every storage satisfies ``replaybuf.storages.base.Storage`` (``write`` / ``commi
 ``fields``, ``clear``, ``state`` / ``check_state`` / ``load_state``, ``lazy_keys``, ``crash_safe``).
 
 ``RecordStorage`` (one structured record per item, in RAM), ``ColumnStorage`` (one array
-per leaf, in RAM), ``MemmapStorage`` (the same records in a memory-mapped folder) and
-``FrameStorage`` (stacked frames stored once, in a ``FramePool``).
+per leaf, in RAM), ``MemmapStorage`` (the same records in a memory-mapped folder),
+``FrameStorage`` (stacked frames stored once, in a ``FramePool``) and
+``storages.frame_memmap.MemmapFrameStorage`` (a frame storage in a folder).
 """
 
 from __future__ import annotations

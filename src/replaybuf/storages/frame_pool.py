@@ -65,7 +65,8 @@ class FramePool:
         # Raw: the frame ring (row size is the zero frame). Compressed: one blob per row.
         self.frames = np.zeros((1 if codec else size + 1, *frame_shape), self.frame_dtype)
         self.blobs = BlobRing(size, codec.largest_blob) if codec else None
-        self._held = np.empty((0, codec.frame_bytes if codec else 0), np.uint8)  # decoded frames of a read
+        self.frame_bytes = prod(frame_shape) * self.frame_dtype.itemsize
+        self._held = np.empty((0, self.frame_bytes), np.uint8)  # the distinct frames of a read
         self.clear()
 
     def clear(self) -> None:
@@ -111,17 +112,25 @@ class FramePool:
         scratch pool, pointers renumbered."""
         if self.codec is None:
             return self.frames, self.size, pointers
+        counters, held, renumbered = self.distinct(pointers)
+        decode_frames(self.codec, self.blobs, counters % self.size, held, np.arange(counters.size), threads)  # type: ignore[arg-type]
+        size = held.shape[0] - 1
+        return held.view(self.frame_dtype).reshape(size + 1, *self.frame_shape), size, renumbered
+
+    def distinct(self, pointers: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """``(counters, held, renumbered)``: the distinct frame counters ``pointers`` name
+        (sorted), a scratch block ``[max(n, 1) + 1, frame_bytes]`` uint8 for their frames (rows
+        from ``n`` on zero: the last is the zero frame), and the pointers renumbered into it."""
         every = pointers[0].reshape(-1) if len(pointers) == 1 else np.concatenate([p.reshape(-1) for p in pointers])
         counters = np.unique(every[every >= 0])
         n = counters.size
         size = max(n, 1)
         if self._held.shape[0] < size + 1:  # reused between reads (all under the buffer's lock)
-            self._held = np.empty((max(size + 1, 2 * self._held.shape[0]), self.codec.frame_bytes), np.uint8)
+            self._held = np.empty((max(size + 1, 2 * self._held.shape[0]), self.frame_bytes), np.uint8)
         held = self._held[: size + 1]
         held[n:] = 0
-        decode_frames(self.codec, self.blobs, counters % self.size, held, np.arange(n), threads)  # type: ignore[arg-type]
         renumbered = [np.where(p >= 0, np.searchsorted(counters, p), ZERO) for p in pointers]
-        return held.view(self.frame_dtype).reshape(size + 1, *self.frame_shape), size, renumbered
+        return counters, held, renumbered
 
     def decode_batch(self, every: np.ndarray, kernels: ModuleType | None, threads: int) -> np.ndarray:
         """``[every.size, frame_bytes]`` uint8: the frame of each pointer in ``every``, each

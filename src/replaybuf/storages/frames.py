@@ -104,7 +104,7 @@ class FrameStorage:
         record = [self.leaves[i] for i in self._small]
         record += [ArraySpec((s.length,), np.int64, f"frames{s.index}") for s in self.stacked]
         record.append(ArraySpec((), np.int64, "floor"))
-        self.records = RecordStorage(record, self.capacity)
+        self.records = self.open_records(record)
         names = list(self.records.dtype.names or ())
         self._small_names = names[: len(self._small)]
         self._pointer_names = names[len(self._small) : -1]
@@ -114,7 +114,7 @@ class FrameStorage:
         longest = max(s.length for s in self.stacked)
         # Steady state: one new frame per item; a quarter more for episode starts; then grow.
         pool_size = self.capacity + self.capacity // 4 + batch_size * (longest + 1) * len(self.stacked)
-        self.pool = FramePool(first.frame_shape, self.frame_dtype, pool_size, batch_size, codec)
+        self.pool = self.open_pool(first.frame_shape, pool_size, codec)
         self.kernels = compiled_kernels() if compiled is not False else None
         itemsize = self.frame_dtype.itemsize
         # Each stack as [pre, k, post] bytes: the frame bytes before and after the stack axis.
@@ -127,11 +127,31 @@ class FrameStorage:
         # compressed frames that lie whole in their stacks are decoded straight into the batch
         self._decode_in_place = codec is not None and all(pre == 1 for pre, _ in self._layout)
         self._pair = [i for i, ok in enumerate(packs4) if ok][:2]  # observation and next, in one pass
+        self.start()
+
+    def open_records(self, specs: list[ArraySpec]) -> RecordStorage:
+        """The item records (``specs``: small leaves, pointers, floor): in RAM here."""
+        return RecordStorage(specs, self.capacity)
+
+    def open_pool(self, frame_shape: tuple[int, ...], size: int, codec: Codec | None) -> FramePool:
+        """The frame pool of ``size`` frames: in RAM here."""
+        return FramePool(frame_shape, self.frame_dtype, size, self.batch_size, codec)
+
+    def start(self) -> None:
+        """Begin empty (a storage that reopens what it holds starts from that instead)."""
         self.clear()
 
     @property
     def fields(self) -> list[np.ndarray]:
-        return self.records.fields
+        """The stored leaves by slot in flat-spec order, as the storage protocol has them; a
+        stacked leaf's entry is its frame pointers (``[capacity, k]`` int64), not its frames."""
+        stored = self.records.fields
+        out: list = [None] * len(self.leaves)
+        for j, i in enumerate(self._small):
+            out[i] = stored[j]
+        for m, leaf in enumerate(self.stacked):
+            out[leaf.index] = stored[len(self._small) + m]
+        return out
 
     def commit(self, steps: int) -> None:
         """The ring counts ``steps`` steps (after a write, a load or a clear)."""
@@ -267,7 +287,7 @@ class FrameStorage:
         small leaves by flat index, and the frames they use once each with pointers into them
         (``frame_checkpoint.frames_state``; with ``views``, for ``save`` under the buffer's
         lock, raw frames are views of the pool's ring instead of a copy)."""
-        runs = read_run(self.fields, start, count)
+        runs = read_run(self.records.fields, start, count)
         frames = frames_state(self.pool, self.stacked, runs[len(self._small) : -1], runs[-1], views)
         return {"items": {str(i): run for i, run in zip(self._small, runs, strict=False)}, "frames": frames}
 
@@ -292,15 +312,20 @@ class FrameStorage:
         count = frames["floors"].shape[0]
         if count:
             self.records.write(start, [*small, *pointers, frames["floors"]])
-            newest = [p[count - self.batch_size :] for p in pointers]
-            held, size, rows = self.pool.frames_for(newest, self.decode_threads)
-            self._previous = [
-                (_words(held.take(pool_rows(r, size), axis=0)), p) for r, p in zip(rows, newest, strict=True)
-            ]
-            if len(self.stacked) > 1:  # the newest step's last stacked leaf, as added
-                slots = np.arange(start + count - self.batch_size, start + count) % self.capacity
-                last = self.read(slots)[self.stacked[-1].index]
-                self._last_raw = np.ascontiguousarray(last).reshape(self.batch_size, -1).view(np.uint8)
+            self.resume(np.arange(start + count - self.batch_size, start + count) % self.capacity)
+
+    def resume(self, newest: np.ndarray) -> None:
+        """Match later adds against the items at slots ``newest`` (the newest step), as if
+        they had just been added: their frames and pointers, and their last stacked leaf."""
+        rows = self.records.records[newest]
+        pointers = [np.ascontiguousarray(rows[name]) for name in self._pointer_names]
+        held, size, renumbered = self.pool.frames_for(pointers, self.decode_threads)
+        self._previous = [
+            (_words(held.take(pool_rows(r, size), axis=0)), p) for r, p in zip(renumbered, pointers, strict=True)
+        ]
+        if len(self.stacked) > 1:  # the newest step's last stacked leaf, as added
+            last = self.read(newest)[self.stacked[-1].index]
+            self._last_raw = np.ascontiguousarray(last).reshape(self.batch_size, -1).view(np.uint8)
 
     # -- reading ---------------------------------------------------------------------------------
     def read(self, ids: np.ndarray) -> list[np.ndarray]:

@@ -56,9 +56,10 @@ class MemmapStorage(RecordStorage):
         self._commits = commits  # over the mapped cursor file
 
     @classmethod
-    def open(cls, path: str | os.PathLike, flat: FlatSpec, ring: StreamRing) -> MemmapStorage:
+    def open(cls, path: str | os.PathLike, flat: FlatSpec, ring: StreamRing, kind: dict | None = None) -> MemmapStorage:
         """The storage of the folder ``path`` (created when absent or empty); ``ring`` is set
-        to the steps it holds, whole items only.
+        to the steps it holds, whole items only. ``kind``: more of ``meta.json`` that must
+        match (a frame-stack buffer's spec and frames, ``storages.frame_memmap``).
 
         Raises:
             CheckpointError: ``path`` holds a buffer of another spec or geometry, is a
@@ -72,6 +73,7 @@ class MemmapStorage(RecordStorage):
             "spec": spec_state(flat),
             "batch_size": ring.batch_size,
             "max_length": ring.max_length,
+            **(kind or {}),
         }
         if not (folder / META).is_file():
             _create(folder, meta, record_dtype(flat.leaves), capacity)
@@ -81,7 +83,7 @@ class MemmapStorage(RecordStorage):
             raise CheckpointError(f"{folder}: cannot read {META} ({err}); corrupt") from None
         if not isinstance(saved, dict):
             raise CheckpointError(f"{folder}: {META} holds {type(saved).__name__}, expected an object; corrupt")
-        for key in ("format", "format_version", "batch_size", "max_length"):
+        for key in ("format", "format_version", "batch_size", "max_length", *(kind or {})):
             if not plain_equal(saved.get(key), meta[key]):
                 raise CheckpointError(
                     f"{folder}: holds a buffer with {key}={saved.get(key)!r:.80}; this buffer needs "

@@ -18,7 +18,7 @@ from replaybuf.mismatch import batch_sizes_differ, unbatched, unsafe_cast, wrong
 from replaybuf.nest import FlatSpec
 from replaybuf.specs import ArraySpec, as_numpy_dtype
 
-__all__ = ["DeviceBatcher", "as_torch_dtype"]
+__all__ = ["DeviceBatcher", "as_torch_dtype", "shared_tensor"]
 
 
 def as_torch_dtype(dtype: Any) -> torch.dtype:
@@ -82,7 +82,7 @@ class DeviceBatcher:
             for i, tensor in tensors.items():
                 arrays[i] = self._place(tensor, i).numpy()
             return arrays
-        return [self._place(tensors[i] if i in tensors else _from_numpy(a), i) for i, a in enumerate(arrays)]
+        return [self._place(tensors[i] if i in tensors else shared_tensor(a), i) for i, a in enumerate(arrays)]
 
     def _place(self, tensor: torch.Tensor, index: int) -> torch.Tensor:
         """``tensor`` detached, on the device, of leaf ``index``'s dtype (no copy if it is)."""
@@ -120,7 +120,7 @@ def _stand_in(spec: ArraySpec, tensor: torch.Tensor) -> np.ndarray:
     return np.broadcast_to(np.zeros((), spec.dtype), (tensor.shape[0],) + spec.shape)
 
 
-def _from_numpy(array: np.ndarray) -> torch.Tensor:
+def shared_tensor(array: np.ndarray) -> torch.Tensor:
     """A tensor sharing ``array``'s memory where torch allows it, else of a copy."""
     if not array.flags.writeable or any(s < 0 for s in array.strides):
         array = np.array(array)

@@ -1,0 +1,73 @@
+"""Study: what do a frame-stack buffer on disk (``storage="memmap"``) and its samples cost in
+resident memory and time, beside the same buffer in RAM? Answer: docs/persistence.md.
+
+Both buffers get the same adds: ``--streams`` streams x ``--steps`` adds of 4-frame stacks of
+160x160 uint8 frames (one new 25.6 KB frame per stream and add), then ``--samples`` calls of
+``get_next(32)``. Printed per buffer: MB of frames written, the process's RSS growth (MB)
+after the adds and after the samples, and ms per add and per sample. The memmap folder is in
+``--dir`` (default: a temporary folder); its frames stay in the page cache (warm reads).
+Run:
+    PYTHONPATH=src .venv/bin/python bench/studies/frames_memmap_rss.py [--steps 1000] [--streams 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from replaybuf import ArraySpec, FrameStackReplayBuffer
+
+FRAME = (160, 160)
+SPEC = {"observation": ArraySpec((4, *FRAME), np.uint8), "action": ArraySpec((), np.int64)}
+
+
+def run(streams: int, steps: int, samples: int, **storage: object) -> dict:
+    process = psutil.Process()
+    rb = FrameStackReplayBuffer(SPEC, streams, steps, seed=0, **storage)
+    gc.collect()
+    before = process.memory_info().rss  # after the buffer is built (the first one loads numba's kernels)
+    window = np.zeros((streams, 4, *FRAME), np.uint8)
+    start = time.perf_counter()
+    for t in range(steps):
+        window[:, :3] = window[:, 1:]
+        window[:, 3] = ((t * streams + np.arange(streams)) % 250 + 1)[:, None, None]
+        rb.add_batch({"observation": window, "action": t * streams + np.arange(streams)})
+    add_ms = 1e3 * (time.perf_counter() - start) / steps
+    after_adds = process.memory_info().rss - before
+    start = time.perf_counter()
+    for _ in range(samples):
+        rb.get_next(32)
+    sample_ms = 1e3 * (time.perf_counter() - start) / samples
+    return {
+        "written MB": rb.storage.pool.counter * FRAME[0] * FRAME[1] / 1e6,
+        "RSS after adds MB": after_adds / 1e6,
+        "RSS after samples MB": (process.memory_info().rss - before) / 1e6,
+        "ms per add": add_ms,
+        "ms per sample": sample_ms,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--streams", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--dir", type=Path, default=None)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.dir) as scratch:
+        mapped = run(args.streams, args.steps, args.samples, storage="memmap", path=Path(scratch) / "rb")
+        memory = run(args.streams, args.steps, args.samples)
+    print("| buffer | " + " | ".join(mapped) + " |")
+    print("| --- |" + " ---: |" * len(mapped))
+    for name, row in (("memmap", mapped), ("memory", memory)):
+        print(f"| {name} | " + " | ".join(f"{v:.1f}" for v in row.values()) + " |")
+
+
+if __name__ == "__main__":
+    main()
