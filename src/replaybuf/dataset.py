@@ -156,6 +156,20 @@ def check_pass_arguments(
         )
 
 
+def plan_sequence_pass(
+    starts: np.ndarray, batch_size: int, sample_batch_size: int | None, drop_remainder: bool
+) -> list[np.ndarray]:
+    """The learning starts of every element of one ordered pass over sequences: the eligible
+    ``starts`` (ids, any order) by stream, then step, ``sample_batch_size`` at a time (one
+    start per element when None); a short last group is dropped when ``drop_remainder``."""
+    ordered = starts[np.lexsort((starts, starts % batch_size))]
+    size = sample_batch_size or 1
+    plan = [ordered[i : i + size] for i in range(0, ordered.size, size)]
+    if drop_remainder and plan and plan[-1].size < size:
+        plan.pop()
+    return plan if sample_batch_size is not None else [part[0] for part in plan]
+
+
 def plan_deterministic_pass(
     ring: StreamRing,
     sample_batch_size: int | None,

@@ -25,6 +25,7 @@ from replaybuf.dataset import (
     RandomDataset,
     check_sample_arguments,
     plan_deterministic_pass,
+    plan_sequence_pass,
 )
 from replaybuf.errors import ArgumentError, CheckpointError
 from replaybuf.hindsight import Relabeller
@@ -345,15 +346,10 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
 
             def plan_sequences() -> list[np.ndarray]:
                 with self._lock:
-                    starts = self._sampler.episodes.starts(rule).live()
-                    if starts.size == 0:
-                        raise no_episode_window(rule.num_steps, padding=not rule.pad)
-                    ordered = starts[np.lexsort((starts, starts % self._ring.batch_size))]  # by stream, then step
-                size = sample_batch_size or 1
-                plan = [ordered[i : i + size] for i in range(0, ordered.size, size)]
-                if self._drop_remainder and plan and plan[-1].size < size:
-                    plan.pop()
-                return plan if sample_batch_size is not None else [part[0] for part in plan]
+                    starts = self._sampler.episodes.starts(rule).live().copy()
+                if starts.size == 0:
+                    raise no_episode_window(rule.num_steps, padding=not rule.pad)
+                return plan_sequence_pass(starts, self._ring.batch_size, sample_batch_size, self._drop_remainder)
 
             return self._wrap_dataset(
                 DeterministicPass(plan_sequences, lambda starts: self._read_sequences(starts, rule))
