@@ -263,3 +263,15 @@ def test_no_eligible_start_is_the_numpy_buffers_empty_buffer_error(prioritized):
             assert str(jax_error.value) == str(numpy_error.value)
     with pytest.raises(EmptyBufferError, match="num_steps=3"):
         jax_buffer.as_dataset(2, num_steps=3, burn_in=1, single_deterministic_pass=True).__iter__()
+
+
+@pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
+def test_a_sequence_sample_lowered_for_a_gpu_has_no_loop(prioritized):
+    """Starts are drawn from the mask of eligible slots, never drawn again: the program jit
+    lowers for CUDA has no while loop (a GPU's runtime would read its condition back on the
+    host every call)."""
+    sampler = {"sampler": "prioritized"} if prioritized else {}
+    core = make_buffer(SPEC, 2, 8, **EPISODES, **sampler)
+    sample = jax.jit(lambda state, key: core.sample_sequences(state, key, 16, 3, 2, 2))
+    traced = sample.trace(core.init(), jax.random.key(0))
+    assert "stablehlo.while" not in traced.lower(lowering_platforms=("cuda",)).as_text()
