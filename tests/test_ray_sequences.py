@@ -13,7 +13,7 @@ from scipy import stats
 
 from replaybuf.errors import ArgumentError, EmptyBufferError
 from replaybuf.samplers.sumtree import priority_mass
-from test_sequences import BAD_SEQUENCE_ARGUMENTS, SPEC, Model
+from sequence_model import BAD_SEQUENCE_ARGUMENTS, SPEC, Model
 
 ray = pytest.importorskip("ray")
 import replaybuf.ray as rb_ray  # noqa: E402 (ours: imported plainly once Ray is there)

@@ -13,8 +13,8 @@ from scipy import stats
 
 from replaybuf.errors import ArgumentError, EmptyBufferError
 from replaybuf.samplers.sumtree import priority_mass
+from sequence_model import BAD_SEQUENCE_ARGUMENTS, SPEC, Model, assert_refused
 from shared_workers import buffers, no_leaked_segments  # noqa: F401
-from test_sequences import BAD_SEQUENCE_ARGUMENTS, SPEC, Model, assert_refused
 
 pytestmark = pytest.mark.timeout(300)
 

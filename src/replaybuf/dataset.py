@@ -164,6 +164,11 @@ def check_pass_arguments(
         )
 
 
+def by_stream(starts: np.ndarray, batch_size: int) -> np.ndarray:
+    """Ids of ``batch_size`` streams ordered by stream, then step (a deterministic pass's order)."""
+    return starts[np.lexsort((starts, starts % batch_size))]
+
+
 def plan_deterministic_pass(
     ring: StreamRing,
     sample_batch_size: int | None,

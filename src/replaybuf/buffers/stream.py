@@ -24,6 +24,7 @@ from replaybuf.dataset import (
     MAX_SAMPLE_ITEMS,
     DeterministicPass,
     RandomDataset,
+    by_stream,
     check_sample_arguments,
     plan_deterministic_pass,
     plan_sequence_pass,
@@ -386,8 +387,9 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
                 starts = self.sequence_starts(rule)
                 if starts.size == 0:
                     raise no_episode_window(rule.num_steps, padding=not rule.pad)
-                ordered = starts[np.lexsort((starts, starts % self._ring.batch_size))]  # by stream, then step
-                return plan_sequence_pass(ordered, sample_batch_size, self._drop_remainder)
+                return plan_sequence_pass(
+                    by_stream(starts, self._ring.batch_size), sample_batch_size, self._drop_remainder
+                )
 
             return self._wrap_dataset(
                 DeterministicPass(plan_sequences, lambda starts: self.read_sequences(starts, rule))

@@ -19,18 +19,27 @@ import jax.numpy as jnp
 import numpy as np
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive, unstack_time
-from replaybuf.dataset import DeterministicPass, RandomDataset, check_sample_arguments, plan_deterministic_pass
+from replaybuf.dataset import (
+    DeterministicPass,
+    RandomDataset,
+    by_stream,
+    check_sample_arguments,
+    plan_deterministic_pass,
+    plan_sequence_pass,
+)
 from replaybuf.errors import ArgumentError, SpecMismatchError
 from replaybuf.jax.checkpoint import core_state, load_core_state
 from replaybuf.jax.core import Buffer, BufferState, make_buffer
 from replaybuf.jax.rows import pack
+from replaybuf.jax.sequences import sequence_windows
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.front import Checkpoints
 from replaybuf.persistence.state import check_rng_state
-from replaybuf.refusals import no_episode_window
+from replaybuf.refusals import empty, no_episode_window
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.choice import check_sampler
 from replaybuf.samplers.prioritized import check_priority_values, priority_update
+from replaybuf.samplers.sequences import SequenceRule, check_sequence_arguments, eligible
 
 __all__ = ["JaxReplayBuffer", "JaxUniformReplayBuffer"]
 
@@ -45,9 +54,21 @@ def _sample(core: Buffer, state: BufferState, key_data: jax.Array, size: int, nu
     return core.sample(state, jax.random.wrap_key_data(key_data, impl="threefry2x32"), size, num_steps)
 
 
+@partial(jax.jit, static_argnums=(0, 3, 4))
+def _sample_sequences(core: Buffer, state: BufferState, key_data: jax.Array, size: int, rule: SequenceRule):
+    key = jax.random.wrap_key_data(key_data, impl="threefry2x32")
+    return core.sample_sequences(state, key, size, rule.num_steps, rule.burn_in, rule.period)
+
+
 @partial(jax.jit, static_argnums=0)
 def _read(core: Buffer, state: BufferState, ids: jax.Array) -> Any:
     return core.read(state, ids)
+
+
+@partial(jax.jit, static_argnums=(0, 3, 4))
+def _read_sequences(core: Buffer, state: BufferState, starts: jax.Array, burn_in: int, num_steps: int):
+    ids, mask, learn = sequence_windows(state.episodes.position, state.steps, starts, burn_in, num_steps)
+    return core.read(state, ids), ids, mask, learn
 
 
 @partial(jax.jit, static_argnums=0)
@@ -185,16 +206,34 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
             self._ring.steps += 1
 
     def get_next(
-        self, sample_batch_size: int | None = None, num_steps: int | None = None, time_stacked: bool = True
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        time_stacked: bool = True,
+        *,
+        burn_in: int | None = None,
+        period: int | None = None,
     ) -> tuple[Any, BufferInfo]:
         """Sample windows (uniformly, by priority, or inside episodes); see ``replaybuf.buffer``.
+
+        With ``burn_in`` or ``period`` (``respect_episodes=True``): sequences of ``burn_in +
+        num_steps`` steps from learning starts at episode positions that are multiples of
+        ``period``, with ``info.mask`` and ``info.learn``, as the NumPy buffers sample them
+        (``Buffer.sample_sequences``; docs/jax.md).
 
         Raises:
             EmptyBufferError: nothing is stored, or no stream holds ``num_steps`` items
                 (host counters, no device sync); with respect_episodes, no window of
-                ``num_steps`` fits inside an episode (known after the draw: one sync).
-            ArgumentError: sample_batch_size or num_steps is not a positive int.
+                ``num_steps`` fits inside an episode, or no sequence has an eligible learning
+                start (known after the draw: one sync).
+            ArgumentError: sample_batch_size or num_steps is not a positive int; ``burn_in`` /
+                ``period`` on a buffer without episodes, without ``num_steps``, or asking more
+                steps than a stream holds (``check_sequence_arguments``).
         """
+        if burn_in is not None or period is not None:
+            return self._get_sequences(
+                sample_batch_size, time_stacked, self._sequence_rule(burn_in, period, sample_batch_size, num_steps)
+            )
         check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
         key = np.array(divmod(self._rng.bit_generator.random_raw(), 2**32), np.uint32)
         with self._lock:
@@ -203,17 +242,45 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         episodes = self._core.episodes
         if episodes is not None and not episodes.pad and not bool(info.valid[0]):
             raise no_episode_window(num_steps or 1, padding=True)
-        ids, probabilities, weights, mask = info.ids, info.probabilities, info.weights, info.mask
+        return self._finish(items, info, sample_batch_size, num_steps, time_stacked)
+
+    def _sequence_rule(self, burn_in: Any, period: Any, sample_batch_size: Any, num_steps: Any) -> SequenceRule:
+        """The checked ``SequenceRule`` of a sequence sample (ArgumentError: see ``get_next``)."""
+        check_sample_arguments(sample_batch_size, num_steps)
+        episodes = self._core.episodes
+        pad = episodes is not None and episodes.pad
+        return check_sequence_arguments(burn_in, period, num_steps, self._ring.max_length, episodes is not None, pad)
+
+    def _get_sequences(
+        self, sample_batch_size: int | None, time_stacked: bool, rule: SequenceRule
+    ) -> tuple[Any, BufferInfo]:
+        """``get_next`` of sequences under ``rule``."""
+        with self._lock:
+            if self._ring.steps == 0:
+                raise empty(self._ring.name)
+            key = np.array(divmod(self._rng.bit_generator.random_raw(), 2**32), np.uint32)
+            items, info = _sample_sequences(self._core, self._state, key, sample_batch_size or 1, rule)
+        if not bool(info.valid[0]):
+            detail = f" from a position that is a multiple of period={rule.period}" if rule.period > 1 else ""
+            raise no_episode_window(rule.num_steps, padding=not rule.pad, detail=detail)
+        return self._finish(items, info, sample_batch_size, rule.burn_in + rule.num_steps, time_stacked)
+
+    def _finish(
+        self, items: Any, info: Any, sample_batch_size: int | None, num_steps: int | None, time_stacked: bool
+    ) -> tuple[Any, BufferInfo]:
+        """A core draw (items and ``DrawInfo``) as ``get_next`` returns it: unbatched when
+        ``sample_batch_size`` is None, one item per step with ``time_stacked=False``, and a
+        ``SampleInfo`` when weights, a mask or learn apply."""
+        ids, probabilities, weights, mask, learn = info.ids, info.probabilities, info.weights, info.mask, info.learn
         if sample_batch_size is None:
             items = jax.tree_util.tree_map(lambda leaf: leaf[0], items)
             ids, probabilities = ids[0], probabilities[0]
-            weights = None if weights is None else weights[0]
-            mask = None if mask is None else mask[0]
+            weights, mask, learn = (None if extra is None else extra[0] for extra in (weights, mask, learn))
         if not time_stacked and num_steps is not None:
             leaves = self._core.treedef.flatten_up_to(items)
             items = unstack_time(self._core.treedef.unflatten, leaves, num_steps, batched=sample_batch_size is not None)
         if weights is not None or mask is not None:
-            return items, SampleInfo(ids, probabilities, weights=weights, mask=mask)
+            return items, SampleInfo(ids, probabilities, weights=weights, mask=mask, learn=learn)
         return items, BufferInfo(ids, probabilities)
 
     def as_dataset(
@@ -222,16 +289,32 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         num_steps: int | None = None,
         num_parallel_calls: int | None = None,
         single_deterministic_pass: bool = False,
+        *,
+        burn_in: int | None = None,
+        period: int | None = None,
     ) -> Any:
         """An iterable of ``(items, BufferInfo)``: random (endless, sees later adds) or one
-        ordered pass (ids planned when the iterator is created), as the NumPy buffers.
+        ordered pass (ids planned when the iterator is created), as the NumPy buffers. With
+        ``burn_in`` / ``period``: sequences as ``get_next`` samples them; a deterministic pass
+        yields every eligible sequence once, ``sample_batch_size`` at a time, ordered by
+        stream, then learning start (its starts planned when the iterator is created).
 
         Raises:
             ArgumentError: a non-positive argument; in a deterministic pass,
-                sample_batch_size > batch_size or num_steps > max_length.
+                sample_batch_size > batch_size or num_steps > max_length; bad sequence
+                arguments (``get_next``).
+            EmptyBufferError: a deterministic pass of sequences with no eligible start
+                (when the iterator is created).
         """
         check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
         check_positive("num_parallel_calls", num_parallel_calls)
+        if burn_in is not None or period is not None:
+            rule = self._sequence_rule(burn_in, period, sample_batch_size, num_steps)
+            if single_deterministic_pass:
+                plan = partial(self._plan_sequences, sample_batch_size, rule)
+                return DeterministicPass(plan, self._sequences_of(rule))
+            sample = partial(self.get_next, sample_batch_size, num_steps, burn_in=burn_in, period=period)
+            return RandomDataset(sample, num_parallel_calls)
         if single_deterministic_pass:
 
             def plan() -> list[np.ndarray]:
@@ -306,6 +389,32 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
                 self._rng.bit_generator.state = rng_state
 
     # -- internals -----------------------------------------------------------------------------
+    def _plan_sequences(self, sample_batch_size: int | None, rule: SequenceRule) -> list[np.ndarray]:
+        """The learning starts of a deterministic pass: every eligible one (found on the host
+        from the positions, one device sync), by stream, then step."""
+        with self._lock:
+            position = np.asarray(self._state.episodes.position, np.int64).reshape(-1)
+            stored = self._ring.stream_ids().ravel()
+            starts = stored[eligible(position, self._ring, stored, rule)]
+        if starts.size == 0:
+            raise no_episode_window(rule.num_steps, padding=not rule.pad)
+        return plan_sequence_pass(by_stream(starts, self._ring.batch_size), sample_batch_size, self._drop_remainder)
+
+    def _sequences_of(self, rule: SequenceRule) -> Any:
+        """A deterministic pass's read: the sequences (items, ids, mask, learn) from learning
+        starts (``[n]``, or one start for an unbatched element)."""
+
+        def read(starts: np.ndarray) -> tuple[Any, BufferInfo]:
+            batch = self._to_ids(np.atleast_1d(starts))
+            with self._lock:
+                items, ids, mask, learn = _read_sequences(self._core, self._state, batch, rule.burn_in, rule.num_steps)
+            if starts.ndim == 0:
+                items = jax.tree_util.tree_map(lambda leaf: leaf[0], items)
+                ids, mask, learn = ids[0], mask[0], learn[0]
+            return items, SampleInfo(ids, (), mask=mask, learn=learn)
+
+        return read
+
     def _fresh_state(self) -> BufferState:
         state = self._core.init()
         return jax.device_put(state, self._device) if self._device is not None else state

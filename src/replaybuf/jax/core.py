@@ -45,11 +45,13 @@ from replaybuf.buffers.stream import reject_unused
 from replaybuf.errors import ArgumentError, SpecMismatchError
 from replaybuf.jax.bits import random_bits, random_uniform
 from replaybuf.jax.rows import RowLayout, pieces_of, row_layout, unpack
+from replaybuf.jax.sequences import sequence_windows
 from replaybuf.jax.sumtree import Trees, masked_descend, per_platform, tree_descend, tree_init, tree_update
 from replaybuf.nest import FlatSpec
 from replaybuf.samplers.choice import check_sampler
 from replaybuf.samplers.episodes import episode_marker
 from replaybuf.samplers.prioritized import check_exponents, first_ids_of, is_number
+from replaybuf.samplers.sequences import check_sequence_arguments
 
 __all__ = [
     "Buffer",
@@ -98,6 +100,8 @@ class DrawInfo(NamedTuple):
     nothing could be drawn (nothing stored, or no window of num_steps fits). mask: with
     ``pad_episode_ends`` and num_steps, bool ``[B, T]``: True where the step is real, False
     where it pads past the episode's end (its id and item repeat the last real one).
+    Sequences (``sample_sequences``): ids and mask ``[B, burn_in + T]`` (the mask False also
+    where the burn-in pads before the episode) and learn, bool like mask: the real learning steps.
     """
 
     ids: jax.Array
@@ -105,6 +109,7 @@ class DrawInfo(NamedTuple):
     weights: jax.Array | None
     valid: jax.Array
     mask: jax.Array | None = None
+    learn: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -319,6 +324,50 @@ class Buffer:
                 ids, mask = self._pad(state, ids)
         return self.read(state, ids), DrawInfo(ids, probabilities, weights, valid, mask)
 
+    def sample_sequences(
+        self,
+        state: BufferState,
+        key: jax.Array,
+        sample_batch_size: int,
+        num_steps: int,
+        burn_in: int | None = None,
+        period: int | None = None,
+    ) -> tuple[Any, DrawInfo]:
+        """``sample_batch_size`` sequences of ``burn_in`` + ``num_steps`` steps from learning
+        starts at episode positions that are multiples of ``period`` (None: 0 and 1), as the
+        NumPy buffers draw them (replaybuf.samplers.sequences): items ``[B, burn_in + T, *shape]``
+        and a ``DrawInfo`` with ``mask`` and ``learn``. Starts are uniform over the eligible
+        ones, or drawn by their priority; probabilities are exact. O(capacity) per sample
+        (replaybuf.jax.sequences). No eligible start: ``valid`` False (a checkify check with
+        ``checked=True``).
+
+        Raises (while tracing): ArgumentError as ``check_sequence_arguments`` (a buffer without
+        ``respect_episodes``, a bad ``burn_in`` / ``period``, more steps than ``max_length``)
+        or a sample_batch_size / num_steps that is not a positive int.
+        """
+        size, _ = _check_sizes(sample_batch_size, num_steps, self.max_length)
+        episodes = self.episodes is not None
+        rule = check_sequence_arguments(
+            burn_in, period, num_steps, self.max_length, episodes, episodes and self.episodes.pad
+        )
+        starts = self._start_mask(state, 1 if rule.pad else rule.num_steps)
+        starts = (starts & (state.episodes.position % rule.period == 0)).ravel()
+        if self.priorities is None:
+            first, count = self._kth_starts(state, key, starts, size)
+            valid = jnp.broadcast_to(count > 0, (size,))
+            probabilities = jnp.where(valid, 1.0 / jnp.maximum(count, 1).astype(jnp.float32), 0.0)
+            weights = None
+        else:
+            first, probabilities, weights, valid = self._masked_priorities(state, key, starts, size)
+        if self.checked:
+            checkify.check(
+                jnp.all(valid),
+                f"EmptyBufferError: sample_sequences: expected a stored learning start of num_steps={rule.num_steps} "
+                f"at an episode position that is a multiple of period={rule.period}, got none",
+            )
+        ids, mask, learn = sequence_windows(state.episodes.position, state.steps, first, rule.burn_in, rule.num_steps)
+        return self.read(state, ids), DrawInfo(ids, probabilities, weights, valid, mask, learn)
+
     def _pad(self, state: BufferState, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Windows ``[B, T]`` padded past their first step's episode: ``(ids, mask)``, a step
         real iff its position is the first step's + its offset (positions restart at 0 after
@@ -432,19 +481,23 @@ class Buffer:
             return first, found
 
         def masking(key):
-            """Every other platform's draw, with no loop (as ``_draw_prioritized``'s): the k-th valid
-            start in slot order, k uniform below their count (a prefix count of the start mask and
-            an unrolled binary search)."""
-            prefix = jnp.cumsum(self._start_mask(state, num_steps).ravel(), dtype=jnp.int32)
-            k = _uniform_below(key, (size,), prefix[-1], self.checked).astype(jnp.int32)
-            slots = jnp.searchsorted(prefix, k, side="right", method="scan_unrolled")
-            found = jnp.broadcast_to(prefix[-1] > 0, (size,))
-            return self._slot_ids(state, jnp.minimum(slots, self.capacity - 1)), found
+            """Every other platform's draw, with no loop (as ``_draw_prioritized``'s)."""
+            first, count = self._kth_starts(state, key, self._start_mask(state, num_steps).ravel(), size)
+            return first, jnp.broadcast_to(count > 0, (size,))
 
         first, found = per_platform((key,), cpu=rejecting, default=masking)
         valid = found & (valid_starts > 0)
         probability = jnp.where(valid_starts > 0, 1.0 / jnp.maximum(valid_starts, 1).astype(jnp.float32), 0.0)
         return first, jnp.broadcast_to(probability, (size,)), valid
+
+    def _kth_starts(self, state: BufferState, key: jax.Array, starts: jax.Array, size: int):
+        """``(ids, count)``: ``size`` uniform draws among the slots where ``starts`` (bool
+        ``[capacity]``) is True, and how many there are: the k-th such slot, k uniform below
+        their count (a prefix count and an unrolled binary search; no loop)."""
+        prefix = jnp.cumsum(starts, dtype=jnp.int32)
+        k = _uniform_below(key, (size,), prefix[-1], self.checked).astype(jnp.int32)
+        slots = jnp.searchsorted(prefix, k, side="right", method="scan_unrolled")
+        return self._slot_ids(state, jnp.minimum(slots, self.capacity - 1)), prefix[-1]
 
     # -- prioritized ---------------------------------------------------------------------------
     def _slot_ids(self, state: BufferState, slots: jax.Array) -> jax.Array:
@@ -500,9 +553,8 @@ class Buffer:
             """Every other platform's draw: only the starts that can be drawn keep their mass, so
             nothing is rejected and no loop asks the host whether to go on (docs/gpu.md)."""
             drawable = self._drawable_starts(state, low, high) if starts is None else starts
-            padding = sums[-1].shape[0] - self.capacity
-            slots, drawn, drawable_mass = masked_descend(sums, jnp.pad(drawable, (0, padding)), strata)
-            return self._slot_ids(state, slots), drawn, drawn > 0, drawable_mass
+            first, drawn, drawable_mass = self._masked_draw(state, sums, drawable, strata)
+            return first, drawn, drawn > 0, drawable_mass
 
         jitter = random_uniform(key, (size,), self.checked)  # the key itself first, as above
         strata = (jnp.arange(size, dtype=jnp.float32) + jitter) / size
@@ -511,6 +563,24 @@ class Buffer:
         smallest = trees.mins[0][0]
         weights = jnp.where(fine, (drawn / smallest) ** -options.beta, 0.0)
         return first, probabilities, weights, found & fine
+
+    def _masked_draw(self, state: BufferState, sums: tuple, drawable: jax.Array, strata: jax.Array):
+        """``(ids, masses, drawable mass)`` of draws at ``strata`` (fractions in [0, 1)) of the
+        mass of the slots where ``drawable`` (bool ``[capacity]``) is True (``masked_descend``)."""
+        padding = sums[-1].shape[0] - self.capacity
+        slots, drawn, drawable_mass = masked_descend(sums, jnp.pad(drawable, (0, padding)), strata)
+        return self._slot_ids(state, slots), drawn, drawable_mass
+
+    def _masked_priorities(self, state: BufferState, key: jax.Array, starts: jax.Array, size: int):
+        """``(ids, probabilities, weights, valid)`` of ``size`` stratified draws by priority
+        among the slots where ``starts`` (bool ``[capacity]``) is True: exact, with no loop."""
+        trees = state.priorities.trees
+        strata = (jnp.arange(size, dtype=jnp.float32) + random_uniform(key, (size,), self.checked)) / size
+        first, drawn, total = self._masked_draw(state, trees.sums, starts, strata)
+        valid = drawn > 0
+        probabilities = jnp.where(valid, drawn / jnp.where(total > 0, total, 1.0), 0.0)
+        weights = jnp.where(valid, (drawn / trees.mins[0][0]) ** -self.priorities.beta, 0.0)
+        return first, probabilities, weights, valid
 
     def _drawable_starts(self, state: BufferState, low: jax.Array, high: jax.Array) -> jax.Array:
         """bool ``[capacity]``: the slots holding a step in ``[low, high)`` (one pass over the rows)."""

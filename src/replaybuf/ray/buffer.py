@@ -38,7 +38,13 @@ from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positiv
 from replaybuf.buffers.prioritized import PrioritizedReplayBuffer
 from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.buffers.uniform import UniformReplayBuffer
-from replaybuf.dataset import DeterministicPass, check_sample_arguments, plan_deterministic_pass, plan_sequence_pass
+from replaybuf.dataset import (
+    DeterministicPass,
+    by_stream,
+    check_sample_arguments,
+    plan_deterministic_pass,
+    plan_sequence_pass,
+)
 from replaybuf.errors import ArgumentError, CheckpointError, ReplayBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import POINTER, read_state, write_state
@@ -609,7 +615,7 @@ class ShardedReplayBuffer(ReplayBuffer):
         starts = np.concatenate([self._global(k, local) for k, local in enumerate(found)])
         if starts.size == 0:
             raise no_episode_window(rule.num_steps, padding=not rule.pad)
-        ordered = starts[np.lexsort((starts, starts % self._batch_size))]
+        ordered = by_stream(starts, self._batch_size)
         return plan_sequence_pass(ordered, sample_batch_size, False)
 
     def _read_sequences(self, starts: np.ndarray, rule: SequenceRule) -> tuple[Any, BufferInfo]:
