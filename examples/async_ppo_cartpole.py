@@ -20,9 +20,10 @@ for the next chunk), trains PPO's clipped objective for ``--epochs`` passes over
 importance ratio is the learner's policy against the stored behaviour log-probability, the
 policy that really acted), then sets ``buffer.policy_version`` and publishes its weights.
 
-Stopping: the learner sets a stop event, drains the queue until every actor has returned
-(an actor blocked on a full queue checks the event every 0.1 s), joins them and prints
-their exit codes. docs/sample_rules.md ("An asynchronous PPO learner") has the results.
+Stopping (at the target, after ``--max-updates``, or on Ctrl-C, which the actors ignore so
+that the learner can stop them): the learner sets a stop event, drains the queue until
+every actor has returned (an actor blocked on a full queue checks the event every 0.1 s),
+joins them and prints their exit codes. docs/sample_rules.md ("An asynchronous PPO learner") has the results.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import multiprocessing as mp
 import os
 import queue
 import resource
+import signal
 import time
 
 import gymnasium as gym
@@ -85,6 +87,7 @@ def value_net() -> nn.Module:
 # -- actors (each in its own process) ------------------------------------------------------
 def actor(index, args, weights, version, lock, chunks, stop):
     """Step CartPoles with a lagging copy of the policy; send chunks until ``stop`` is set."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the learner stops us
     torch.set_num_threads(1)
     torch.manual_seed(args.seed + 1000 + index)
     envs = gym.make_vec(
@@ -256,6 +259,7 @@ def main(argv=None):
     trained_ids: list[np.ndarray] = []
     updates, max_staleness_seen, best, best_weights, score = 0, 0, -1.0, None, float("nan")
     loss_value = float("nan")
+    print(f"update 0: greedy return {evaluate(policy, seed=10_000):.1f} (a uniformly random policy: ~22)", flush=True)
     try:
         while updates < args.max_updates:
             receive(block=False)
@@ -303,6 +307,8 @@ def main(argv=None):
                     best, best_weights = score, {k: v.clone() for k, v in policy.state_dict().items()}
                 if best >= args.target:
                     break
+    except KeyboardInterrupt:  # Ctrl-C: stop here, shut the actors down and report (they ignore it)
+        print(f"interrupted after update {updates}", flush=True)
     finally:
         stop.set()  # actors return at their next chunk (or within 0.1 s when blocked on the queue)
         deadline = time.time() + 60

@@ -23,15 +23,15 @@ def _gone(pid: int) -> bool:
     return not os.path.exists(f"/proc/{pid}")
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_async_ppo_trains_each_item_once_within_the_staleness_bound_and_stops_its_actors():
     env = {**os.environ, "PYTHONPATH": str(EXAMPLE.parents[1] / "src")}
     # fork: the actors inherit torch instead of importing it again (spawn is the default; the
     # shutdown path is the same for both)
     args = ["--start-method", "fork", "--actors", "2", "--envs-per-actor", "2", "--chunk-steps", "16"]
-    args += ["--batch-size", "128", "--epochs", "4", "--minibatch", "64", "--max-updates", "12"]
-    args += ["--eval-every", "6", "--target", "1000", "--max-staleness", "2", "--seed", "3"]
-    out = subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True, text=True, env=env, timeout=240)
+    args += ["--batch-size", "128", "--epochs", "4", "--minibatch", "64", "--max-updates", "8"]
+    args += ["--eval-every", "4", "--target", "1000", "--max-staleness", "2", "--seed", "3"]
+    out = subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True, text=True, env=env, timeout=540)
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
     summary = re.search(
@@ -42,7 +42,7 @@ def test_async_ppo_trains_each_item_once_within_the_staleness_bound_and_stops_it
     )
     assert summary, text
     updates, steps, trained, once, dropped, left, overwritten, staleness = summary.groups()
-    assert int(updates) == 12 and int(trained) == 12 * 128
+    assert int(updates) == 8 and int(trained) == 8 * 128
     assert once == "True"  # ids distinct; the buffer's draw count of each is 1, of every other item 0
     assert int(staleness) <= 2
     assert int(trained) + int(dropped) + int(left) + int(overwritten) == int(steps)
@@ -50,5 +50,9 @@ def test_async_ppo_trains_each_item_once_within_the_staleness_bound_and_stops_it
     assert exited, text
     assert exited.group(1) == "0, 0" and exited.group(3) == "0"
     assert all(_gone(int(pid)) for pid in exited.group(2).split(", "))
+    initial = float(re.search(r"update 0: greedy return ([\d.]+)", text).group(1))
     greedy = [float(x) for x in re.findall(r"greedy return ([\d.]+), max staleness", text)]
     assert len(greedy) == 2, text
+    # 8 updates lift the greedy return above a random policy's (~22) and the initial policy's
+    # (seen in every run so far: 280-450 at update 4 or 8; the actors' timing varies the data)
+    assert max(greedy) > max(30.0, initial), text
