@@ -251,10 +251,15 @@ def main(argv=None):
             stats["chunks"] += 1
             stats["first_chunk"] = stats["first_chunk"] or time.time() - start
             stats["lag_on_arrival"] = max(stats["lag_on_arrival"], updates - acted)
+            if index not in sending:
+                sending.add(index)
+                if len(sending) == args.actors:
+                    print(f"all {args.actors} actors sending after {time.time() - start:.1f} s", flush=True)
             episode_returns.extend(finished)
             received += 1
 
     stats = {"chunks": 0, "lag_on_arrival": 0, "first_chunk": 0.0}
+    sending: set[int] = set()  # actors whose first chunk arrived
     episode_returns: list[float] = []
     trained_ids: list[np.ndarray] = []
     updates, max_staleness_seen, best, best_weights, score = 0, 0, -1.0, None, float("nan")

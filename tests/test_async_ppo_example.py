@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -50,9 +51,44 @@ def test_async_ppo_trains_each_item_once_within_the_staleness_bound_and_stops_it
     assert exited, text
     assert exited.group(1) == "0, 0" and exited.group(3) == "0"
     assert all(_gone(int(pid)) for pid in exited.group(2).split(", "))
-    initial = float(re.search(r"update 0: greedy return ([\d.]+)", text).group(1))
-    greedy = [float(x) for x in re.findall(r"greedy return ([\d.]+), max staleness", text)]
+    greedy = re.findall(r"greedy return ([\d.]+), max staleness", text)
     assert len(greedy) == 2, text
-    # 8 updates lift the greedy return above a random policy's (~22) and the initial policy's
-    # (seen in every run so far: 280-450 at update 4 or 8; the actors' timing varies the data)
-    assert max(greedy) > max(30.0, initial), text
+    # No assertion on the return: with the same seed, 8 updates gave 364.9 in one run and 36.1
+    # (below the initial policy's 58.0) in another; the actors' timing changes the data.
+
+
+@pytest.mark.timeout(600)
+def test_ctrl_c_stops_the_learner_and_it_stops_the_spawned_actors():
+    """The default start method (spawn) and Ctrl-C: SIGINT to the whole process group (what a
+    terminal sends) once every actor runs; the actors ignore it, the learner stops them."""
+    env = {**os.environ, "PYTHONPATH": str(EXAMPLE.parents[1] / "src")}
+    args = ["--actors", "2", "--envs-per-actor", "2", "--chunk-steps", "16", "--batch-size", "128"]
+    args += ["--epochs", "2", "--max-updates", "100000", "--eval-every", "100000", "--target", "1000"]
+    process = subprocess.Popen(
+        [sys.executable, str(EXAMPLE), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        lines = []
+        for line in process.stdout:  # wait until both actors have sent a chunk
+            lines.append(line)
+            if line.startswith("all 2 actors sending"):
+                break
+        os.killpg(process.pid, signal.SIGINT)
+        rest, err = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    text = "".join(lines) + rest
+    assert process.returncode == 0, err[-3000:]
+    assert "interrupted after update" in text, text
+    exited = re.search(r"actors exited: exit codes \[(.*)\], pids \[(.*)\], live children (\d+)", text)
+    assert exited, text
+    assert exited.group(1) == "0, 0" and exited.group(3) == "0"
+    assert all(_gone(int(pid)) for pid in exited.group(2).split(", "))
+    assert "Traceback" not in err, err[-3000:]
