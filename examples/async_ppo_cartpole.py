@@ -1,6 +1,6 @@
 """Asynchronous PPO on CartPole-v1: actor processes with lagging policies, one learner, in one file.
 
-    python examples/async_ppo_cartpole.py                        # stops once a greedy return >= 475
+    python examples/async_ppo_cartpole.py                        # stops once a greedy return >= 495
     python examples/async_ppo_cartpole.py --max-staleness none   # the same, staleness unbounded
     python examples/async_ppo_cartpole.py --max-updates 8        # a quick smoke run
 
@@ -63,7 +63,7 @@ def parse_args(argv=None):
     parser.add_argument("--clip", type=float, default=0.2)
     parser.add_argument("--max-updates", type=int, default=400)
     parser.add_argument("--eval-every", type=int, default=5, help="updates between greedy evaluations")
-    parser.add_argument("--target", type=float, default=475.0, help="stop once a greedy evaluation reaches it")
+    parser.add_argument("--target", type=float, default=495.0, help="stop once a greedy evaluation reaches it")
     parser.add_argument("--buffer-chunks", type=int, default=2048, help="chunks the buffer holds")
     parser.add_argument(
         "--start-method",
