@@ -28,7 +28,7 @@ from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import _leaf_index, pad_windows
 from replaybuf.samplers.live_set import LiveSet
 from replaybuf.samplers.sequences import SequenceRule, eligible
-from replaybuf.samplers.uniform import filled_probabilities
+from replaybuf.samplers.uniform import filled_probabilities, uniform_integers
 
 __all__ = ["RuledSampler", "SampleRules", "check_sample_rules"]
 
@@ -112,6 +112,7 @@ class RuledSampler:
         self.live = LiveSet(ring.capacity)
         self.times = np.zeros(ring.capacity, np.int64)
         self.versions = np.zeros(ring.capacity, np.int64)
+        self._stamps = np.zeros(ring.capacity, np.int64)  # scratch of _distinct, by index into the live ids
         self.policy_version = 0
         self._clear_epoch()
 
@@ -132,7 +133,7 @@ class RuledSampler:
     ) -> tuple[np.ndarray, np.ndarray, dict]:
         starts, probabilities, epoch = self._starts(rng, ring, sample_batch_size, num_steps)
         ids = ring.window_ids(starts, num_steps)
-        extras: dict = {"epoch": epoch}
+        extras: dict = {} if epoch is None else {"epoch": epoch}
         if num_steps is not None and self.pad:
             ids, extras["mask"] = pad_windows(self.episodes, ids)
         return ids, probabilities, extras
@@ -142,7 +143,7 @@ class RuledSampler:
     ) -> tuple[np.ndarray, np.ndarray, dict]:
         starts, probabilities, epoch = self._starts(rng, ring, sample_batch_size, rule)
         ids, extras = self.episodes.sequences(starts, rule)
-        return ids, probabilities, {**extras, "epoch": epoch}
+        return ids, probabilities, extras if epoch is None else {**extras, "epoch": epoch}
 
     def _fits(self, ring: StreamRing, ids: np.ndarray, shape: int | SequenceRule | None) -> np.ndarray:
         """Which live starts fit a sample of ``shape`` (num_steps, or a sequence rule) now."""
@@ -191,9 +192,25 @@ class RuledSampler:
             )
         if self.rules.fifo:
             return np.sort(fitting)[:wanted], count
+        picks = uniform_integers(rng, 0, count, wanted)
         if distinct:
-            return fitting[rng.choice(count, wanted, replace=False)], count
-        return fitting[rng.integers(0, count, wanted)], count
+            picks = self._distinct(rng, picks, count)
+        return fitting[picks], count
+
+    def _distinct(self, rng: np.random.Generator, picks: np.ndarray, count: int) -> np.ndarray:
+        """``picks`` (indices below ``count``) made distinct: every repeat but the last drawn
+        again until it is new. The procedure treats every index alike, so the picked set is a
+        uniformly random subset and each position is uniform over ``count``."""
+        ordered = np.sort(picks)
+        if not (ordered[1:] == ordered[:-1]).any():  # the common case: nothing repeated
+            return picks
+        order = np.arange(picks.shape[0])
+        while True:
+            self._stamps[picks] = order  # a repeated index keeps the last position written
+            repeats = np.flatnonzero(self._stamps[picks] != order)
+            if not repeats.shape[0]:
+                return picks
+            picks[repeats] = uniform_integers(rng, 0, count, repeats.shape[0])
 
     def _epoch_starts(self, rng: np.random.Generator, ring: StreamRing, wanted: int, shape: Any) -> tuple:
         """``(starts, epoch size, epoch)``: the next ``wanted`` starts of the epoch (fewer at its
@@ -208,7 +225,7 @@ class RuledSampler:
                     else:
                         break
                 live = self.live.ids()
-                order = live[self._fits(ring, live, shape)]
+                order = live.copy() if shape is None or shape == 1 else live[self._fits(ring, live, shape)]
                 if order.shape[0] == 0:
                     raise EmptyBufferError(
                         f"sample_batch_size={wanted}: no eligible item for a new epoch; add more items"
@@ -221,7 +238,10 @@ class RuledSampler:
                 self.order, self.cursor, self.epoch = rng.permutation(order), 0, self.epoch + 1
             taken = self.order[self.cursor : self.cursor + need]
             self.cursor += taken.shape[0]
-            taken = taken[self.live.contains(taken) & self._fits(ring, taken, shape)]
+            keep = self.live.contains(taken)
+            if not (shape is None or shape == 1):
+                keep &= self._fits(ring, taken, shape)
+            taken = taken[keep]
             found.append(taken)
             need -= taken.shape[0]
         return np.concatenate(found), self.order.shape[0], self.epoch
@@ -230,7 +250,9 @@ class RuledSampler:
         """Count a draw of ``starts`` (distinct); those drawn K times are consumed."""
         slots = starts % self.ring.capacity
         self.times[slots] += 1
-        self.live.remove(starts[self.times[slots] >= self.rules.max_times_sampled])
+        consumed = self.times[slots] >= self.rules.max_times_sampled
+        if consumed.any():
+            self.live.remove(starts[consumed])
 
     # -- versions -------------------------------------------------------------------------------
     def set_policy_version(self, version: int) -> None:

@@ -1,0 +1,71 @@
+"""Study: what do the sample-count rules cost a uniform sample? (issue 49's ratio, docs/sample_rules.md)
+
+``get_next(256)`` on 200k small transitions (4 float32, an int64 action, a float32 reward, an
+int64 policy version) in a ``UniformReplayBuffer`` of 1000 streams, without rules and with each
+rule, interleaved round by round in one process and timed by the thread's CPU clock (this
+machine is shared). Prints each rule's median time and its ratio to the plain sample's
+throughput (the goal: >= 0.8x).
+
+    PYTHONPATH=src python bench/studies/sample_rules.py [--rounds 7] [--calls 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import replaybuf
+
+SPEC = {
+    "observation": replaybuf.ArraySpec((4,), np.float32),
+    "action": replaybuf.ArraySpec((), np.int64),
+    "reward": replaybuf.ArraySpec((), np.float32),
+    "policy_version": replaybuf.ArraySpec((), np.int64),
+}
+STREAMS, STEPS = 1000, 200
+
+RULES = {
+    "plain": {},
+    "replacement=False": {"replacement": False},
+    "max_times_sampled": {"max_times_sampled": 10**9},  # counted, never consumed: the cost of the count
+    "max_staleness": {"max_staleness": 5},
+}
+
+
+def filled(**rules) -> replaybuf.UniformReplayBuffer:
+    buffer = replaybuf.UniformReplayBuffer(SPEC, batch_size=STREAMS, max_length=STEPS, seed=0, **rules)
+    step = {
+        "observation": np.zeros((STREAMS, 4), np.float32),
+        "action": np.zeros(STREAMS, np.int64),
+        "reward": np.zeros(STREAMS, np.float32),
+        "policy_version": np.zeros(STREAMS, np.int64),
+    }
+    for _ in range(STEPS):
+        buffer.add_batch(step)
+    return buffer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=500)
+    args = parser.parse_args()
+    buffers = {name: filled(**rules) for name, rules in RULES.items()}
+    times: dict[str, list[float]] = {name: [] for name in RULES}
+    for _ in range(args.rounds):
+        for name, buffer in buffers.items():
+            start = time.thread_time()
+            for _ in range(args.calls):
+                buffer.get_next(256)
+            times[name].append((time.thread_time() - start) / args.calls)
+    plain = statistics.median(times["plain"])
+    for name, spans in times.items():
+        median = statistics.median(spans)
+        print(f"{name:20s} {median * 1e6:7.1f} us  {plain / median:5.2f}x the plain sample's throughput")
+
+
+if __name__ == "__main__":
+    main()
