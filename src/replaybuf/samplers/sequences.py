@@ -104,9 +104,18 @@ def sequence_windows(
     # the burn-in's real steps: back to the episode's first step or the oldest stored one
     first = -np.minimum(np.minimum(here, step - ring.first_valid_step()), burn_in)
     offsets = np.arange(-burn_in, num_steps, dtype=np.int64)
-    ahead = starts[..., None] + offsets[burn_in:] * batch
-    ahead_real = (ahead < ring.steps * batch) & (position[ahead % ring.capacity] == here[..., None] + offsets[burn_in:])
-    last = ahead_real.sum(axis=-1) - 1  # real learning steps are a run from the start
+    # real learning steps are a run from the start (positions go up by one inside an episode,
+    # back to 0 at the next): the whole run is real when the last step is, so only the
+    # sequences whose last step is not (padded ones) gather the positions of every step
+    end = starts + (num_steps - 1) * batch
+    last = np.full(starts.shape, num_steps - 1, np.int64)
+    short = (end >= ring.steps * batch) | (position[end % ring.capacity] != here + (num_steps - 1))
+    if short.any():
+        ahead = starts[short][..., None] + offsets[burn_in:] * batch
+        real = (ahead < ring.steps * batch) & (
+            position[ahead % ring.capacity] == here[short][..., None] + offsets[burn_in:]
+        )
+        last[short] = real.sum(axis=-1) - 1
     clipped = np.clip(offsets, first[..., None], last[..., None])
     ids = starts[..., None] + clipped * batch
     mask = clipped == offsets
