@@ -24,9 +24,11 @@ trajectories are found again on every sample, as for a storage being extended);
 ``torchrl traj_key``: the same with traj_key="episode" (an episode id stored per step, as
 TorchRL's collectors write); the frames' TorchRL storage holds both full stacks per step.
 ``flashbax``: make_trajectory_buffer(sample_sequence_length=80, period=1), which ignores
-episodes. Reference, in replaybuf's process: ``numpy-gather``, one fancy index of a
+episodes. Reference, in replaybuf's process: ``numpy-gather``, one np.take of a
 packed record array of the same fields by the same [256, 80] pattern of rows (random
 starts, 80 consecutive rows; index arrays made outside the timed loop): the copy floor.
+The gather is ``records.take(rows)``: ``records[rows]`` gathers the same rows of the packed
+45-byte record ~9x slower (1.6 ms against 0.18 ms for 256 x 80 rows), a floor too low.
 The frames' record array holds 20k rows at full size (1.1 GB; every row is far out of
 cache either way).
 """
@@ -243,7 +245,7 @@ def _sampler(buffer, batch: int, variant: str):
 
 
 def _floor(records: np.ndarray, stored: int, batch: int):
-    return cycle(records.__getitem__, windows(min(stored, records.shape[0]), batch))
+    return cycle(records.take, windows(min(stored, records.shape[0]), batch))
 
 
 def _records(data: dict[str, np.ndarray], fields: tuple[str, ...], rows: int) -> np.ndarray:
