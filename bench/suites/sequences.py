@@ -16,7 +16,8 @@ Every call returns 256 sequences of 40 burn-in + 40 learning steps (80 rows each
   kinds of sequence were sampled (its eligible-start list and window count kept up to date
   by every add) beside the same buffer never sampled with sequences.
 
-MB/s of the returned transitions' bytes (info, masks and ids not counted). Peers, each in
+MB/s of the returned transitions' bytes (info, masks and ids not counted) per CPU second of
+the process (``CLOCK``: all its threads; the shared machine makes wall time useless). Peers, each in
 its own environment (bench/requirements/): ``torchrl``: TensorDictReplayBuffer on
 LazyTensorStorage with SliceSampler(slice_len=80, end_key="done") and defaults otherwise
 (strict_length: trajectories shorter than 80 are never drawn; cache_values=False: the
@@ -54,6 +55,10 @@ SMALL_BYTES = 4 * 4 + 8 + 4 + 1 + 4 * 4  # 45
 FRAME, K = (84, 84), 4
 FRAME_BYTES = 2 * 84 * 84 * K + 8 + 4 + 1  # 56461
 MB = 1e6
+#: every figure is timed in CPU seconds of the whole process (all its threads: jax's pool, a
+#: split read's), not wall time: on the shared 2-core machine at load 20-40, wall-clock
+#: repetitions of one label swung up to 50x (the run of 2026-11-28 22:30 UTC)
+CLOCK = time.process_time
 TORCHRL, TORCHRL_TRAJ, FLASHBAX, FLOOR, NEVER = (
     "torchrl",
     "torchrl traj_key",
@@ -279,7 +284,7 @@ def measure_small(size: str, keys: list[str]) -> None:
             variant = VARIANT_OF[workload.key]
             buffer = buffers["padded" if variant == "padded" else "uniform"]
             runs = {"replaybuf": _sampler(buffer, sizes.batch, variant), FLOOR: floor}
-            harness.measure(per_call(workload, sizes), runs, harness.TIMINGS[size])
+            harness.measure(per_call(workload, sizes), runs, harness.TIMINGS[size], clock=CLOCK)
     if "seq_add" in keys:
         sampled, never = buffers["uniform"], buffers["never"]
         for variant in ("uniform", "period40"):  # each keeps per-add state: a window count, a start list
@@ -293,6 +298,7 @@ def measure_small(size: str, keys: list[str]) -> None:
             {"replaybuf": cycle(sampled.add_batch, items), NEVER: cycle(never.add_batch, items)},
             harness.TIMINGS[size],
             notes,
+            clock=CLOCK,
         )
 
 
@@ -335,7 +341,7 @@ def measure_frames(size: str, keys: list[str]) -> None:
         if workload.key in FRAMES and workload.key in keys:
             variant = VARIANT_OF[workload.key]
             runs = {"replaybuf": _sampler(buffers[variant == "padded"], sizes.frames_batch, variant), FLOOR: floor}
-            harness.measure(per_call(workload, sizes), runs, harness.TIMINGS[size], {FLOOR: note})
+            harness.measure(per_call(workload, sizes), runs, harness.TIMINGS[size], {FLOOR: note}, clock=CLOCK)
 
 
 # -- TorchRL ------------------------------------------------------------------------------------
@@ -431,7 +437,7 @@ def measure_once(workloads: list[Workload], runs: dict, size: str, notes: dict) 
     if not workloads:
         return
     first, *rest = workloads
-    for record in harness.measure(per_call(first, SIZES[size]), runs, harness.TIMINGS[size], notes):
+    for record in harness.measure(per_call(first, SIZES[size]), runs, harness.TIMINGS[size], notes, clock=CLOCK):
         for workload in rest:
             harness.emit(**dict(record, workload=workload.key))
 
