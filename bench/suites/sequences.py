@@ -1,7 +1,8 @@
 """Sequences for recurrent learners (issue 48): replaybuf's get_next(burn_in=, period=) beside
 TorchRL's SliceSampler, flashbax's trajectory buffer and a bare NumPy gather of the same rows.
 
-Every call returns 256 sequences of 40 burn-in + 40 learning steps (80 rows each):
+Every call returns 256 sequences of 40 burn-in + 40 learning steps (80 rows each) at full
+size; ``--quick``: 200k small steps, 20k frame steps, 64 sequences of frames (``SIZES``):
 
 - ``seq_*``: 1M stored CartPole-sized transitions (obs float32[4], action int64, reward
   float32, done bool, next_obs float32[4]: 45 bytes) in episodes of 50 to 500 steps, one
@@ -92,11 +93,11 @@ VARIANTS = {"uniform": ({}, False), "padded": ({}, True), "period40": ({"period"
 def _seq(key: str, frames: bool, variant: str, goal_vs: str, goal_ratio: float, readme: str) -> Workload:
     size = SIZES["full"]
     per_call = (size.frames_batch * FRAME_BYTES if frames else size.batch * SMALL_BYTES) * LENGTH / MB
-    what = "84x84x4 frame stacks, 100k stored" if frames else "small transitions, 1M stored"
+    what = "84x84x4 frame stacks" if frames else "small transitions"
     how = {"uniform": "", "padded": ", padded", "period40": ", period=40"}[variant]
     return Workload(
         key,
-        f"256 sequences of 40 burn-in + 40 steps, {what}{how}",
+        f"sequences of 40 burn-in + 40 steps, {what}{how}",
         "MB/s",
         per_call,
         references=(FLOOR,),
@@ -108,15 +109,15 @@ def _seq(key: str, frames: bool, variant: str, goal_vs: str, goal_ratio: float, 
 
 
 WORKLOADS = [
-    _seq("seq_uniform", False, "uniform", TORCHRL, 8.0, "256 sequences of 40+40 steps (1M small steps)"),
-    _seq("seq_padded", False, "padded", FLASHBAX, 1.0, "256 padded sequences of 40+40 steps (1M small steps)"),
-    _seq("seq_period40", False, "period40", FLOOR, 0.7, "256 sequences of 40+40 steps, period 40 (1M small steps)"),
-    _seq("seqf_uniform", True, "uniform", TORCHRL, 8.0, "256 sequences of 40+40 frame stacks (100k steps)"),
-    _seq("seqf_padded", True, "padded", FLOOR, 0.7, "256 padded sequences of 40+40 frame stacks (100k steps)"),
-    _seq("seqf_period40", True, "period40", FLOOR, 0.7, "256 sequences of 40+40 frame stacks, period 40"),
+    _seq("seq_uniform", False, "uniform", TORCHRL, 8.0, "sequences of 40+40 small transitions"),
+    _seq("seq_padded", False, "padded", FLASHBAX, 1.0, "padded sequences of 40+40 small transitions"),
+    _seq("seq_period40", False, "period40", FLOOR, 0.7, "sequences of 40+40 small transitions, period 40"),
+    _seq("seqf_uniform", True, "uniform", TORCHRL, 8.0, "sequences of 40+40 frame stacks"),
+    _seq("seqf_padded", True, "padded", FLOOR, 0.7, "padded sequences of 40+40 frame stacks"),
+    _seq("seqf_period40", True, "period40", FLOOR, 0.7, "sequences of 40+40 frame stacks, period 40"),
     Workload(
         "seq_add",
-        "add_batch of one transition after sequence samples (1M stored)",
+        "add_batch of one transition after sequence samples",
         "items/s",
         references=(NEVER,),
         goal_vs=NEVER,
