@@ -145,15 +145,29 @@ class StartList:
         step = ring.steps - 1 if rule.pad else ring.steps - rule.num_steps
         if step < ring.first_valid_step():
             return
+        if ring.batch_size == 1:  # one stream: the id is the step; scalars, as ``eligible`` decides
+            position, capacity, steps = self.position, ring.capacity, rule.num_steps
+            if position[step % capacity] % rule.period or (
+                not rule.pad and position[(step + steps - 1) % capacity] < steps - 1
+            ):
+                return
+            self._room(1)
+            self._ids[self._stop] = step
+            self._stop += 1
+            return
         ids = step * ring.batch_size + np.arange(ring.batch_size, dtype=np.int64)
         new = ids[eligible(self.position, ring, ids, rule)]
-        if self._stop + new.size > self._ids.size:  # full: drop the overwritten prefix, grow if need be
-            live = self.live()
-            grown = np.empty(max(64, 2 * (live.size + new.size)), np.int64)
-            grown[: live.size] = live
-            self._ids, self._front, self._stop = grown, 0, live.size
+        self._room(new.size)
         self._ids[self._stop : self._stop + new.size] = new
         self._stop += new.size
+
+    def _room(self, count: int) -> None:
+        """Make room for ``count`` more ids: when full, drop the overwritten prefix, grow if need be."""
+        if self._stop + count > self._ids.size:
+            live = self.live()
+            grown = np.empty(max(64, 2 * (live.size + count)), np.int64)
+            grown[: live.size] = live
+            self._ids, self._front, self._stop = grown, 0, live.size
 
     def live(self) -> np.ndarray:
         """The eligible starts now stored, in id order (a view)."""
