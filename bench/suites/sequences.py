@@ -276,7 +276,8 @@ def measure_small(size: str, keys: list[str]) -> None:
 
     buffers = {"uniform": build(False), "padded": build(True), "never": build(False)}
     start = time.perf_counter()
-    _fill_steps([buffers[k] for k in ("uniform", "padded", "never") if k != "never" or "seq_add" in keys], data, FIELDS)
+    needed = {"uniform": {"seq_uniform", "seq_period40", "seq_add"}, "padded": {"seq_padded"}, "never": {"seq_add"}}
+    _fill_steps([buffer for name, buffer in buffers.items() if needed[name] & set(keys)], data, FIELDS)
     print(f"filled the small buffers in {time.perf_counter() - start:.0f} s", flush=True)
     records = _records(data, FIELDS, sizes.stored)
     floor = _floor(records, sizes.stored, sizes.batch)
