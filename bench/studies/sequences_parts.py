@@ -31,50 +31,11 @@ VARIANTS = (("uniform", False, {}), ("padded", True, {}), ("period40", False, {"
 
 
 def buffers(stored: int, frames: bool) -> tuple[dict, np.ndarray]:
-    """Unpadded and padded buffers holding ``stored`` steps, and the floor's record array."""
-    from replaybuf import ArraySpec, FrameStackReplayBuffer, UniformReplayBuffer
-
+    """Unpadded and padded buffers (keyed by ``pad``) holding ``stored`` steps, and the floor's record array."""
     if frames:
-        shape = (*suite.FRAME, suite.K)
-        spec = {
-            "observation": ArraySpec(shape, np.uint8),
-            "action": ArraySpec((), np.int64),
-            "reward": ArraySpec((), np.float32),
-            "next_observation": ArraySpec(shape, np.uint8),
-            "done": ArraySpec((), np.bool_),
-        }
-        made = {
-            pad: FrameStackReplayBuffer(
-                spec,
-                1,
-                stored,
-                seed=0,
-                stack_axis=-1,
-                respect_episodes=True,
-                pad_episode_ends=pad,
-                episode_end_field="done",
-            )
-            for pad in (False, True)
-        }
-        parts = []
-        for chunk in suite.frame_steps(stored):
-            suite._fill_steps(list(made.values()), chunk, suite.FRAME_FIELDS)
-            if sum(p.shape[0] for p in parts) < 20_000:
-                parts.append(suite._records(chunk, suite.FRAME_FIELDS, chunk["done"].shape[0]))
-        return made, np.concatenate(parts)
+        return suite.frame_buffers(stored, 20_000)
     data = suite.small_steps(stored)
-    made = {
-        pad: UniformReplayBuffer(
-            suite._small_spec(),
-            1,
-            stored,
-            seed=0,
-            respect_episodes=True,
-            pad_episode_ends=pad,
-            episode_end_field="done",
-        )
-        for pad in (False, True)
-    }
+    made = {pad: suite.small_buffer(stored, pad) for pad in (False, True)}
     suite._fill_steps(list(made.values()), data, suite.FIELDS)
     return made, suite._records(data, suite.FIELDS, stored)
 

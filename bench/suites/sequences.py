@@ -262,19 +262,19 @@ def _records(data: dict[str, np.ndarray], fields: tuple[str, ...], rows: int) ->
     return records
 
 
-def measure_small(size: str, keys: list[str]) -> None:
+def small_buffer(stored: int, pad: bool):
+    """An empty UniformReplayBuffer of ``stored`` small steps that respects episodes (padded: ``pad``)."""
     from replaybuf import UniformReplayBuffer
 
+    return UniformReplayBuffer(
+        _small_spec(), 1, stored, seed=0, respect_episodes=True, pad_episode_ends=pad, episode_end_field="done"
+    )
+
+
+def measure_small(size: str, keys: list[str]) -> None:
     sizes = SIZES[size]
     data = small_steps(sizes.stored)
-    spec = _small_spec()
-
-    def build(pad: bool):
-        return UniformReplayBuffer(
-            spec, 1, sizes.stored, seed=0, respect_episodes=True, pad_episode_ends=pad, episode_end_field="done"
-        )
-
-    buffers = {"uniform": build(False), "padded": build(True), "never": build(False)}
+    buffers = {name: small_buffer(sizes.stored, name == "padded") for name in ("uniform", "padded", "never")}
     start = time.perf_counter()
     needed = {"uniform": {"seq_uniform", "seq_period40", "seq_add"}, "padded": {"seq_padded"}, "never": {"seq_add"}}
     _fill_steps([buffer for name, buffer in buffers.items() if needed[name] & set(keys)], data, FIELDS)
@@ -304,10 +304,11 @@ def measure_small(size: str, keys: list[str]) -> None:
         )
 
 
-def measure_frames(size: str, keys: list[str]) -> None:
+def frame_buffers(stored: int, floor_rows: int) -> tuple[dict, np.ndarray]:
+    """FrameStackReplayBuffers, unpadded and padded (keyed by ``pad``), holding ``stored`` frame
+    steps, and the floor's record array of the first ``floor_rows`` of them."""
     from replaybuf import ArraySpec, FrameStackReplayBuffer
 
-    sizes = SIZES[size]
     shape = (*FRAME, K)
     spec = {
         "observation": ArraySpec(shape, np.uint8),
@@ -320,7 +321,7 @@ def measure_frames(size: str, keys: list[str]) -> None:
         pad: FrameStackReplayBuffer(
             spec,
             1,
-            sizes.frames,
+            stored,
             seed=0,
             stack_axis=-1,
             respect_episodes=True,
@@ -329,14 +330,20 @@ def measure_frames(size: str, keys: list[str]) -> None:
         )
         for pad in (False, True)
     }
-    floor_parts, start = [], time.perf_counter()
-    for chunk in frame_steps(sizes.frames):
+    floor_parts = []
+    for chunk in frame_steps(stored):
         _fill_steps(list(buffers.values()), chunk, FRAME_FIELDS)
         have = sum(part.shape[0] for part in floor_parts)
-        if have < sizes.floor_rows:
-            floor_parts.append(_records(chunk, FRAME_FIELDS, min(chunk["done"].shape[0], sizes.floor_rows - have)))
+        if have < floor_rows:
+            floor_parts.append(_records(chunk, FRAME_FIELDS, min(chunk["done"].shape[0], floor_rows - have)))
+    return buffers, np.concatenate(floor_parts)
+
+
+def measure_frames(size: str, keys: list[str]) -> None:
+    sizes = SIZES[size]
+    start = time.perf_counter()
+    buffers, records = frame_buffers(sizes.frames, sizes.floor_rows)
     print(f"filled the frame buffers in {time.perf_counter() - start:.0f} s", flush=True)
-    records = np.concatenate(floor_parts)
     floor = _floor(records, records.shape[0], sizes.frames_batch)
     note = f"numpy-gather: a record array of {records.shape[0]} rows"
     for workload in WORKLOADS:
