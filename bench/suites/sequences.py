@@ -58,7 +58,7 @@ FRAME_BYTES = 2 * 84 * 84 * K + 8 + 4 + 1  # 56461
 MB = 1e6
 #: every figure is timed in CPU seconds of the whole process (all its threads: jax's pool, a
 #: split read's), not wall time: on the shared 2-core machine at load 20-40, wall-clock
-#: repetitions of one label swung up to 50x (the run of 2026-11-28 22:30 UTC)
+#: repetitions of one label swung up to 57x (the run of 2026-11-28 22:30 UTC)
 CLOCK = time.process_time
 TORCHRL, TORCHRL_TRAJ, FLASHBAX, FLOOR, NEVER = (
     "torchrl",
