@@ -63,7 +63,7 @@ FAMILIES = (
         ),
     ),
     Family("prioritized", "Prioritized replay", ("peers:w3_*", "jax_core:j3*", "jax_gpu:jg_j3*")),
-    Family("episodes", "Episodes and sequences", ("peers:w4_*", "jax_core:j4")),
+    Family("episodes", "Episodes and sequences", ("peers:w4_*", "jax_core:j4", "sequences")),
     Family("frames", "Image frames", ("peers:w2_*", "frames", "frames_compressed", "gpu:gpu_frames*")),
     Family("writers", "Many writer processes, one learner", ("writers",)),
     Family("ray", "Sharded on Ray", ("ray_shards",)),

@@ -30,6 +30,7 @@ SMOKE = {
     "ray_shards": ["add_1s", "add_actors_1s", "get_next_1s", "dataset_1s"],  # tiny: 1 shard
     "sb3": ["sb3_add", "sb3_sample256", "sb3_dqn_cartpole"],  # Atari: a CnnPolicy; RSS: three more processes
     "jax_gpu": ["jg_j2b", "jg_j3"],
+    "sequences": ["seq_uniform", "seq_add", "seqf_period40"],  # the other variants: the same fills, other keywords
 }
 
 

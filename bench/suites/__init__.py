@@ -30,6 +30,7 @@ SUITES = (
     "minari_load",
     "sb3",
     "her",
+    "sequences",
     "gpu",
     "jax_gpu",
 )

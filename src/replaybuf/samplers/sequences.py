@@ -104,9 +104,18 @@ def sequence_windows(
     # the burn-in's real steps: back to the episode's first step or the oldest stored one
     first = -np.minimum(np.minimum(here, step - ring.first_valid_step()), burn_in)
     offsets = np.arange(-burn_in, num_steps, dtype=np.int64)
-    ahead = starts[..., None] + offsets[burn_in:] * batch
-    ahead_real = (ahead < ring.steps * batch) & (position[ahead % ring.capacity] == here[..., None] + offsets[burn_in:])
-    last = ahead_real.sum(axis=-1) - 1  # real learning steps are a run from the start
+    # real learning steps are a run from the start (positions go up by one inside an episode,
+    # back to 0 at the next): the whole run is real when the last step is, so only the
+    # sequences whose last step is not (padded ones) gather the positions of every step
+    end = starts + (num_steps - 1) * batch
+    last = np.full(starts.shape, num_steps - 1, np.int64)
+    short = (end >= ring.steps * batch) | (position[end % ring.capacity] != here + (num_steps - 1))
+    if short.any():
+        ahead = starts[short][..., None] + offsets[burn_in:] * batch
+        real = (ahead < ring.steps * batch) & (
+            position[ahead % ring.capacity] == here[short][..., None] + offsets[burn_in:]
+        )
+        last[short] = real.sum(axis=-1) - 1
     clipped = np.clip(offsets, first[..., None], last[..., None])
     ids = starts[..., None] + clipped * batch
     mask = clipped == offsets
@@ -136,15 +145,29 @@ class StartList:
         step = ring.steps - 1 if rule.pad else ring.steps - rule.num_steps
         if step < ring.first_valid_step():
             return
+        if ring.batch_size == 1:  # one stream: the id is the step; scalars, as ``eligible`` decides
+            position, capacity, steps = self.position, ring.capacity, rule.num_steps
+            if position[step % capacity] % rule.period or (
+                not rule.pad and position[(step + steps - 1) % capacity] < steps - 1
+            ):
+                return
+            self._room(1)
+            self._ids[self._stop] = step
+            self._stop += 1
+            return
         ids = step * ring.batch_size + np.arange(ring.batch_size, dtype=np.int64)
         new = ids[eligible(self.position, ring, ids, rule)]
-        if self._stop + new.size > self._ids.size:  # full: drop the overwritten prefix, grow if need be
-            live = self.live()
-            grown = np.empty(max(64, 2 * (live.size + new.size)), np.int64)
-            grown[: live.size] = live
-            self._ids, self._front, self._stop = grown, 0, live.size
+        self._room(new.size)
         self._ids[self._stop : self._stop + new.size] = new
         self._stop += new.size
+
+    def _room(self, count: int) -> None:
+        """Make room for ``count`` more ids: when full, drop the overwritten prefix, grow if need be."""
+        if self._stop + count > self._ids.size:
+            live = self.live()
+            grown = np.empty(max(64, 2 * (live.size + count)), np.int64)
+            grown[: live.size] = live
+            self._ids, self._front, self._stop = grown, 0, live.size
 
     def live(self) -> np.ndarray:
         """The eligible starts now stored, in id order (a view)."""
