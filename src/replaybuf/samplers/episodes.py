@@ -126,11 +126,20 @@ class EpisodeIndex:
         new = np.where(begins, 0, self._last + 1)
         length = self.ring.max_length
         oldest, next_oldest = max(0, steps - length), max(0, steps + 1 - length)
-        for size in self._counts:
-            if next_oldest > oldest and oldest + size - 1 <= steps - 1:  # that window's start leaves
-                self._counts[size] -= int((self.position[self._end_slots(oldest + size - 1)] >= size - 1).sum())
-            if steps >= next_oldest + size - 1:
-                self._counts[size] += int((new >= size - 1).sum())
+        leaves_ring = next_oldest > oldest
+        if self.ring.batch_size == 1:  # scalars: a NumPy call per window length costs more than the add
+            newest, position = int(new[0]), self.position
+            for size in self._counts:
+                if leaves_ring and oldest + size - 1 <= steps - 1:  # that window's start leaves
+                    self._counts[size] -= int(position[(oldest + size - 1) % length] >= size - 1)
+                if steps >= next_oldest + size - 1:
+                    self._counts[size] += newest >= size - 1
+        else:
+            for size in self._counts:
+                if leaves_ring and oldest + size - 1 <= steps - 1:
+                    self._counts[size] -= int((self.position[self._end_slots(oldest + size - 1)] >= size - 1).sum())
+                if steps >= next_oldest + size - 1:
+                    self._counts[size] += int((new >= size - 1).sum())
         self.position[self._end_slots(steps)] = new
         self._last, self._ended = new, np.asarray(ends, bool)
         for starts in self._starts.values():
