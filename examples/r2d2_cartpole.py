@@ -1,6 +1,6 @@
 """R2D2-style recurrent DQN on a partially observed CartPole-v1, in one file, top to bottom.
 
-    python examples/r2d2_cartpole.py                  # LSTM (stops at a greedy return >= 490 or --time-limit)
+    python examples/r2d2_cartpole.py                  # LSTM (stops at a greedy return >= 490 or --cpu-limit)
     python examples/r2d2_cartpole.py --feedforward    # the same learner with an MLP: no memory
     python examples/r2d2_cartpole.py --total-steps 4000 --learning-starts 1000  # a quick smoke run
 
@@ -36,7 +36,9 @@ from replaybuf.nstep import n_step, sequence_priority
 parser = argparse.ArgumentParser()
 parser.add_argument("--feedforward", action="store_true", help="an MLP on the same observation (no memory)")
 parser.add_argument("--total-steps", type=int, default=400_000, help="env steps (all envs)")
-parser.add_argument("--time-limit", type=float, default=600.0, help="seconds of training at most")
+parser.add_argument(
+    "--cpu-limit", type=float, default=600.0, help="CPU seconds of this (single-threaded) process at most"
+)
 parser.add_argument("--seed", type=int, default=1)
 parser.add_argument("--num-envs", type=int, default=8)
 parser.add_argument("--hidden", type=int, default=64)
@@ -179,7 +181,9 @@ def learn():
             + torch.as_tensor(ret.discounts[:, B:], dtype=torch.float32) * value
         )
     taken = q_online[:, :T].gather(2, torch.as_tensor(items["action"][:, B:-1])[..., None]).squeeze(-1)
-    weight = torch.as_tensor(info.weights, dtype=torch.float32)[:, None] * torch.as_tensor(valid)
+    # importance weights normalised by the batch's largest (the buffer's are by the smallest
+    # probability stored, which the near-zero priorities of sequences without a target make tiny)
+    weight = torch.as_tensor(info.weights / info.weights.max(), dtype=torch.float32)[:, None] * torch.as_tensor(valid)
     loss = (nn.functional.smooth_l1_loss(taken, target, reduction="none") * weight).sum() / max(1, valid.sum())
     optimizer.zero_grad()
     loss.backward()
@@ -189,7 +193,7 @@ def learn():
     td[:, B:] = (taken - target).abs().detach().numpy() * valid  # steps without a target count as 0
     priority = sequence_priority(td, info.learn[:, :-1], eta=args.eta) + 1e-3  # > 0: every sequence stays drawable
     rb.update_priorities(info.ids[:, B], priority)
-    return loss.item(), priority
+    return loss.item(), priority, taken.detach().mean().item()
 
 
 # -- collect and train ------------------------------------------------------------------
@@ -197,9 +201,9 @@ observation, _ = envs.reset(seed=args.seed)
 state, last = zeros(E), np.zeros(E, bool)
 episode_return, returns = np.zeros(E), []
 steps, updates, next_eval, best, best_weights = 0, 0, args.eval_every, -1.0, None
-loss_value, priority = float("nan"), np.full(1, np.nan)
+loss_value, priority, mean_q = float("nan"), np.full(1, np.nan), float("nan")
 start, cpu_start = time.time(), time.process_time()
-while steps < args.total_steps and time.time() - start < args.time_limit:
+while steps < args.total_steps and time.process_time() - cpu_start < args.cpu_limit:
     partial = torch.as_tensor(observation[:, KEEP])
     with torch.no_grad():
         q, new_state = q_net(partial[:, None], state)
@@ -227,7 +231,7 @@ while steps < args.total_steps and time.time() - start < args.time_limit:
     last = terminated | truncated
     steps += E
     if steps >= args.learning_starts and (steps // E) % args.train_every == 0:
-        loss_value, priority = learn()
+        loss_value, priority, mean_q = learn()
         updates += 1
         if updates % args.target_every == 0:
             target_net.load_state_dict(q_net.state_dict())
@@ -235,9 +239,10 @@ while steps < args.total_steps and time.time() - start < args.time_limit:
         next_eval += args.eval_every
         score = evaluate(q_net, seed=10_000 + steps)
         print(
-            f"step {steps}: updates {updates}, loss {loss_value:.4f}, training return {np.mean(returns[-20:]):.1f}, "
-            f"greedy return {score:.1f}, priorities {priority.min():.3f}..{priority.max():.3f}, "
-            f"{time.time() - start:.0f} s",
+            f"step {steps}: updates {updates}, loss {loss_value:.4f}, mean Q {mean_q:.1f}, "
+            f"training return {np.mean(returns[-20:]):.1f}, greedy return {score:.1f}, "
+            f"priorities {priority.min():.3f}..{priority.max():.3f}, "
+            f"{time.time() - start:.0f} s wall, {time.process_time() - cpu_start:.0f} s CPU",
             flush=True,
         )
         if score > best:
