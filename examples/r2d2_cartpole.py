@@ -151,7 +151,7 @@ floors = 0.4 ** (1 + 7 * np.arange(E) / max(1, E - 1))  # Ape-X's per-actor epsi
 
 
 def learn():
-    """One update on a batch of sequences; returns (loss, the new priorities)."""
+    """One update on a batch of sequences; returns the loss, the new priorities and the mean Q taken."""
     items, info = rb.get_next(sample_batch_size=args.batch_size, num_steps=T + 1, burn_in=B, period=max(1, T // 2))
     obs, mask = torch.as_tensor(items["observation"]), torch.as_tensor(info.mask)
     state = (torch.as_tensor(items["h"][:, 0]), torch.as_tensor(items["c"][:, 0]))  # the first real step's
