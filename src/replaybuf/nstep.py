@@ -13,6 +13,9 @@ so a learner's target is ``R_t + discount * V(next_observation[t + k - 1])``. St
 ``observation[i]``, ``action[i]``, ``reward[i]`` (received after the action),
 ``terminated[i]``, ``truncated[i]`` and ``next_observation[i]`` (Gymnasium's step order).
 For Trajectory windows, ``trajectory_flags`` gives the two flags.
+
+For recurrent learners, ``sequence_priority`` turns the TD errors of a sampled sequence's
+learning steps into the sequence's priority (R2D2's ``eta * max + (1 - eta) * mean``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 
 from replaybuf.errors import ArgumentError
 
-__all__ = ["NStep", "n_step", "n_step_transitions", "trajectory_flags"]
+__all__ = ["NStep", "n_step", "n_step_transitions", "sequence_priority", "trajectory_flags"]
 
 LAST = 2
 
@@ -114,3 +117,54 @@ def trajectory_flags(next_step_type: Any, discount: Any) -> tuple[np.ndarray, np
     ends = np.asarray(next_step_type) == LAST
     zero = np.asarray(discount) == 0
     return ends & zero, ends & ~zero
+
+
+def sequence_priority(td_errors: Any, learn: Any, *, eta: float = 0.9) -> Any:
+    """R2D2's priority of each sequence: ``eta * max|td| + (1 - eta) * mean|td|``, both over
+    the sequence's real learning steps (``learn``, e.g. ``info.learn`` of
+    ``get_next(..., burn_in=, period=)``); the other steps (burn-in, padding) are ignored
+    whatever their value.
+
+    ``td_errors`` and ``learn`` are ``[..., L]`` of one shape (a NumPy array, or torch
+    tensors: then the result is a tensor on ``td_errors``' device, computed without leaving
+    it); the result is ``[...]``, e.g. ``[N]`` for ``update_priorities(info.ids, ...)``.
+    eta = 1 is the max alone, eta = 0 the mean alone.
+
+    A row with no learning step is refused rather than given priority 0: every sequence that
+    ``get_next`` returns has at least its learning start (``info.learn[:, burn_in]`` is
+    True), so an empty row is a mask cut wrongly, and ``update_priorities`` refuses 0 anyway.
+
+    Raises:
+        ArgumentError: eta outside [0, 1]; td_errors without a time axis; learn not of
+            td_errors' shape; a row of learn with no learning step.
+    """
+    if isinstance(eta, bool) or not isinstance(eta, (int, float, np.integer, np.floating)) or not 0.0 <= eta <= 1.0:
+        raise ArgumentError(f"eta: expected a float in [0, 1], got {eta!r:.80}")
+    torch_input = type(td_errors).__module__.startswith("torch")
+    if torch_input:
+        import torch
+
+        error = td_errors.abs()
+        real = torch.as_tensor(learn, device=error.device).bool()
+    else:
+        error = np.abs(np.asarray(td_errors))
+        if not np.issubdtype(error.dtype, np.floating):
+            error = error.astype(np.float64)
+        real = np.asarray(learn).astype(bool)
+    if error.ndim == 0 or error.shape[-1] == 0:
+        raise ArgumentError(f"td_errors: expected [..., L] with L >= 1 steps, got shape {tuple(error.shape)}")
+    if tuple(real.shape) != tuple(error.shape):
+        raise ArgumentError(
+            f"learn: expected a mask of td_errors' shape {tuple(error.shape)}, got shape {tuple(real.shape)}"
+        )
+    count = real.sum(-1)
+    if not bool((count > 0).all()):
+        empty = np.argwhere(np.asarray(count.cpu() if torch_input else count) == 0)[0]
+        raise ArgumentError(
+            f"learn: expected at least one learning step in every row, row {tuple(int(i) for i in empty)} has none"
+        )
+    if torch_input:
+        kept = torch.where(real, error, torch.zeros((), dtype=error.dtype, device=error.device))
+        return eta * kept.amax(-1) + (1.0 - eta) * kept.sum(-1) / count
+    kept = np.where(real, error, 0.0).astype(error.dtype, copy=False)
+    return eta * kept.max(-1) + (1.0 - eta) * kept.sum(-1) / count
