@@ -10,6 +10,7 @@ CUDA buffer launches kernels and never waits for the GPU.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,10 +21,12 @@ from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.dataset import check_sample_arguments
 from replaybuf.errors import ArgumentError
 from replaybuf.hindsight import HindsightRelabel
+from replaybuf.nest import FlatSpec
+from replaybuf.ring import StreamRing
 from replaybuf.torch.captured import CapturedSampler
 from replaybuf.torch.convert import DeviceBatcher
 from replaybuf.torch.dataset import TorchDataset
-from replaybuf.torch.episodes import TorchEpisodeSampler, episode_part
+from replaybuf.torch.episodes import episode_part
 from replaybuf.torch.hindsight import relabel_part_of
 from replaybuf.torch.sampler import TorchUniformSampler
 from replaybuf.torch.state import TorchCheckpoints
@@ -120,20 +123,12 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
             )
         self._device = as_device(device)
         relabel = relabel_part_of(her)
-        episodes = episode_part(
-            respect_episodes or her is not None,
-            pad_episode_ends,
-            episode_end_field,
-            self._device,
-            seed,
-            lambda: self._storage,
-        )
         super().__init__(
             data_spec,
             batch_size,
             max_length,
             storage=lambda flat, ring: TorchStorage(flat.leaves, ring.capacity, self._device),
-            sampler=episodes or (lambda flat, ring: TorchUniformSampler(self._device)),
+            sampler=self._sampler_part(respect_episodes or her is not None, pad_episode_ends, episode_end_field, seed),
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,
             single_stream=_single_stream,
@@ -198,9 +193,16 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         )
 
     # -- internals ---------------------------------------------------------------------------
+    def _sampler_part(
+        self, episodes: bool, pad_episode_ends: bool, episode_end_field: str | None, seed: int | None
+    ) -> Callable[[FlatSpec, StreamRing], Any]:
+        """The sampler part: uniform on the device, or the episode sampler on the host."""
+        part = episode_part(episodes, pad_episode_ends, episode_end_field, self._device, seed, lambda: self._storage)
+        return part or (lambda flat, ring: TorchUniformSampler(self._device))
+
     def _host_rng(self) -> np.random.Generator | None:
-        """With ``her=`` the ids and goals are drawn on the host (replaybuf.torch.hindsight)."""
-        return self._sampler.host_rng if isinstance(self._sampler, TorchEpisodeSampler) else None
+        """The NumPy generator of a sampler that draws on the host (episodes, ``her=``, priorities)."""
+        return getattr(self._sampler, "host_rng", None)
 
     def _on_device(self, array: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(array, device=self._device)
