@@ -87,8 +87,8 @@ class TorchPrioritizedReplayBuffer(TorchUniformReplayBuffer):
 
     Args:
         data_spec, batch_size, max_length, device, seed, dataset_drop_remainder,
-            dataset_window_shift, respect_episodes, pad_episode_ends, episode_end_field: as
-            for ``TorchUniformReplayBuffer``.
+            dataset_window_shift, respect_episodes, pad_episode_ends, episode_end_field,
+            rate_limiter, rate_limiter_timeout: as for ``TorchUniformReplayBuffer``.
         alpha, beta, epsilon, compiled: as for ``replaybuf.PrioritizedReplayBuffer``.
         capture: must be False: the draws read the host trees, which a recorded device step
             (``capture=True`` on the uniform buffer) cannot.
@@ -121,6 +121,8 @@ class TorchPrioritizedReplayBuffer(TorchUniformReplayBuffer):
         pad_episode_ends: bool = False,
         episode_end_field: str | None = None,
         compiled: bool | None = None,
+        rate_limiter: Any = None,
+        rate_limiter_timeout: float | None = None,
     ):
         if capture is not False:
             raise ArgumentError(
@@ -139,6 +141,8 @@ class TorchPrioritizedReplayBuffer(TorchUniformReplayBuffer):
             respect_episodes=respect_episodes,
             pad_episode_ends=pad_episode_ends,
             episode_end_field=episode_end_field,
+            rate_limiter=rate_limiter,
+            rate_limiter_timeout=rate_limiter_timeout,
         )
 
     def _sampler_part(

@@ -92,6 +92,8 @@ class TorchCheckpoints(Checkpoints):
         count = leaves[0].shape[0] if leaves else 0
         first = first_stored_step(steps, count, ring.batch_size, ring.max_length, crash_safe=False)
         priorities = self._check_priorities(state, count, new_priorities)
+        limiter = getattr(self, "_limiter", None)
+        limiter_state = None if limiter is None else limiter.check_state(state.get("rate_limiter"))
         rng = None  # another backend's generator state: keep this buffer's own
         if same_rng:
             rng = (
@@ -107,6 +109,8 @@ class TorchCheckpoints(Checkpoints):
             ring.reset(steps)
             if priorities is not None:
                 self._sampler.load_state(ring, priorities)
+            if limiter_state is not None:
+                limiter.load_state(limiter_state)
             if rng is not None and host is not None:
                 host.bit_generator.state = rng
             elif rng is not None:
@@ -130,7 +134,8 @@ class TorchCheckpoints(Checkpoints):
 
     def _holds(self) -> Holds:
         priorities = isinstance(getattr(self, "_sampler", None), PrioritySampler)
-        return Holds(priorities=priorities, rng="torch" if self._host_rng() is None else "PCG64")
+        limited = getattr(self, "_limiter", None) is not None
+        return Holds(priorities=priorities, rate_limiter=limited, rng="torch" if self._host_rng() is None else "PCG64")
 
     def _check_priorities(self, state: dict, count: int, new_priorities: bool) -> Any:
         """What the sampler loads of ``state``'s priorities (None for a buffer without):
@@ -164,6 +169,7 @@ class TorchCheckpoints(Checkpoints):
             "items": {str(i): export(ring_views(t, start, count)) for i, t in enumerate(self._storage.tensors)},
             "rng": self._rng.get_state() if host is None else host.bit_generator.state,
             **(self._sampler.state(ring) if self._holds().priorities else {}),
+            **({"rate_limiter": self._limiter.state()} if self._holds().rate_limiter else {}),
         }
 
 

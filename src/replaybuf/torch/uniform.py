@@ -85,6 +85,9 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
             relabelled as by the NumPy buffers with ``respect_episodes=True`` (the same draws
             for the same seed; ``replaybuf.torch.hindsight``, docs/her.md); implies
             ``respect_episodes``.
+        rate_limiter, rate_limiter_timeout: as for the NumPy buffers (``StreamBuffer``):
+            adds and samples wait for a ``MinSize`` / ``SampleToInsertRatio``; its counters
+            are part of checkpoints. Not with ``capture=True``.
 
     Checkpoints: ``state_dict()`` (tensors) / ``load_state_dict(state)``, ``save(path)`` /
     ``load(path)`` (replaybuf.torch.state, docs/persistence.md).
@@ -92,7 +95,8 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
     Raises:
         ArgumentError: batch_size, max_length or dataset_window_shift is not a positive int;
             capture is not a bool; her is not a HindsightRelabel; her or respect_episodes with
-            capture=True; pad_episode_ends or episode_end_field without episodes.
+            capture=True; pad_episode_ends or episode_end_field without episodes; a bad
+            rate_limiter or rate_limiter_timeout, or a rate_limiter with capture=True.
         SpecError: the data_spec cannot be built, or a dtype has no PyTorch equivalent.
     """
 
@@ -111,10 +115,17 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         pad_episode_ends: bool = False,
         episode_end_field: str | None = None,
         her: HindsightRelabel | None = None,
+        rate_limiter: Any = None,
+        rate_limiter_timeout: float | None = None,
         _single_stream: bool = False,
     ):
         if capture.__class__ is not bool:
             raise ArgumentError(f"capture: expected True or False, got {capture!r:.80}")
+        if rate_limiter is not None and capture:
+            raise ArgumentError(
+                f"rate_limiter: expected None with capture=True (a recorded sample cannot wait for the "
+                f"limiter), got {rate_limiter!r:.80}"
+            )
         if her is not None and capture:
             raise ArgumentError(f"her: expected None with capture=True (relabelling is drawn on the host), got {her!r}")
         if respect_episodes and capture:
@@ -132,6 +143,8 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,
             single_stream=_single_stream,
+            rate_limiter=rate_limiter,
+            rate_limiter_timeout=rate_limiter_timeout,
             relabel=relabel,
         )
         self._validate = DeviceBatcher(self._flat, self._device).batch
@@ -225,9 +238,25 @@ class TorchPyUniformReplayBuffer(TorchUniformReplayBuffer):
     """
 
     def __init__(
-        self, data_spec: Any, capacity: int, *, device: Any = "cpu", seed: int | None = None, capture: bool = False
+        self,
+        data_spec: Any,
+        capacity: int,
+        *,
+        device: Any = "cpu",
+        seed: int | None = None,
+        capture: bool = False,
+        rate_limiter: Any = None,
+        rate_limiter_timeout: float | None = None,
     ):
         check_positive("capacity", capacity, allow_none=False)
         super().__init__(
-            data_spec, batch_size=1, max_length=capacity, device=device, seed=seed, capture=capture, _single_stream=True
+            data_spec,
+            batch_size=1,
+            max_length=capacity,
+            device=device,
+            seed=seed,
+            capture=capture,
+            rate_limiter=rate_limiter,
+            rate_limiter_timeout=rate_limiter_timeout,
+            _single_stream=True,
         )
