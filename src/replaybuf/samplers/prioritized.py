@@ -40,6 +40,7 @@ __all__ = [
     "check_new_priorities",
     "check_priority_state",
     "new_item_priorities",
+    "priorities_of_add",
     "priority_update",
 ]
 
@@ -124,6 +125,20 @@ def check_new_priorities(priorities: Any, count: int) -> np.ndarray:
     if bad.any():
         raise bad_priorities(given, bad)
     return given
+
+
+def priorities_of_add(priorities: Any, count: int, without: str | None) -> np.ndarray | None:
+    """An add's ``priorities`` checked (``check_new_priorities``), None when none are given;
+    ``without``: why the buffer keeps no priorities (None when it does).
+
+    Raises:
+        ArgumentError: ``priorities`` given to a buffer ``without`` them (the message says why).
+    """
+    if priorities is None:
+        return None
+    if without is not None:
+        raise ArgumentError(f"priorities: expected None, {without}, got {priorities!r:.80}")
+    return check_new_priorities(priorities, count)
 
 
 def new_item_priorities(state: dict, alpha: float, epsilon: float, count: int) -> dict:
