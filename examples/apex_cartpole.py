@@ -7,7 +7,11 @@
 Several collector actors (Ray actors, one process each) step their own CartPoles with
 epsilon-greedy copies of the Q-network and add every batched step through a
 ``ShardWriter`` of their own shard of a ``ShardedReplayBuffer`` (shards hold
-``PrioritizedReplayBuffer``s): ``observers=[writer.add_batch]``. Each actor has its own
+``PrioritizedReplayBuffer``s). As in Ape-X, an actor gives each step its initial priority:
+it holds a step back until the next one arrives, computes the step's ``|td error|`` with its
+own copy of the Q-network, and adds it with ``writer.add_batch(step, priorities=...)`` (the
+last step of a round, whose successor is not known yet, goes in without, at the largest
+priority so far). Each actor has its own
 exploration floor (Ape-X's ``eps_i = 0.4 ** (1 + 7 i / (N - 1))``, reached after a shared
 linear decay). The learner (this process) reads 2-step windows from
 ``rb.as_dataset(batch_size, num_steps=2)`` (fan-outs kept in flight), trains Double DQN
@@ -60,7 +64,7 @@ def q_net() -> nn.Module:
 class Collector:
     """One actor process: its CartPoles, a copy of the Q-network, a writer of its shard."""
 
-    def __init__(self, writer, index: int, actors: int, envs: int, seed: int):
+    def __init__(self, writer, index: int, actors: int, envs: int, seed: int, gamma: float):
         torch.set_num_threads(1)
         self.envs = gym.make_vec("CartPole-v1", num_envs=envs, vectorization_mode="sync")
         self.q = q_net()
@@ -68,8 +72,23 @@ class Collector:
         self.floor = 0.4 ** (1 + 7 * index / max(1, actors - 1))  # Ape-X's per-actor epsilon
         self.epsilon = 1.0
         self.episodes = EpisodeReturns()
-        self.writer = writer
-        self.driver = StepDriver(self.envs, self.policy, [writer.add_batch, self.episodes], 1, seed=seed + index)
+        self.writer, self.gamma = writer, gamma
+        self.pending = None  # the step whose successor (and so whose td error) is not known yet
+        self.driver = StepDriver(self.envs, self.policy, [self.add, self.episodes], 1, seed=seed + index)
+
+    def add(self, step):
+        """Add the held-back step with its priority ``|td error| + 1e-3``, now that ``step`` follows it."""
+        if self.pending is not None:
+            self.writer.add_batch(self.pending, priorities=self.priorities(self.pending, step))
+        self.pending = step
+
+    def priorities(self, step, following) -> np.ndarray:
+        with torch.no_grad():
+            value = self.q(torch.as_tensor(step.observation)).gather(1, torch.as_tensor(step.action)[:, None])
+            next_q = self.q(torch.as_tensor(following.observation)).max(dim=1).values
+        target = torch.as_tensor(step.reward) + self.gamma * torch.as_tensor(step.discount) * next_q
+        valid = step.step_type != StepType.LAST  # the learner does not learn from a LAST step
+        return np.where(valid, (value.squeeze(1) - target).abs().numpy(), 0.0) + 1e-3
 
     def policy(self, observation):
         with torch.no_grad():
@@ -84,6 +103,8 @@ class Collector:
         done = len(self.episodes.returns)
         for _ in range(steps):
             self.driver.run()
+        self.writer.add_batch(self.pending)  # its successor comes next round: the largest priority
+        self.pending = None
         self.writer.flush()
         return self.episodes.returns[done:]
 
@@ -119,7 +140,8 @@ def main():
         seed=args.seed,
     )
     collectors = [
-        Collector.remote(rb.writer(i), i, args.actors, args.envs_per_actor, args.seed) for i in range(args.actors)
+        Collector.remote(rb.writer(i), i, args.actors, args.envs_per_actor, args.seed, args.gamma)
+        for i in range(args.actors)
     ]
     q, target = q_net(), q_net()
     target.load_state_dict(q.state_dict())

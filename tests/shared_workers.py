@@ -32,6 +32,16 @@ def write_steps(writer, start: int, count: int, pause: float = 0.0) -> None:
                 time.sleep(pause)
 
 
+def write_prioritized_steps(writer, count: int) -> None:
+    """Add steps ``0 .. count - 1``, each item with the priority ``id + 1`` (odd steps: none given)."""
+    from conformance_data import fields_for_ids
+
+    with writer:
+        for step in range(count):
+            ids = writer.ids(step)
+            writer.add_batch(fields_for_ids(ids), priorities=None if step % 2 else ids + 1.0)
+
+
 def write_until_closed(writer, start: int) -> str:
     """Add steps until the buffer is closed; returns how it ended."""
     import replaybuf.errors

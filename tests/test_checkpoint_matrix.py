@@ -4,8 +4,8 @@ ring wrapped; the items, ids, counters and priorities come back, and what a buff
 (priorities into a uniform buffer, frame stacks into a plain one, another geometry) is refused
 by name with the buffer unchanged (docs/persistence.md, "Across backends").
 
-Two geometries: two streams (NumPy, prioritized, torch, JAX, TF, shared with two writers, Ray
-with two shards) and one stream (adding PyUniform and MindSpore-style, which have one).
+Two geometries: two streams (NumPy, prioritized, torch uniform and prioritized, JAX, TF, shared
+with two writers, Ray with two shards) and one stream (adding PyUniform and MindSpore-style, which have one).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ NEW_MASS = (1.0 + 1e-6) ** ALPHA  # a new item's priority mass (priority 1.0)
 
 UNIFORM = ["numpy", "torch", "jax", "tf", "shared", "ray"]
 ONE_STREAM = ["pyuniform", "mindspore"]
-PRIORITIZED = ["prioritized", "jax-prioritized", "shared-prioritized", "ray-prioritized"]
+PRIORITIZED = ["prioritized", "torch-prioritized", "jax-prioritized", "shared-prioritized", "ray-prioritized"]
 KINDS = {1: UNIFORM + ONE_STREAM + PRIORITIZED, 2: UNIFORM + PRIORITIZED}
 NEEDS = {"torch": "torch", "mindspore": "torch", "jax": "jax", "tf": "tensorflow", "ray": "ray"}
 PAIRS = [(streams, saver, loader) for streams, kinds in KINDS.items() for saver in kinds for loader in kinds]
@@ -61,6 +61,10 @@ def make(kind, streams, seed=0):
         from replaybuf.torch import TorchUniformReplayBuffer
 
         return TorchUniformReplayBuffer(SPEC, streams, MAX_LENGTH, seed=seed)
+    if kind == "torch-prioritized":
+        from replaybuf.torch import TorchPrioritizedReplayBuffer
+
+        return TorchPrioritizedReplayBuffer(SPEC, streams, MAX_LENGTH, seed=seed, **options)
     if kind == "mindspore":
         from replaybuf.mindspore_rl import ReplayBuffer
 

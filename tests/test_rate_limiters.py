@@ -284,10 +284,23 @@ def _numpy_buffers():
         "frames": lambda **kw: FrameStackReplayBuffer(
             SPEC, batch_size=2, max_length=4, seed=0, stacked_fields=["observation/camera"], **kw
         ),
+        "torch": lambda **kw: _torch().TorchUniformReplayBuffer(SPEC, batch_size=2, max_length=4, seed=0, **kw),
+        "torch-py-uniform": lambda **kw: _torch().TorchPyUniformReplayBuffer(SPEC, capacity=8, seed=0, **kw),
+        "torch-prioritized": lambda **kw: _torch().TorchPrioritizedReplayBuffer(
+            SPEC, batch_size=2, max_length=4, seed=0, **kw
+        ),
     }
 
 
-NUMPY_KINDS = ["uniform", "py-uniform", "prioritized", "frames"]
+def _torch():
+    pytest.importorskip("torch")
+    import replaybuf.torch
+
+    return replaybuf.torch
+
+
+# the StreamBuffer family: the NumPy buffers and the torch ones, which take the same options
+NUMPY_KINDS = ["uniform", "py-uniform", "prioritized", "frames", "torch", "torch-py-uniform", "torch-prioritized"]
 
 
 def _add(buffer, step):
@@ -353,8 +366,9 @@ def test_numpy_buffer_close_wakes_a_blocked_sample():
     assert buffer.num_frames() == 0
 
 
-def test_numpy_buffer_checkpoints_carry_the_counters(tmp_path):
-    make = _numpy_buffers()["uniform"]
+@pytest.mark.parametrize("kind", ["uniform", "torch", "torch-prioritized"])
+def test_numpy_buffer_checkpoints_carry_the_counters(tmp_path, kind):
+    make = _numpy_buffers()[kind]
     buffer = make(rate_limiter=MinSize(1))
     for step in range(5):
         _add(buffer, step)
@@ -366,6 +380,11 @@ def test_numpy_buffer_checkpoints_carry_the_counters(tmp_path):
     with pytest.raises(errors.CheckpointError, match=r"state\['rate_limiter'\]: the checkpoint holds no"):
         make(rate_limiter=MinSize(1)).load_state_dict(make().state_dict())
     assert "rate_limiter" not in make().state_dict()
+
+
+def test_a_torch_buffer_refuses_a_rate_limiter_with_capture():
+    with pytest.raises(errors.ArgumentError, match=r"rate_limiter: expected None with capture=True"):
+        _numpy_buffers()["torch"](rate_limiter=MinSize(1), capture=True)
 
 
 def test_numpy_buffer_fast_writer_slow_learner_holds_the_ratio():

@@ -463,3 +463,42 @@ def test_dataset_keeps_fan_outs_in_flight_and_deterministic_pass_reads_all():
     iterator.close()
     ids = [int(info.ids) for _, info in buffer.as_dataset(single_deterministic_pass=True)]
     assert ids == [0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11]
+
+
+@ray.remote(num_cpus=0)
+def _write_with_priorities(writer, priorities: np.ndarray, global_ids: np.ndarray) -> int:
+    writer.add_batch(fields_for_ids(global_ids), priorities=priorities)
+    writer.flush()
+    return writer.inserted
+
+
+def test_priorities_given_at_insert_by_the_driver_and_a_writer_task():
+    buffer = ShardedReplayBuffer(
+        SPEC,
+        shards=2,
+        batch_size=4,
+        max_length=8,
+        seed=0,
+        buffer_class=replaybuf.PrioritizedReplayBuffer,
+        buffer_options={"alpha": 1.0, "epsilon": 0.0},
+    )
+    buffer.add_batch(fields_for_ids(np.arange(4)), priorities=[1.0, 2.0, 3.0, 4.0])  # split by stream
+    writer = buffer.writer(1)
+    local = 1 * writer.batch_size + np.arange(writer.batch_size)  # shard 1's second step
+    global_ids = buffer._global(1, local)
+    assert ray.get(_write_with_priorities.remote(writer, np.array([5.0, 6.0]), global_ids), timeout=120) == 1
+    priority = {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0, int(global_ids[0]): 5.0, int(global_ids[1]): 6.0}
+    _, info = buffer.get_next(256)
+    for uid, probability in zip(info.ids.tolist(), info.probabilities.tolist(), strict=True):
+        assert probability == pytest.approx(priority[uid] / 21.0, rel=1e-5), uid
+    with pytest.raises(replaybuf.ArgumentError, match=r"priorities: expected shape \(4,\)"):
+        buffer.add_batch(fields_for_ids(np.arange(4)), priorities=[1.0])
+    with pytest.raises(replaybuf.PriorityError, match="priorities: expected finite values > 0"):
+        writer.add_batch(fields_for_ids(global_ids), priorities=[np.nan, 1.0])
+    assert buffer.num_frames() == 6
+    uniform = ShardedReplayBuffer(SPEC, shards=2, batch_size=2, max_length=8)
+    with pytest.raises(replaybuf.ArgumentError, match="priorities: expected None, the shards hold UniformReplayBuffer"):
+        uniform.add_batch(fields_for_ids(np.arange(2)), priorities=[1.0, 1.0])
+    with pytest.raises(replaybuf.ArgumentError, match="priorities: expected None, shard 0 holds a buffer without"):
+        uniform.writer(0).add_batch(fields_for_ids(np.arange(1)), priorities=[1.0])
+    assert uniform.num_frames() == 0

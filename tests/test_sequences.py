@@ -16,20 +16,18 @@ from replaybuf.errors import ArgumentError, EmptyBufferError
 from sequence_model import BAD_SEQUENCE_ARGUMENTS, SPEC, Model, assert_refused, check_sample, numpy_of
 
 
-def _torch_cpu(**options):
-    pytest.importorskip("torch")
-    import replaybuf.torch
+def _torch(device, prioritized=False):
+    def make(**options):
+        torch = pytest.importorskip("torch")
+        if device == "cuda" and not torch.cuda.is_available():
+            pytest.skip("needs a CUDA device")
+        import replaybuf.torch
 
-    return replaybuf.torch.TorchUniformReplayBuffer(SPEC, device="cpu", **options)
+        if prioritized:
+            return replaybuf.torch.TorchPrioritizedReplayBuffer(SPEC, device=device, alpha=0.7, **options)
+        return replaybuf.torch.TorchUniformReplayBuffer(SPEC, device=device, **options)
 
-
-def _torch_cuda(**options):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    import replaybuf.torch
-
-    return replaybuf.torch.TorchUniformReplayBuffer(SPEC, device="cuda", **options)
+    return make
 
 
 BUFFERS = {
@@ -39,10 +37,12 @@ BUFFERS = {
     "prioritized-frames": lambda **o: replaybuf.PrioritizedFrameStackReplayBuffer(
         SPEC, stacked_fields=["observation"], alpha=0.7, **o
     ),
-    "torch-cpu": _torch_cpu,
-    "torch-cuda": _torch_cuda,
+    "torch-cpu": _torch("cpu"),
+    "torch-cuda": _torch("cuda"),
+    "torch-prioritized-cpu": _torch("cpu", prioritized=True),
+    "torch-prioritized-cuda": _torch("cuda", prioritized=True),
 }
-PRIORITIZED = {"prioritized", "prioritized-frames"}
+PRIORITIZED = {"prioritized", "prioritized-frames", "torch-prioritized-cpu", "torch-prioritized-cuda"}
 
 
 def filled(name, batch, length, adds, pad, seed, end_probability=0.2):
@@ -168,15 +168,23 @@ def test_sequence_priorities_are_updated_through_the_learning_starts():
     check_sample(model, items, info, 2, 3, 2, False, 0.7)
 
 
-def test_torch_sequences_equal_numpy_ones_for_the_same_seed():
-    numpy_buffer, _ = filled("numpy", batch=2, length=20, adds=30, pad=True, seed=11)
-    torch_buffer, _ = filled("torch-cpu", batch=2, length=20, adds=30, pad=True, seed=11)
+@pytest.mark.parametrize(
+    ("numpy_name", "torch_name"), [("numpy", "torch-cpu"), ("prioritized", "torch-prioritized-cpu")]
+)
+def test_torch_sequences_equal_numpy_ones_for_the_same_seed(numpy_name, torch_name):
+    numpy_buffer, _ = filled(numpy_name, batch=2, length=20, adds=30, pad=True, seed=11)
+    torch_buffer, _ = filled(torch_name, batch=2, length=20, adds=30, pad=True, seed=11)
     for _ in range(3):
         a, a_info = numpy_buffer.get_next(16, num_steps=4, burn_in=3, period=2)
         b, b_info = torch_buffer.get_next(16, num_steps=4, burn_in=3, period=2)
         np.testing.assert_array_equal(a_info.ids, numpy_of(b_info.ids))
         np.testing.assert_array_equal(a_info.learn, numpy_of(b_info.learn))
+        np.testing.assert_array_equal(a_info.probabilities, numpy_of(b_info.probabilities))
         np.testing.assert_array_equal(a["observation"], numpy_of(b["observation"]))
+        if numpy_name == "prioritized":
+            np.testing.assert_array_equal(a_info.weights, numpy_of(b_info.weights))
+            numpy_buffer.update_priorities(a_info.ids, np.arange(1.0, 17.0))
+            torch_buffer.update_priorities(b_info.ids, np.arange(1.0, 17.0))
 
 
 # (buffer options, get_next keywords beside num_steps=3, the message) on a buffer of max_length=20;

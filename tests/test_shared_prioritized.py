@@ -14,7 +14,13 @@ from draw_counts import assert_counts_follow
 from replaybuf import SampleInfo
 from replaybuf.errors import ArgumentError, CheckpointError, PriorityError
 from replaybuf.shared import SharedReplayBuffer
-from shared_workers import buffers, no_leaked_segments, write, write_steps  # noqa: F401 (fixtures)
+from shared_workers import (  # noqa: F401 (fixtures)
+    buffers,
+    no_leaked_segments,
+    write,
+    write_prioritized_steps,
+    write_steps,
+)
 
 pytestmark = pytest.mark.timeout(300)  # generous: a loaded 2-core machine starts spawn children slowly
 
@@ -203,3 +209,30 @@ def test_a_uniform_buffers_checkpoint_loads_with_every_priority_one(buffers):
     prioritized.load_state_dict(state)
     _, info = prioritized.get_next(64)
     np.testing.assert_allclose(info.probabilities, 1 / 6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("flush_every", [1, 3])
+def test_priorities_given_by_a_writer_process_reach_the_learners_trees(buffers, flush_every):
+    """A writer's ``add_batch(items, priorities=)`` in another process: through the shared priority
+    column, the learner gives those items their priorities and the largest to the others."""
+    buffer = buffers(SPEC, writers=2, batch_size=2, max_length=8, sampler="prioritized", alpha=1.0, epsilon=0.0)
+    context = multiprocessing.get_context("spawn")
+    proc = context.Process(target=write_prioritized_steps, args=(buffer.writer(1, flush_every=flush_every), 6))
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == 0
+    for step in range(6):  # writer 0, from this process: no priorities given
+        buffer.add_batch(fields_for_ids(step * 4 + np.arange(2)))
+    # one intake takes every step in: the given ones (writer 1's even steps: id + 1) raise the
+    # largest priority to 4 * 4 + 3 + 1 = 20 first, which every other item gets
+    priority = {uid: 20.0 for uid in range(24)}
+    priority.update({uid: uid + 1.0 for step in (0, 2, 4) for uid in (step * 4 + 2, step * 4 + 3)})
+    _, info = buffer.get_next(2000)
+    total = sum(priority.values())
+    for uid, probability in zip(info.ids.tolist(), info.probabilities.tolist(), strict=True):
+        assert probability == pytest.approx(priority[uid] / total, rel=1e-5), uid
+    assert set(info.ids.tolist()) == set(priority)
+    assert buffer.state_dict()["priorities"]["max_priority"] == 20.0
+    with pytest.raises(PriorityError, match="priorities: expected finite values > 0"):
+        buffer.add_batch(fields_for_ids(np.arange(2)), priorities=[1.0, -2.0])
+    assert buffer.num_frames() == 24

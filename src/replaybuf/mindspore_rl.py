@@ -11,28 +11,31 @@ and ``head`` (the slot of the oldest row, which moves once rows are overwritten)
 It is made of the parts of ``replaybuf.torch.TorchPyUniformReplayBuffer`` (the ring of
 ids, the device storage, the validation that writes nothing on bad input, a generator on
 the device, the checkpoints of ``replaybuf.torch.state``), assembled here without its
-TF-Agents-shaped surface.
+TF-Agents-shaped surface. With ``prioritized=True`` rows are drawn by priority through the
+torch prioritized buffer's sampler (host trees, ``replaybuf.torch.prioritized``) and
+``sample()`` returns ``(ids, weights, *columns)`` as MindSpore RL's ``PriorityReplayBuffer``.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from replaybuf.buffer import check_positive
-from replaybuf.buffers.stream import check_capacity
+from replaybuf.buffers.stream import check_capacity, reject_unused
 from replaybuf.dataset import MAX_SAMPLE_ITEMS
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, SpecMismatchError
 from replaybuf.nest import FlatSpec
-from replaybuf.persistence.header import Holds, check_header
+from replaybuf.persistence.header import check_header
 from replaybuf.persistence.state import require
 from replaybuf.ring import StreamRing, append_rows
 from replaybuf.specs import ArraySpec
 from replaybuf.torch.convert import DeviceBatcher
+from replaybuf.torch.prioritized import TorchPrioritizedSampler
 from replaybuf.torch.state import TorchCheckpoints
 from replaybuf.torch.storage import TorchStorage
 from replaybuf.torch.uniform import as_device, make_generator
@@ -55,6 +58,12 @@ class ReplayBuffer(TorchCheckpoints):
         ordered: ``sample()`` draws row positions in age order and remaps them through
             ``head``; the default draws raw slots (the same distribution, one op fewer).
         seed: seed of the sampling generator.
+        prioritized: draw rows in proportion to ``(priority + epsilon) ** alpha``:
+            ``sample()`` returns ``(ids, weights, *columns)`` (the rows' logical ids and
+            importance weights, tensors on the device), ``update_priorities(ids, priorities)``
+            sets priorities, ``insert(exp, priorities=...)`` gives the new rows theirs.
+        alpha, beta, epsilon: the prioritisation (as ``replaybuf.PrioritizedReplayBuffer``);
+            only with ``prioritized=True``.
 
     Checkpoints: ``state_dict()`` (tensors on the device) / ``load_state_dict(state)``,
     ``save(path)`` / ``load(path)`` (the folders of docs/persistence.md). The state holds
@@ -65,7 +74,8 @@ class ReplayBuffer(TorchCheckpoints):
     Raises:
         ArgumentError: batch_size or capacity is not a positive int, batch_size is above
             2**31 - 1, the rows would take more than 2**62 bytes, shapes or types is not a
-            list, or they differ in length.
+            list, or they differ in length; prioritized not a bool; alpha, beta or epsilon
+            without prioritized=True, or bad (as for PrioritizedReplayBuffer).
         SpecError: a shape or dtype cannot be used (a dtype without a PyTorch equivalent).
     """
 
@@ -79,8 +89,17 @@ class ReplayBuffer(TorchCheckpoints):
         device: Any = None,
         ordered: bool = False,
         seed: int | None = None,
+        prioritized: bool = False,
+        alpha: float | None = None,
+        beta: float | Callable[[], float] | None = None,
+        epsilon: float | None = None,
     ):
         check_positive("batch_size", batch_size, allow_none=False)
+        if prioritized.__class__ is not bool:
+            raise ArgumentError(f"prioritized: expected True or False, got {prioritized!r:.80}")
+        if not prioritized:
+            why = "only used with prioritized=True"
+            reject_unused(alpha=(alpha, None, why), beta=(beta, None, why), epsilon=(epsilon, None, why))
         if batch_size > MAX_SAMPLE_ITEMS:
             raise ArgumentError(
                 f"batch_size: expected a positive int <= {MAX_SAMPLE_ITEMS} (2**31 - 1), got {batch_size}"
@@ -103,6 +122,16 @@ class ReplayBuffer(TorchCheckpoints):
         self._storage = TorchStorage(self._flat.leaves, int(capacity), self._device)
         self._rng = make_generator(self._device, seed)
         self._lock = threading.RLock()
+        self._sampler: TorchPrioritizedSampler | None = None
+        if prioritized:
+            options = {"alpha": alpha, "beta": beta, "epsilon": epsilon}
+            self._sampler = TorchPrioritizedSampler(
+                int(capacity),
+                device=self._device,
+                seed=seed,
+                storage=lambda: self._storage,
+                **{key: value for key, value in options.items() if value is not None},
+            )
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], **kwargs: Any) -> ReplayBuffer:
@@ -159,6 +188,10 @@ class ReplayBuffer(TorchCheckpoints):
         return self._ordered
 
     @property
+    def prioritized(self) -> bool:
+        return self._sampler is not None
+
+    @property
     def head(self) -> int:
         """The slot of the oldest valid row."""
         return self._ring.first_valid_step() % self._ring.capacity
@@ -169,22 +202,34 @@ class ReplayBuffer(TorchCheckpoints):
         return self._ring.num_valid_steps()
 
     # -- the MindSpore API -------------------------------------------------------------------
-    def insert(self, exp: Sequence[Any]) -> None:
+    def insert(self, exp: Sequence[Any], priorities: Any = None) -> None:
         """Insert one row (each tensor shaped as declared) or a batch of rows (one more
         leading dimension, the same on every tensor); the oldest rows are overwritten once
         full. Tensors may be torch tensors on any device, NumPy arrays or lists.
+        ``priorities`` (``prioritized=True``): one per row inserted (``[n]``, ``[1]`` for one
+        row); absent, the rows get the largest priority so far.
 
         Raises:
             SpecMismatchError: not one tensor per column, or a shape or dtype that does not
                 match; nothing is written.
+            ArgumentError: ``priorities`` without ``prioritized=True`` or not one number per
+                row; PriorityError: one that is not finite and > 0. Nothing is written.
         """
         columns = self._as_batch(exp)
         try:
             batch = self._batcher.batch(columns, None)
         except SpecMismatchError as err:
             raise SpecMismatchError(f"insert: tensor {err}") from None
+        rows = batch[0].shape[0] if batch else 0
+        given = None
+        if priorities is not None:
+            if self._sampler is None:
+                raise ArgumentError(f"priorities: expected None without prioritized=True, got {priorities!r:.80}")
+            given = self._sampler.new_priorities(priorities, rows)
         with self._lock:
             append_rows(self._ring, self._storage, batch)
+            if self._sampler is not None:
+                self._sampler.appended(self._ring, rows, given)
 
     def get_item(self, index: Any) -> tuple[torch.Tensor, ...]:
         """The ``index``-th oldest valid row (0 is the oldest), one tensor per column.
@@ -207,7 +252,8 @@ class ReplayBuffer(TorchCheckpoints):
             return tuple(column[slot].clone() for column in self._storage.tensors)
 
     def sample(self) -> tuple[torch.Tensor, ...]:
-        """``batch_size`` rows drawn uniformly at random (with replacement), on the device.
+        """``batch_size`` rows drawn uniformly at random (with replacement), on the device;
+        with ``prioritized=True`` drawn by priority and returned as ``(ids, weights, *columns)``.
 
         Raises:
             EmptyBufferError: nothing is stored.
@@ -218,16 +264,35 @@ class ReplayBuffer(TorchCheckpoints):
                 raise EmptyBufferError(
                     "The ReplayBuffer is empty. Make sure to insert rows before sampling the buffer."
                 )
+            if self._sampler is not None:
+                ids, _, extras = self._sampler.draw(None, self._ring, self._batch_size, None)
+                return (ids, extras["weights"], *self._storage.read(ids))
             shape = (self._batch_size,)
             slots = torch.randint(0, count, shape, generator=self._rng, device=self._device)
             if self._ordered:  # positions in age order -> slots
                 slots = torch.remainder(slots + self.head, self._ring.capacity)
             return tuple(self._storage.read(slots))
 
+    def update_priorities(self, ids: Any, priorities: Any) -> None:
+        """Set the priorities of the rows ``ids`` (the first of ``sample()``'s results; tensors or
+        arrays) as ``PrioritizedReplayBuffer.update_priorities`` does (overwritten rows ignored).
+
+        Raises:
+            ArgumentError: without ``prioritized=True``; priorities not numbers shaped like ``ids``.
+            PriorityError: a priority that is not finite and > 0, or an id never inserted;
+                nothing is changed.
+        """
+        if self._sampler is None:
+            raise ArgumentError("update_priorities: this ReplayBuffer was made without prioritized=True")
+        with self._lock:
+            self._sampler.update_priorities(self._ring, ids, priorities)
+
     def reset(self) -> None:
         """Forget every row; the storage stays allocated."""
         with self._lock:
             self._ring.reset()
+            if self._sampler is not None:
+                self._sampler.cleared()
 
     def size(self) -> int:
         """How many valid rows are stored."""
@@ -249,11 +314,15 @@ class ReplayBuffer(TorchCheckpoints):
         capacity = self._ring.capacity
         if isinstance(state, dict) and "capacity" in state and require(state, "capacity", int) != capacity:
             raise CheckpointError(f"state['capacity']: saved {state['capacity']}, this buffer has {capacity}")
-        steps = check_header(state, Holds(rng="torch"), self._flat, self._geometry_state()).steps
+        steps = check_header(state, self._holds(), self._flat, self._geometry_state()).steps
         for key, mine in (("head", max(0, steps - capacity) % capacity), ("count", min(max(0, steps), capacity))):
             if key in state and require(state, key, int) != mine:  # (another backend's state has neither)
                 raise CheckpointError(f"state[{key!r}]: expected {mine} (from steps={steps}), got {state[key]}")
         super().load_state_dict(state)
+
+    def _host_rng(self) -> np.random.Generator | None:
+        """A prioritized buffer draws on the host (``replaybuf.torch.prioritized``)."""
+        return None if self._sampler is None else self._sampler.host_rng
 
     def _state(self, export: Any) -> dict:
         """The stream buffers' state (one stream of ``capacity``) and MindSpore's counters."""

@@ -25,12 +25,14 @@ def prioritized_sampler(
     respect_episodes: bool,
     pad_episode_ends: bool,
     episode_end_field: str | None,
+    make: Callable[..., PrioritizedSampler] = PrioritizedSampler,
 ) -> Callable[[FlatSpec, StreamRing], PrioritizedSampler]:
-    """The sampler part of the prioritized presets (plain and frame-stack)."""
+    """The sampler part of the prioritized presets (plain, frame-stack and torch: ``make``
+    builds the sampler from the capacity and the options)."""
 
     def build(flat: FlatSpec, ring: StreamRing) -> PrioritizedSampler:
         index = episode_index(flat, ring, respect_episodes, pad_episode_ends, episode_end_field)
-        return PrioritizedSampler(
+        return make(
             ring.capacity,
             alpha=alpha,
             beta=beta,

@@ -39,8 +39,8 @@ from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeo
 from replaybuf.refusals import no_episode_window
 from replaybuf.ring import StreamRing, append_rows
 from replaybuf.samplers import EpisodeSampler, PrioritySampler
+from replaybuf.samplers.prioritized import new_item_priorities
 from replaybuf.samplers.sequences import SequenceRule, check_sequence_arguments
-from replaybuf.samplers.sumtree import priority_mass
 from replaybuf.storages.frames import FrameStorage
 
 __all__ = ["MAX_STORAGE_BYTES", "Part", "StreamBuffer", "check_capacity", "reject_unused"]
@@ -139,18 +139,26 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         return self._lock
 
     # -- the common API ------------------------------------------------------------------------
-    def add_batch(self, items: Any) -> None:
+    def add_batch(self, items: Any, priorities: Any = None) -> None:
         """Add one step to every stream: each leaf shaped ``[batch_size] + spec.shape``.
         (Single-stream buffers: ``[n] + spec.shape`` for any n >= 0, appended in order.)
+
+        ``priorities`` (prioritized buffers): ``[batch_size]`` priorities of the new items (an
+        actor's own TD errors, Ape-X); each also raises the largest priority, which items added
+        without priorities get.
 
         Raises:
             SpecMismatchError: the structure, a shape or a dtype does not match the
                 data_spec (or the leaves disagree on n); nothing is written.
+            ArgumentError: ``priorities`` on a buffer without priorities, or not ``[batch_size]``
+                numbers; nothing is written.
+            PriorityError: a priority that is not finite and > 0; nothing is written.
             RateLimiterTimeout: the rate limiter held the add back past
                 ``rate_limiter_timeout``; nothing is written or counted.
             BufferClosedError: ``close()`` was called (also while the add waited).
         """
         ring = self._ring
+        given = None if priorities is None else self._new_priorities(priorities)
         if self._single_stream:
             arrays = self._validate(items, None)
             if self._limiter is None:  # the common case: nothing to wait for or count
@@ -177,7 +185,10 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
                 self._storage.write(ring.slot(ring.steps), arrays)
                 ring.steps += 1
                 self._storage.commit(ring.steps)
-                self._sampler.added(ring, arrays)
+                if given is None:
+                    self._sampler.added(ring, arrays)
+                else:
+                    self._sampler.added(ring, arrays, given)
                 if self._relabel is not None:
                     self._relabel.added()
                 if self._waiters:
@@ -276,6 +287,16 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
                     self._added.wait(left)
                 finally:
                     self._waiters -= 1
+
+    def _new_priorities(self, priorities: Any) -> Any:
+        """The checked ``priorities`` of an add (see ``add_batch``), as the sampler keeps them."""
+        check = getattr(self._sampler, "new_priorities", None)
+        if check is None:
+            raise ArgumentError(
+                f"priorities: expected None, {type(self).__name__} keeps no priorities (use a prioritized "
+                f"buffer), got {priorities!r:.80}"
+            )
+        return check(priorities, self._ring.batch_size)
 
     def _sequence_rule(self, burn_in: Any, period: Any, sample_batch_size: Any, num_steps: Any) -> SequenceRule:
         """The checked ``SequenceRule`` of a sequence sample (ArgumentError: see ``get_next``)."""
@@ -498,8 +519,7 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         first = first_stored_step(steps, count, ring.batch_size, ring.max_length, self._storage.crash_safe)
         rng_state = check_rng_state(self._rng, require(state, "rng", dict)) if same_rng else None
         if new_priorities:  # a state without priorities: every item gets a new item's (docs/persistence.md)
-            mass = priority_mass(1.0, self._sampler.alpha, self._sampler.epsilon)
-            state = {**state, "priorities": {"mass": np.full(count, mass), "max_priority": 1.0}}
+            state = new_item_priorities(state, self._sampler.alpha, self._sampler.epsilon, count)
         sampler_state = self._sampler.check_state(ring, state, count)
         limiter_state = None if self._limiter is None else self._limiter.check_state(state.get("rate_limiter"))
         with self._lock:

@@ -38,15 +38,15 @@ from replaybuf.persistence.state import check_rng_state
 from replaybuf.refusals import empty, no_episode_window
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.choice import check_sampler
-from replaybuf.samplers.prioritized import check_priority_values, priority_update
+from replaybuf.samplers.prioritized import check_priority_values, priorities_of_add, priority_update
 from replaybuf.samplers.sequences import SequenceRule, check_sequence_arguments, eligible
 
 __all__ = ["JaxReplayBuffer", "JaxUniformReplayBuffer"]
 
 
 @partial(jax.jit, static_argnums=0, donate_argnums=1)
-def _add(core: Buffer, state: BufferState, batch: Any) -> BufferState:
-    return core.add(state, batch)
+def _add(core: Buffer, state: BufferState, batch: Any, priorities: Any = None) -> BufferState:
+    return core.add(state, batch, priorities)
 
 
 @partial(jax.jit, static_argnums=(0, 3, 4))
@@ -185,13 +185,21 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
             self._ring.reset(int(state.steps))
 
     # -- the common API ----------------------------------------------------------------------
-    def add_batch(self, items: Any) -> None:
-        """Add one step to every stream: each leaf shaped ``[batch_size] + spec.shape``.
+    def add_batch(self, items: Any, priorities: Any = None) -> None:
+        """Add one step to every stream: each leaf shaped ``[batch_size] + spec.shape``;
+        ``priorities`` (``sampler="prioritized"``): the new items' ``[batch_size]`` priorities
+        (each raises the largest, which items added without get).
 
         Raises:
             SpecMismatchError: the structure, a shape or a dtype does not match the data_spec,
                 or an integer does not fit its 32-bit storage (x64 off); nothing is written.
+            ArgumentError: ``priorities`` without ``sampler="prioritized"``, or not
+                ``[batch_size]`` numbers; nothing is written.
+            PriorityError: a priority that is not finite and > 0; nothing is written.
         """
+        without = "this buffer was made without sampler='prioritized'" if self._core.priorities is None else None
+        given = priorities_of_add(priorities, self._ring.batch_size, without)
+        priorities = None if given is None else given.astype(np.float32)
         arrays = self._flat.flatten_batch(items, self._ring.batch_size)
         for index, limits in self._narrowed:
             leaf = arrays[index]
@@ -202,7 +210,7 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
                 )
         batch = self._core.treedef.unflatten(arrays)
         with self._lock:
-            self._state = _add(self._core, self._state, batch)
+            self._state = _add(self._core, self._state, batch, priorities)
             self._ring.steps += 1
 
     def get_next(

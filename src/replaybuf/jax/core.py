@@ -76,7 +76,7 @@ class EpisodeState(NamedTuple):
 class PriorityState(NamedTuple):
     trees: Trees  # sum and min trees of (priority + epsilon) ** alpha per slot
     max_priority: jax.Array  # float32 []: what new items get
-    dropped: jax.Array  # int32 []: update_priorities entries dropped as invalid
+    dropped: jax.Array  # int32 []: update_priorities (and add) entries dropped as invalid
     # with episodes (episode_num_steps > 1): a sum tree whose leaf is the slot's mass when a
     # window of episode_num_steps starting there is stored inside one episode, else 0
     windows: Trees | None = None
@@ -181,13 +181,20 @@ class Buffer:
             )
         return BufferState(rows, jnp.zeros((), _id_dtype()), episodes, priorities)
 
-    def add(self, state: BufferState, batch: Any) -> BufferState:
+    def add(self, state: BufferState, batch: Any, priorities: Any = None) -> BufferState:
         """Add one step to every stream: each leaf of ``batch`` shaped ``[batch_size, *shape]``.
 
+        ``priorities`` (prioritized sampling): ``[batch_size]`` priorities of the new items;
+        each raises ``max_priority``, which items added without get. Inside jit a priority
+        that is NaN, infinite, zero or negative is replaced by ``max_priority`` and counted in
+        ``state.priorities.dropped`` (checked mode: a ``PriorityError``).
+
         Raises (while tracing, nothing written): SpecMismatchError naming the field when the
-        structure, a shape or a dtype does not match (only casts NumPy calls safe are taken).
+        structure, a shape or a dtype does not match (only casts NumPy calls safe are taken);
+        ArgumentError for ``priorities`` without prioritized sampling or not ``[batch_size]``.
         """
         leaves = self._check_batch(batch)
+        given = None if priorities is None else self._check_added_priorities(priorities)
         t = state.steps
         row = (t % self.max_length).astype(jnp.int32)
         rows = state.rows
@@ -197,9 +204,16 @@ class Buffer:
         priorities = state.priorities
         if priorities is not None:
             options = self.priorities
-            mass = (priorities.max_priority + options.epsilon) ** options.alpha
+            values = jnp.full((self.batch_size,), priorities.max_priority)
+            if given is not None:
+                bad = ~jnp.isfinite(given) | (given <= 0)
+                values = jnp.where(bad, values, given)
+                priorities = priorities._replace(
+                    max_priority=jnp.maximum(priorities.max_priority, jnp.max(values)),
+                    dropped=priorities.dropped + jnp.sum(bad, dtype=jnp.int32),
+                )
             slots = row * self.batch_size + jnp.arange(self.batch_size, dtype=jnp.int32)
-            trees = tree_update(priorities.trees, slots, jnp.full((self.batch_size,), mass))
+            trees = tree_update(priorities.trees, slots, (values + options.epsilon) ** options.alpha)
             priorities = priorities._replace(trees=trees)
             if self._window_tree:
                 priorities = priorities._replace(windows=self._decide_starts(priorities, episodes, t, slots))
@@ -272,6 +286,27 @@ class Buffer:
         leaving = jnp.where(t >= self.max_length, dropping, 0)
         entering = jnp.sum(position >= span, dtype=jnp.int32)
         return EpisodeState(positions, jnp.where(ends, 0, position + 1), episodes.valid_starts + entering - leaving)
+
+    def _check_added_priorities(self, priorities: Any) -> jax.Array:
+        """An add's ``priorities`` as float32 ``[batch_size]``: ArgumentError (tracing) without
+        prioritized sampling or of another shape; checked mode: a PriorityError check of the values."""
+        if self.priorities is None:
+            raise ArgumentError("priorities: expected None, this buffer was made without sampler='prioritized'")
+        given = jnp.asarray(priorities)
+        if given.shape != (self.batch_size,):
+            raise ArgumentError(
+                f"priorities: expected shape ({self.batch_size},) (one per item added), got {tuple(given.shape)}"
+            )
+        given = given.astype(jnp.float32)
+        if self.checked:
+            bad = ~jnp.isfinite(given) | (given <= 0)
+            checkify.check(
+                ~jnp.any(bad),
+                "PriorityError: priorities: expected finite values > 0, got {value} at position {position}",
+                value=given[jnp.argmax(bad)],
+                position=jnp.argmax(bad),
+            )
+        return given
 
     def _check_batch(self, batch: Any) -> list:
         leaves, treedef = jax.tree_util.tree_flatten(batch)

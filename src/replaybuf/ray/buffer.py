@@ -58,7 +58,7 @@ from replaybuf.ray.writer import ShardWriter
 from replaybuf.refusals import bad_priorities, empty, no_episode_window, unknown_ids, window_too_long
 from replaybuf.ring import Geometry, StreamRing
 from replaybuf.samplers.choice import check_sampler
-from replaybuf.samplers.prioritized import priority_update
+from replaybuf.samplers.prioritized import priorities_of_add, priority_update
 from replaybuf.samplers.sequences import SequenceRule, check_sequence_arguments
 from replaybuf.samplers.split import MassSplit
 
@@ -276,19 +276,26 @@ class ShardedReplayBuffer(ReplayBuffer):
             max_in_flight=max_in_flight or self._max_in_flight,
             call_timeout=self._call_timeout,
             retry_timeout=self._retry_timeout,
+            prioritized=self._prioritized,
         )
 
-    def add_batch(self, items: Any) -> None:
-        """Add one step to every stream (each leaf ``[batch_size] + spec.shape``) and wait for it.
+    def add_batch(self, items: Any, priorities: Any = None) -> None:
+        """Add one step to every stream (each leaf ``[batch_size] + spec.shape``) and wait for it;
+        ``priorities``: the new items' ``[batch_size]`` priorities (prioritized shards).
 
         Raises:
             SpecMismatchError: the items do not match the data_spec; nothing is written.
+            ArgumentError: ``priorities`` without prioritized shards, or not ``[batch_size]``
+                numbers; PriorityError: one not finite and > 0. Nothing is written.
             RateLimiterTimeout: a shard's add was held back past ``rate_limiter_timeout``.
             ShardUnavailableError: a shard stayed down past ``retry_timeout``.
         """
+        without = None if self._prioritized else f"the shards hold {self._buffer_class.__name__} (no priorities)"
+        given = priorities_of_add(priorities, self._batch_size, without)
         leaves = self._flat.flatten_batch(items, self._batch_size)
         for k, writer in enumerate(self._writers):
-            writer.add_batch(self._flat.unflatten([leaf[k :: self._shards] for leaf in leaves]))
+            part = self._flat.unflatten([leaf[k :: self._shards] for leaf in leaves])
+            writer.add_batch(part, None if given is None else given[k :: self._shards])
         self._fresh = False
         errors = []
         for writer in self._writers:

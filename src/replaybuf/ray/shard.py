@@ -92,8 +92,9 @@ class Shard:
             self.restored = True
 
     # -- writes ---------------------------------------------------------------------------------
-    def add(self, leaves: list, key: str, seq: int, epoch: int = 0, start: int = 1) -> bool:
-        """Add one step (flat leaves, ``[batch_size, ...]``) of writer ``key``, in ``seq`` order.
+    def add(self, leaves: list, key: str, seq: int, epoch: int = 0, start: int = 1, priorities: Any = None) -> bool:
+        """Add one step (flat leaves, ``[batch_size, ...]``, and its ``priorities`` or None) of
+        writer ``key``, in ``seq`` order.
 
         A writer numbers its adds 1, 2, ...; they are applied in that order whatever order
         Ray delivers them in, and a ``seq`` already applied is a retry: acknowledged (once a
@@ -145,7 +146,10 @@ class Shard:
             with self.saving:  # not during a save; a due save follows before any other add
                 with self.cond:  # the item and its writer's number change together
                     evicted = n if self.buffer.ring.steps >= self.buffer.max_length else 0
-                    self.buffer.add_batch(items)  # copies into the storage
+                    if priorities is None:  # (a buffer_class of the user's may not take priorities)
+                        self.buffer.add_batch(items)  # copies into the storage
+                    else:
+                        self.buffer.add_batch(items, priorities=priorities)
                     inserted = True
                     self.counts["inserts"] += n
                     self.counts["deletes"] += evicted

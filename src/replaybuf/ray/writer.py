@@ -24,6 +24,7 @@ from replaybuf.buffer import check_positive
 from replaybuf.nest import FlatSpec
 from replaybuf.rate_limiters import check_timeout
 from replaybuf.ray.remote import SHARD_DOWN, ResendRequested, ShardUnavailableError, get
+from replaybuf.samplers.prioritized import priorities_of_add
 
 __all__ = ["ShardWriter"]
 
@@ -31,7 +32,9 @@ __all__ = ["ShardWriter"]
 class ShardWriter:
     """Adds steps of ``batch_size`` streams to shard ``shard`` (see the module docstring).
 
-    ``add_batch(items)``: every leaf ``[batch_size] + spec.shape``; ``flush()`` waits until
+    ``add_batch(items, priorities=None)``: every leaf ``[batch_size] + spec.shape``, and for a
+    prioritized buffer the step's ``[batch_size]`` priorities (checked here, sent with the
+    items, resent with them after a failure); ``flush()`` waits until
     every add is applied (and raises the first error of one); ``close()`` flushes. A copy
     made by pickling is a new writer (its own key) with nothing in flight: flush before
     handing a writer over.
@@ -47,8 +50,10 @@ class ShardWriter:
         max_in_flight: int = 8,
         call_timeout: float | None = 30.0,
         retry_timeout: float | None = 120.0,
+        prioritized: bool = False,
     ):
         check_positive("max_in_flight", max_in_flight, allow_none=False)
+        self._prioritized = prioritized
         self._actor, self._shard = actor, shard
         self._spec = data_spec
         self._flat = FlatSpec(data_spec)
@@ -59,7 +64,7 @@ class ShardWriter:
         self._key = uuid.uuid4().hex
         self._seq = 0
         self._epoch = 0
-        self._in_flight: collections.deque = collections.deque()  # [seq, leaves, ref]
+        self._in_flight: collections.deque = collections.deque()  # [seq, leaves, ref, priorities]
         self.inserted = 0  # adds the shard applied (acknowledged as new)
         self.retried = 0  # adds sent again after a failure
 
@@ -69,11 +74,11 @@ class ShardWriter:
             "shard": self._shard,
             "spec": self._spec,
             "batch_size": self._batch_size,
-            "options": (self._max_in_flight, self._call_timeout, self._retry_timeout),
+            "options": (self._max_in_flight, self._call_timeout, self._retry_timeout, self._prioritized),
         }
 
     def __setstate__(self, state: dict) -> None:
-        max_in_flight, call_timeout, retry_timeout = state["options"]
+        max_in_flight, call_timeout, retry_timeout, prioritized = state["options"]
         self.__init__(  # type: ignore[misc]
             state["actor"],
             state["shard"],
@@ -82,6 +87,7 @@ class ShardWriter:
             max_in_flight=max_in_flight,
             call_timeout=call_timeout,
             retry_timeout=retry_timeout,
+            prioritized=prioritized,
         )
 
     @property
@@ -98,18 +104,23 @@ class ShardWriter:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    def add_batch(self, items: Any) -> None:
-        """Send one step of the shard's streams; waits only when ``max_in_flight`` are unacknowledged.
+    def add_batch(self, items: Any, priorities: Any = None) -> None:
+        """Send one step of the shard's streams (and its priorities); waits only when
+        ``max_in_flight`` are unacknowledged.
 
         Raises:
             SpecMismatchError: the items do not match the data_spec (or this writer's
                 batch_size); nothing is sent.
+            ArgumentError: ``priorities`` for a buffer without priorities, or not
+                ``[batch_size]`` numbers; PriorityError: one not finite and > 0. Nothing is sent.
             RateLimiterTimeout, ShardUnavailableError: from an earlier add that failed.
         """
+        without = None if self._prioritized else f"shard {self._shard} holds a buffer without priorities"
+        given = priorities_of_add(priorities, self._batch_size, without)
         leaves = self._flat.flatten_batch(items, self._batch_size)
         self._seq += 1
-        ref = self._actor.add.remote(leaves, self._key, self._seq, self._epoch, 1)
-        self._in_flight.append([self._seq, leaves, ref])
+        ref = self._actor.add.remote(leaves, self._key, self._seq, self._epoch, 1, given)
+        self._in_flight.append([self._seq, leaves, ref, given])
         while len(self._in_flight) > self._max_in_flight:
             self._settle_oldest()
 
@@ -168,7 +179,7 @@ class ShardWriter:
         self._epoch += 1
         start = self._in_flight[0][0]
         for entry in self._in_flight:
-            entry[2] = self._actor.add.remote(entry[1], self._key, entry[0], self._epoch, start)
+            entry[2] = self._actor.add.remote(entry[1], self._key, entry[0], self._epoch, start, entry[3])
             self.retried += 1
 
     def __repr__(self) -> str:

@@ -23,10 +23,26 @@ from replaybuf.refusals import bad_priorities, empty, no_episode_window, unknown
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import EpisodeIndex, pad_windows
 from replaybuf.samplers.sequences import SequenceRule, eligible
-from replaybuf.samplers.sumtree import MAX_MASS, MIN_MASS, MinTree, SumTree, kernel_array, priority_mass
+from replaybuf.samplers.sumtree import (
+    MAX_MASS,
+    MIN_MASS,
+    MinTree,
+    SumTree,
+    kernel_array,
+    priority_mass,
+    priority_masses,
+)
 from replaybuf.samplers.uniform import window_start_count
 
-__all__ = ["PrioritizedSampler", "check_beta", "check_priority_state", "priority_update"]
+__all__ = [
+    "PrioritizedSampler",
+    "check_beta",
+    "check_new_priorities",
+    "check_priority_state",
+    "new_item_priorities",
+    "priorities_of_add",
+    "priority_update",
+]
 
 _WINDOW_TREES = 4  # window lengths whose episode-aware sum trees are kept (least recently used dropped)
 _REDRAWS = 64  # rounds of redraws (rounding onto a zero slot, a window into the head) before giving up
@@ -89,6 +105,47 @@ def first_ids_of(ids: Any, priorities: Any) -> Any:
             f"(or with one more time axis), got ids {tuple(ids.shape)} {ids.dtype}"
         )
     return ids
+
+
+def check_new_priorities(priorities: Any, count: int) -> np.ndarray:
+    """The ``priorities`` given to ``add_batch`` (one per stream of the step, or per row) as
+    float64 ``[count]``; every buffer with priorities checks them here, before writing.
+
+    Raises:
+        ArgumentError: not numbers shaped ``[count]``.
+        PriorityError: a priority that is not finite and > 0.
+    """
+    try:
+        given = np.asarray(priorities, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ArgumentError(f"priorities: expected {count} numbers, got {priorities!r:.80} ({err})") from None
+    if given.shape != (count,):
+        raise ArgumentError(f"priorities: expected shape ({count},) (one per item added), got {given.shape}")
+    bad = ~(np.isfinite(given) & (given > 0))
+    if bad.any():
+        raise bad_priorities(given, bad)
+    return given
+
+
+def priorities_of_add(priorities: Any, count: int, without: str | None) -> np.ndarray | None:
+    """An add's ``priorities`` checked (``check_new_priorities``), None when none are given;
+    ``without``: why the buffer keeps no priorities (None when it does).
+
+    Raises:
+        ArgumentError: ``priorities`` given to a buffer ``without`` them (the message says why).
+    """
+    if priorities is None:
+        return None
+    if without is not None:
+        raise ArgumentError(f"priorities: expected None, {without}, got {priorities!r:.80}")
+    return check_new_priorities(priorities, count)
+
+
+def new_item_priorities(state: dict, alpha: float, epsilon: float, count: int) -> dict:
+    """``state`` with every one of its ``count`` items given a new item's priority (1.0): how a
+    prioritized buffer loads a checkpoint without priorities (docs/persistence.md)."""
+    mass = priority_mass(1.0, alpha, epsilon)
+    return {**state, "priorities": {"mass": np.full(count, mass), "max_priority": 1.0}}
 
 
 def check_beta(value: Any) -> None:
@@ -293,18 +350,40 @@ class PrioritizedSampler:
             return self._window_tree(ring, steps).root(), smallest
         return self.sums.root() - self._head_mass(ring, ring.steps - steps + 1), smallest
 
-    def added(self, ring: StreamRing, arrays: Sequence[np.ndarray]) -> None:
-        """The new step's items get the largest priority so far; window trees follow."""
+    def new_priorities(self, priorities: Any, count: int) -> np.ndarray:
+        """``check_new_priorities``: what ``added`` takes as the priorities of an add."""
+        return check_new_priorities(priorities, count)
+
+    def added(self, ring: StreamRing, arrays: Sequence[np.ndarray], priorities: np.ndarray | None = None) -> None:
+        """The new step's items get ``priorities`` (checked by ``new_priorities``; each raises
+        the largest priority so far) or, without, the largest so far; window trees follow."""
         if self.episodes is not None:
             self.episodes.record(arrays, ring.steps - 1)
         start = ring.slot(ring.steps - 1)
-        mass = priority_mass(self.max_priority, self.alpha, self.epsilon)
+        if priorities is None:
+            mass: Any = priority_mass(self.max_priority, self.alpha, self.epsilon)
+        else:
+            mass = priority_masses(priorities, self.alpha, self.epsilon)
+            self.max_priority = max(self.max_priority, float(priorities.max()))
         self.sums.update_range(start, start + ring.batch_size, mass)
         self.mins.update_range(start, start + ring.batch_size, mass)
         if self.windows:
             self._decide_starts(ring)
         for rule, tree in self.sequence_trees.values():
             self._decide_sequence_starts(ring, rule, tree)
+
+    def appended(self, ring: StreamRing, count: int, priorities: np.ndarray | None = None) -> None:
+        """A single-stream append of ``count`` rows (``ring.steps`` counts them; no episode index):
+        the stored ones get ``priorities`` (checked by ``new_priorities``) or the largest so far."""
+        kept = min(count, ring.capacity)
+        slots = np.arange(ring.steps - kept, ring.steps, dtype=np.int64) % ring.capacity
+        if priorities is None:
+            masses = np.full(kept, priority_mass(self.max_priority, self.alpha, self.epsilon))
+        else:
+            masses = priority_masses(priorities[count - kept :], self.alpha, self.epsilon)
+            self.max_priority = max(self.max_priority, float(priorities.max(initial=0.0)))
+        self.sums.update(slots, masses)
+        self.mins.update(slots, masses)
 
     def cleared(self) -> None:
         self.sums.clear()

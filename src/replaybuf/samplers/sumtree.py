@@ -30,6 +30,7 @@ __all__ = [
     "kernel_array",
     "kernels",
     "priority_mass",
+    "priority_masses",
 ]
 
 _BELOW_ONE = 1.0 - 2.0**-50  # keeps a target strictly below its group's sum despite rounding
@@ -51,6 +52,12 @@ def priority_mass(priority: float, alpha: float, epsilon: float) -> float:
     except OverflowError:  # Python's float power raises where NumPy's gives inf
         return MAX_MASS
     return min(max(mass, MIN_MASS), MAX_MASS)
+
+
+def priority_masses(priorities: np.ndarray, alpha: float, epsilon: float) -> np.ndarray:
+    """``priority_mass`` of every priority of an array (finite and > 0), as float64."""
+    with np.errstate(over="ignore", under="ignore"):
+        return np.clip((np.asarray(priorities, np.float64) + epsilon) ** alpha, MIN_MASS, MAX_MASS)
 
 
 def kernel_array(values: object, dtype: type, shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -156,8 +163,7 @@ class NumpyKernels:
         live = ids >= oldest_id
         count = int(live.sum())
         slots[:count] = ids[live] % capacity
-        with np.errstate(over="ignore", under="ignore"):
-            mass = np.clip((priorities[live] + epsilon) ** alpha, MIN_MASS, MAX_MASS)
+        mass = priority_masses(priorities[live], alpha, epsilon)
         NumpyKernels.update(sums, offsets, arity, slots[:count], mass, False)
         NumpyKernels.update(mins, offsets, arity, slots[:count], mass, True)
         return 0, largest, count

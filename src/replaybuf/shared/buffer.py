@@ -144,7 +144,9 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         self._writers, self._batch_size, self._max_length = int(writers), int(batch_size), int(max_length)
         self._streams = self._writers * self._batch_size
         self._geometry = Geometry(self._batch_size, self._max_length, self._streams * self._max_length)
-        self._layout = Layout(self._flat, self._writers, self._batch_size, self._max_length)
+        self._layout = Layout(
+            self._flat, self._writers, self._batch_size, self._max_length, priorities=sampler == "prioritized"
+        )
         self._flush_every = int(flush_every)
         self._drop_remainder, self._window_shift = bool(dataset_drop_remainder), dataset_window_shift
         self._priorities = (
@@ -163,6 +165,8 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         )
         self._finalizer = weakref.finalize(self, _release, self._shm, self._limiter)
         self._header, self._cursors, self._records = self._layout.views(self._shm.buf)
+        if self._priorities is not None:
+            self._priorities.given = self._layout.priority_column(self._shm.buf)
         self._commits = WriterCursors(self._cursors, max_length)
         self._names = list(self._layout.dtype.names or ())
         Layout.initialise(self._header)
@@ -223,14 +227,18 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
             self._limiter,
             self._timeout,
             self._episode_end_field,
+            self._priorities is not None,
         )
 
-    def add_batch(self, items: Any) -> None:
-        """Add one step to writer 0's streams from this process (committed at once).
+    def add_batch(self, items: Any, priorities: Any = None) -> None:
+        """Add one step to writer 0's streams from this process (committed at once);
+        ``priorities``: as for a writer's ``add_batch``.
 
         Raises:
             SpecMismatchError: the items do not match the data_spec; nothing is written.
-            ArgumentError: writer 0 is held by another live process.
+            ArgumentError: writer 0 is held by another live process; bad ``priorities`` (as
+                for a writer's ``add_batch``).
+            PriorityError: a priority that is not finite and > 0; nothing is written.
             RateLimiterTimeout: the rate limiter held the add back past the timeout.
             BufferClosedError: the buffer was closed.
         """
@@ -238,7 +246,7 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         with self._lock:
             if self._own_writer is None:
                 self._own_writer = self.writer(0, flush_every=1)
-            self._own_writer.add_batch(items)
+            self._own_writer.add_batch(items, priorities)
 
     # -- the learner's intake ---------------------------------------------------------------
     def _bounds(self) -> tuple[np.ndarray, np.ndarray]:
@@ -714,6 +722,8 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
             if self._finalizer.alive:
                 Layout.mark_closed(self._header)
                 self._header = self._cursors = self._commits = self._records = None
+                if self._priorities is not None:
+                    self._priorities.given = None
                 self._finalizer()
 
     def _check_open(self) -> None:

@@ -4,6 +4,7 @@
 
     [ block header: 64 B ][ writer 0 cursor: 64 B ] ... [ writer W-1 cursor: 64 B ][ pad to 64 ]
     [ segment 0: max_length x batch_size records ] ... [ segment W-1: ... ]
+    [ prioritized buffers: one float64 per record slot, the priority given at insert (0: none) ]
 
 Each writer owns one segment (its ``batch_size`` streams) and one cursor on its own cache
 line; no two processes ever write the same bytes, so there is no lock on the add path.
@@ -12,6 +13,10 @@ written; equal to ``steps`` when idle), ``floor`` (the first step still whole af
 writer died mid-write), ``owner`` (the pid holding the writer handle, 0 when free) and
 ``held`` (the last pid that held it, kept after it is given up; 0 if none ever did).
 The learner reads the last two to tell live writers from gone ones.
+
+A writer writes the priority column of its slots (what ``add_batch(..., priorities=)`` gave,
+or 0) with their records, before the commit; the learner reads it for the steps it takes in
+(``replaybuf.shared.priorities``).
 
 The first three are ``replaybuf.ring.WriterCursors``' counters, and its commit rule is the
 protocol: a block of ``k`` steps sets ``writing = steps + k``, copies the records, then
@@ -42,12 +47,20 @@ _HEADER_MAGIC, _HEADER_CLOSED = 0, 1
 class Layout:
     """Geometry and offsets of a shared block; ``views(buf)`` maps it as NumPy arrays."""
 
-    def __init__(self, flat: FlatSpec, writers: int, batch_size: int, max_length: int):
+    def __init__(self, flat: FlatSpec, writers: int, batch_size: int, max_length: int, priorities: bool = False):
         self.writers, self.batch_size, self.max_length = writers, batch_size, max_length
         self.dtype = record_dtype(flat.leaves)
         self.records_offset = _LINE * (1 + writers)
         self.segment_records = max_length * batch_size
-        self.size = self.records_offset + max(1, writers * self.segment_records * self.dtype.itemsize)
+        records_end = self.records_offset + max(1, writers * self.segment_records * self.dtype.itemsize)
+        self.priorities_offset = -(-records_end // 8) * 8 if priorities else None
+        self.size = records_end if not priorities else self.priorities_offset + writers * self.segment_records * 8
+
+    def priority_column(self, buf: Any) -> np.ndarray | None:
+        """The priorities given at insert, float64 ``[W * L * B]`` by record slot (None without)."""
+        if self.priorities_offset is None:
+            return None
+        return np.ndarray((self.writers * self.segment_records,), np.float64, buf, self.priorities_offset)
 
     def views(self, buf: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(header int64[8], cursors int64[W, 8], records [W * L * B])`` over ``buf``."""

@@ -1,11 +1,12 @@
 """The learner's prioritized sampling over the writers' segments of a ``SharedReplayBuffer``.
 
-Writers never touch priorities: the learner keeps a sum tree and a min tree of
-``(priority + epsilon) ** alpha`` per record slot (``w * L * B + (t % L) * B + s``) and,
-before each draw, takes in what every writer committed since the last one (new steps get the
-largest priority given so far) and empties the slots of steps that stopped being whole
-(overwritten, being overwritten, or lost in a crash). ``update_priorities`` ignores ids
-overwritten since they were sampled.
+The learner keeps a sum tree and a min tree of ``(priority + epsilon) ** alpha`` per record
+slot (``w * L * B + (t % L) * B + s``) and, before each draw, takes in what every writer
+committed since the last one and empties the slots of steps that stopped being whole
+(overwritten, being overwritten, or lost in a crash). A new step's items get the priority
+their writer gave with them (``given``: the shared priority column, replaybuf.shared.layout;
+each raises the largest priority) or, where it gave none (0), the largest priority given so
+far. ``update_priorities`` ignores ids overwritten since they were sampled.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 from replaybuf.errors import EmptyBufferError
 from replaybuf.refusals import bad_priorities, unknown_ids, window_too_long
 from replaybuf.samplers.prioritized import check_beta, check_exponents
-from replaybuf.samplers.sumtree import MIN_WEIGHT, MinTree, SumTree, priority_mass
+from replaybuf.samplers.sumtree import MIN_WEIGHT, MinTree, SumTree, priority_mass, priority_masses
 
 __all__ = ["SegmentPriorities", "slot_steps"]
 
@@ -45,6 +46,7 @@ class SegmentPriorities:
         self.mins = MinTree(writers * self.segment)
         self.held = [(0, 0)] * writers  # per writer, the steps [low, high) whose slots hold mass
         self.max_priority = 1.0
+        self.given: np.ndarray | None = None  # the shared priority column, set once it is mapped
 
     def beta(self) -> float:
         return float(self.beta_source() if callable(self.beta_source) else self.beta_source)
@@ -57,16 +59,32 @@ class SegmentPriorities:
 
     # -- intake -----------------------------------------------------------------------------
     def take_in(self, lows: list[int], highs: list[int]) -> None:
-        """Give every newly committed step the largest priority so far; empty the slots of
-        steps that are no longer whole. ``[lows[w], highs[w])``: writer w's whole steps now."""
-        mass = priority_mass(self.max_priority, self.alpha, self.epsilon)
+        """Give every newly committed step the priorities its writer gave, or the largest so far;
+        empty the slots of steps that are no longer whole. ``[lows[w], highs[w])``: writer w's
+        whole steps now."""
+        new = []
         for w, (low, high) in enumerate(zip(lows, highs, strict=True)):
             old_low, old_high = self.held[w]
             if (low, high) == (old_low, old_high):
                 continue
             if high < old_high:  # the buffer was cleared or loaded under us: start again
                 old_low = old_high = low
-            self._fill(w, max(old_high, low, high - self.max_length), high, mass, mass)
+            new.append((w, old_low, old_high, low, high))
+        slots = [self._slots(w, max(old_high, low, high - self.max_length), high) for w, _, old_high, low, high in new]
+        given = [None if self.given is None else self.given[s] for s in slots]  # a copy: read once
+        largest = max((float(values.max(initial=0.0)) for values in given if values is not None), default=0.0)
+        self.max_priority = max(self.max_priority, largest)
+        mass = priority_mass(self.max_priority, self.alpha, self.epsilon)
+        for i, (w, old_low, old_high, low, high) in enumerate(new):
+            values = given[i]
+            if values is not None and (values > 0).any():
+                masses, chosen = np.full(values.shape, mass), values > 0
+                masses[chosen] = priority_masses(values[chosen], self.alpha, self.epsilon)
+                self.sums.update(slots[i], masses)
+                self.mins.update(slots[i], masses)
+            else:
+                first = max(old_high, low, high - self.max_length)
+                self._fill(w, first, high, mass, mass)
             # a step u below the new low whose slot no new step took (u + L >= high) is empty now
             self._fill(w, max(old_low, high - self.max_length), min(low, old_high), 0.0, np.inf)
             self.held[w] = (low, high)

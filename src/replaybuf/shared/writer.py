@@ -4,7 +4,10 @@ A handle is small and pickles into a child process (spawn, forkserver or fork) a
 ``Process`` argument; it maps the shared block on its first use there. Steps are staged in
 process-local records and copied into the segment in blocks of ``flush_every`` steps (and
 at an episode's end, on ``flush()`` and on ``close()``), each block committed at once: the
-learner sees whole steps only, never part of one.
+learner sees whole steps only, never part of one. A prioritized buffer's writer also writes
+the priority column of its slots (``add_batch(items, priorities=...)``, or 0: none given),
+which the learner folds into its trees when it takes the committed steps in
+(``replaybuf.shared.priorities``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from replaybuf.errors import ArgumentError, BufferClosedError, RateLimiterTimeou
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import STEPS, WriterCursors
 from replaybuf.samplers.episodes import episode_markers
+from replaybuf.samplers.prioritized import priorities_of_add
 from replaybuf.shared.layout import HELD, OWNER, Layout, pid_alive
 from replaybuf.storages.records import RecordStorage
 
@@ -47,8 +51,10 @@ class SharedWriter:
         rate_limiter: Any,
         timeout: float | None,
         episode_end_field: str | None = None,
+        prioritized: bool = False,
     ):
         self._name, self._data_spec, self._episode_end_field = name, data_spec, episode_end_field
+        self._prioritized = prioritized
         self._geometry = (writers, batch_size, max_length)
         self.index, self.flush_every = index, flush_every
         self._limiter, self._timeout = rate_limiter, timeout
@@ -61,6 +67,7 @@ class SharedWriter:
             "_name",
             "_data_spec",
             "_episode_end_field",
+            "_prioritized",
             "_geometry",
             "index",
             "flush_every",
@@ -79,7 +86,7 @@ class SharedWriter:
             return
         writers, batch_size, max_length = self._geometry
         self._flat = FlatSpec(self._data_spec)
-        self._layout = Layout(self._flat, writers, batch_size, max_length)
+        self._layout = Layout(self._flat, writers, batch_size, max_length, priorities=self._prioritized)
         try:
             self._shm = shared_memory.SharedMemory(name=self._name)
         except FileNotFoundError:
@@ -89,6 +96,8 @@ class SharedWriter:
         self._commits = WriterCursors(self._cursor, self._geometry[2])
         segment = self._layout.segment_records
         self._segment = records[self.index * segment : (self.index + 1) * segment]
+        column = self._layout.priority_column(self._shm.buf)
+        self._given = None if column is None else column[self.index * segment : (self.index + 1) * segment]
         owner = int(self._cursor[OWNER])
         if owner not in (0, os.getpid()) and pid_alive(owner):
             self._release_mapping()
@@ -99,6 +108,8 @@ class SharedWriter:
         # into the segment when every step commits alone, else into a local block of steps
         self._storage = RecordStorage(self._flat.leaves, segment, records=self._segment)
         self._stage = RecordStorage(self._flat.leaves, self.flush_every * batch_size) if self.flush_every > 1 else None
+        staged_priorities = self._given is not None and self._stage is not None
+        self._stage_given = np.zeros(self.flush_every * batch_size) if staged_priorities else None
         self._staged = 0
         try:  # the episode ends the buffer's episode index reads (a done field, LAST step types)
             self._episode_ends: Any = episode_markers(self._flat, self._episode_end_field)
@@ -128,12 +139,18 @@ class SharedWriter:
         self._attach()
         return int(self._cursor[STEPS])
 
-    def add_batch(self, items: Any) -> None:
+    def add_batch(self, items: Any, priorities: Any = None) -> None:
         """Stage one step of this writer's streams; flushes every ``flush_every`` steps.
+        ``priorities`` (a prioritized buffer): the step's ``[batch_size]`` priorities, which
+        the learner gives these items when it takes them in (each raising its largest
+        priority); absent, they get the largest priority the learner knows then.
 
         Raises:
             SpecMismatchError: the structure, a shape or a dtype does not match; nothing is
                 staged.
+            ArgumentError: ``priorities`` for a buffer without priorities, or not
+                ``[batch_size]`` numbers; PriorityError: one that is not finite and > 0.
+                Nothing is staged.
             RateLimiterTimeout: the flush this step completed waited longer than the
                 buffer's ``rate_limiter_timeout``: this step is not added (nothing written or
                 counted); steps staged by earlier calls stay staged for the next flush.
@@ -143,11 +160,14 @@ class SharedWriter:
         if self._staged == self.flush_every:  # a flush that timed out before: retry it first
             self.flush()
         batch_size = self._geometry[1]
+        given = self._check_priorities(priorities)
         arrays = self._flat.flatten_batch(items, batch_size)
         if self._stage is None:
-            self._commit(1, arrays)
+            self._commit(1, arrays, given)
             return
         self._stage.write(self._staged * batch_size, arrays)
+        if self._stage_given is not None:
+            self._stage_given[self._staged * batch_size : (self._staged + 1) * batch_size] = given
         self._staged += 1
         episode_end = self._episode_ends is not None and bool(np.any(self._episode_ends(arrays)[1]))
         if self._staged == self.flush_every or episode_end:
@@ -171,11 +191,21 @@ class SharedWriter:
             return
         if Layout.closed(self._header):
             self._staged = 0
-        self._commit(count, None)
+        self._commit(count, None, None)
         self._staged = 0
 
-    def _commit(self, count: int, arrays: Any) -> None:
-        """Write ``count`` steps (``arrays``, or the staged block when None) with the commit protocol."""
+    def _check_priorities(self, priorities: Any) -> Any:
+        """An add's checked priorities (0 where none are given; None for a uniform buffer)."""
+        if priorities is None:
+            return None if self._given is None else 0.0
+        without = None
+        if self._given is None:
+            without = f"the buffer of writer {self.index} samples uniformly (build it with sampler='prioritized')"
+        return priorities_of_add(priorities, self._geometry[1], without)
+
+    def _commit(self, count: int, arrays: Any, given: Any) -> None:
+        """Write ``count`` steps (``arrays`` and their priorities ``given``, or the staged block
+        when None) with the commit protocol."""
         if Layout.closed(self._header):
             raise BufferClosedError(f"writer {self.index}: the shared buffer was closed; {count} steps dropped")
         writers, batch_size, max_length = self._geometry
@@ -187,11 +217,12 @@ class SharedWriter:
         start = (steps % max_length) * batch_size
         if arrays is not None:
             self._storage.write(start, arrays)
+            if self._given is not None:
+                self._given[start : start + batch_size] = given
         else:  # one copy of whole records, in two runs when it wraps
-            block = self._stage.records[: count * batch_size]
-            first = min(block.shape[0], self._segment.shape[0] - start)
-            self._segment[start : start + first] = block[:first]
-            self._segment[: block.shape[0] - first] = block[first:]
+            _copy_wrapped(self._segment, start, self._stage.records[: count * batch_size])
+            if self._given is not None:
+                _copy_wrapped(self._given, start, self._stage_given[: count * batch_size])
         if self._after_write is not None:
             self._after_write(self)
         self._commits.commit(steps + count)
@@ -209,7 +240,7 @@ class SharedWriter:
             self._release_mapping()
 
     def _release_mapping(self) -> None:
-        self._header = self._cursor = self._commits = self._segment = None  # views must go before the mapping
+        self._header = self._cursor = self._commits = self._segment = self._given = None  # views go before the mapping
         self._attached = False
         self._shm.close()
 
@@ -224,3 +255,10 @@ class SharedWriter:
 
     def __repr__(self) -> str:
         return f"SharedWriter(index={self.index}, buffer={self._name!r}, flush_every={self.flush_every})"
+
+
+def _copy_wrapped(segment: np.ndarray, start: int, block: np.ndarray) -> None:
+    """Copy ``block`` into ``segment`` from ``start``, in two runs when it wraps."""
+    first = min(block.shape[0], segment.shape[0] - start)
+    segment[start : start + first] = block[:first]
+    segment[: block.shape[0] - first] = block[first:]

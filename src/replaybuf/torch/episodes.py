@@ -23,7 +23,7 @@ from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import EpisodeIndex, EpisodeSampler, episode_markers
 from replaybuf.samplers.sequences import SequenceRule
 
-__all__ = ["TorchEpisodeSampler", "episode_part", "on_device"]
+__all__ = ["HostLeaves", "TorchEpisodeSampler", "draw_on_device", "episode_part", "on_device", "to_host"]
 
 
 def on_device(device: torch.device, array: np.ndarray) -> torch.Tensor:
@@ -31,15 +31,28 @@ def on_device(device: torch.device, array: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(array).to(device, non_blocking=True)
 
 
-class _HostLeaves(Sequence):
+def draw_on_device(
+    device: torch.device, ids: np.ndarray, probabilities: np.ndarray, extras: dict
+) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """A host draw's ``(ids, probabilities, extras)`` as tensors on ``device`` (an extra that is
+    None stays None), copied without waiting for the device."""
+    extras = {key: None if value is None else on_device(device, np.asarray(value)) for key, value in extras.items()}
+    return on_device(device, np.asarray(ids)), on_device(device, np.asarray(probabilities, np.float32)), extras
+
+
+def to_host(value: Any) -> Any:
+    """A tensor (on any device) as a NumPy array (a GPU's: one copy that waits for it); anything else as given."""
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
+
+
+class HostLeaves(Sequence):
     """An add's leaves as NumPy arrays, each converted when read (the episode index reads only its markers)."""
 
     def __init__(self, leaves: Sequence[Any]):
         self._leaves = leaves
 
     def __getitem__(self, index: int) -> np.ndarray:  # type: ignore[override]
-        leaf = self._leaves[index]
-        return leaf.detach().cpu().numpy() if isinstance(leaf, torch.Tensor) else np.asarray(leaf)
+        return np.asarray(to_host(self._leaves[index]))
 
     def __len__(self) -> int:
         return len(self._leaves)
@@ -83,19 +96,14 @@ class TorchEpisodeSampler(EpisodeSampler):
     ) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """A host draw's results as tensors on the device (``host_ids`` keeps the ids)."""
         self.host_ids = np.asarray(ids)
-        extras = {key: on_device(self.device, np.asarray(value)) for key, value in extras.items()}
-        return (
-            on_device(self.device, self.host_ids),
-            on_device(self.device, np.asarray(probabilities, np.float32)),
-            extras,
-        )
+        return draw_on_device(self.device, self.host_ids, probabilities, extras)
 
     def added(self, ring: StreamRing, arrays: Sequence[Any]) -> None:
         if ring.steps - 1 != self._steps:  # the index missed the steps before this one: rebuild it, this one too
             self._rebuild(ring)
             self.rebuilt_by_add = True
             return
-        super().added(ring, _HostLeaves(arrays))
+        super().added(ring, HostLeaves(arrays))
         self._steps = ring.steps
 
     def cleared(self) -> None:
@@ -104,7 +112,7 @@ class TorchEpisodeSampler(EpisodeSampler):
 
     def _rebuild(self, ring: StreamRing) -> None:
         """Derive the episode index from the stored items (one copy of the marker leaves to the host)."""
-        self.index.recover(_HostLeaves(self._storage().tensors))
+        self.index.recover(HostLeaves(self._storage().tensors))
         self._steps = ring.steps
         for rebuilt in self.rebuilt:
             rebuilt()

@@ -36,6 +36,8 @@ from replaybuf.persistence.state import (
     ring_views,
     spec_state,
 )
+from replaybuf.samplers import PrioritySampler
+from replaybuf.samplers.prioritized import new_item_priorities
 from replaybuf.torch.convert import as_torch_dtype
 
 __all__ = ["TorchCheckpoints"]
@@ -54,11 +56,16 @@ class TorchCheckpoints(Checkpoints):
     _rng: torch.Generator
     _device: torch.device
     _lock: Any
+    _sampler: Any
 
     def state_dict(self) -> dict:
-        """A snapshot: the valid items as tensors on the device (copies), counters, generator."""
+        """A snapshot: the valid items as tensors on the device (copies), counters, generator
+        (and the priority masses as a CPU float64 tensor)."""
         with self._lock:
-            return self._state(lambda views: torch.cat(views) if len(views) > 1 else views[0].clone())
+            state = self._state(lambda views: torch.cat(views) if len(views) > 1 else views[0].clone())
+        if "priorities" in state:
+            state["priorities"]["mass"] = torch.from_numpy(state["priorities"]["mass"])
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a ``state_dict()`` (tensors or NumPy arrays): later samples equal the original's.
@@ -69,7 +76,7 @@ class TorchCheckpoints(Checkpoints):
         """
         ring = self._ring
         host = self._host_rng()
-        steps, same_rng, _ = check_header(state, self._holds(), self._flat, self._geometry_state())
+        steps, same_rng, new_priorities = check_header(state, self._holds(), self._flat, self._geometry_state())
         kinds = (torch.Tensor, np.ndarray, StoredArray)
 
         def dtypes(spec: Any) -> tuple:
@@ -84,6 +91,9 @@ class TorchCheckpoints(Checkpoints):
                 )
         count = leaves[0].shape[0] if leaves else 0
         first = first_stored_step(steps, count, ring.batch_size, ring.max_length, crash_safe=False)
+        priorities = self._check_priorities(state, count, new_priorities)
+        limiter = getattr(self, "_limiter", None)
+        limiter_state = None if limiter is None else limiter.check_state(state.get("rate_limiter"))
         rng = None  # another backend's generator state: keep this buffer's own
         if same_rng:
             rng = (
@@ -97,6 +107,10 @@ class TorchCheckpoints(Checkpoints):
             for tensor, leaf in zip(self._storage.tensors, leaves, strict=True):
                 _fill(ring_views(tensor, start, count), leaf)
             ring.reset(steps)
+            if priorities is not None:
+                self._sampler.load_state(ring, priorities)
+            if limiter_state is not None:
+                limiter.load_state(limiter_state)
             if rng is not None and host is not None:
                 host.bit_generator.state = rng
             elif rng is not None:
@@ -119,7 +133,23 @@ class TorchCheckpoints(Checkpoints):
         return None
 
     def _holds(self) -> Holds:
-        return Holds(rng="torch" if self._host_rng() is None else "PCG64")
+        priorities = isinstance(getattr(self, "_sampler", None), PrioritySampler)
+        limited = getattr(self, "_limiter", None) is not None
+        return Holds(priorities=priorities, rate_limiter=limited, rng="torch" if self._host_rng() is None else "PCG64")
+
+    def _check_priorities(self, state: dict, count: int, new_priorities: bool) -> Any:
+        """What the sampler loads of ``state``'s priorities (None for a buffer without):
+        masses given as a tensor are read as NumPy, a state without priorities gives every
+        item a new item's (docs/persistence.md); CheckpointError naming the key otherwise."""
+        if not self._holds().priorities:
+            return None
+        sampler = self._sampler
+        if new_priorities:
+            state = new_item_priorities(state, sampler.alpha, sampler.epsilon, count)
+        saved = state.get("priorities")
+        if isinstance(saved, dict) and isinstance(saved.get("mass"), torch.Tensor):
+            state = {**state, "priorities": {**saved, "mass": saved["mass"].detach().cpu().numpy()}}
+        return sampler.check_state(self._ring, state, count)
 
     def _geometry_state(self) -> dict[str, int]:
         """The sizes a state must match, by key: the ring's streams and their length."""
@@ -138,6 +168,8 @@ class TorchCheckpoints(Checkpoints):
             "steps": ring.steps,
             "items": {str(i): export(ring_views(t, start, count)) for i, t in enumerate(self._storage.tensors)},
             "rng": self._rng.get_state() if host is None else host.bit_generator.state,
+            **(self._sampler.state(ring) if self._holds().priorities else {}),
+            **({"rate_limiter": self._limiter.state()} if self._holds().rate_limiter else {}),
         }
 
 

@@ -10,6 +10,7 @@ CUDA buffer launches kernels and never waits for the GPU.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,10 +21,12 @@ from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.dataset import check_sample_arguments
 from replaybuf.errors import ArgumentError
 from replaybuf.hindsight import HindsightRelabel
+from replaybuf.nest import FlatSpec
+from replaybuf.ring import StreamRing
 from replaybuf.torch.captured import CapturedSampler
 from replaybuf.torch.convert import DeviceBatcher
 from replaybuf.torch.dataset import TorchDataset
-from replaybuf.torch.episodes import TorchEpisodeSampler, episode_part
+from replaybuf.torch.episodes import episode_part
 from replaybuf.torch.hindsight import relabel_part_of
 from replaybuf.torch.sampler import TorchUniformSampler
 from replaybuf.torch.state import TorchCheckpoints
@@ -82,6 +85,9 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
             relabelled as by the NumPy buffers with ``respect_episodes=True`` (the same draws
             for the same seed; ``replaybuf.torch.hindsight``, docs/her.md); implies
             ``respect_episodes``.
+        rate_limiter, rate_limiter_timeout: as for the NumPy buffers (``StreamBuffer``):
+            adds and samples wait for a ``MinSize`` / ``SampleToInsertRatio``; its counters
+            are part of checkpoints. Not with ``capture=True``.
 
     Checkpoints: ``state_dict()`` (tensors) / ``load_state_dict(state)``, ``save(path)`` /
     ``load(path)`` (replaybuf.torch.state, docs/persistence.md).
@@ -89,7 +95,8 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
     Raises:
         ArgumentError: batch_size, max_length or dataset_window_shift is not a positive int;
             capture is not a bool; her is not a HindsightRelabel; her or respect_episodes with
-            capture=True; pad_episode_ends or episode_end_field without episodes.
+            capture=True; pad_episode_ends or episode_end_field without episodes; a bad
+            rate_limiter or rate_limiter_timeout, or a rate_limiter with capture=True.
         SpecError: the data_spec cannot be built, or a dtype has no PyTorch equivalent.
     """
 
@@ -108,10 +115,17 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         pad_episode_ends: bool = False,
         episode_end_field: str | None = None,
         her: HindsightRelabel | None = None,
+        rate_limiter: Any = None,
+        rate_limiter_timeout: float | None = None,
         _single_stream: bool = False,
     ):
         if capture.__class__ is not bool:
             raise ArgumentError(f"capture: expected True or False, got {capture!r:.80}")
+        if rate_limiter is not None and capture:
+            raise ArgumentError(
+                f"rate_limiter: expected None with capture=True (a recorded sample cannot wait for the "
+                f"limiter), got {rate_limiter!r:.80}"
+            )
         if her is not None and capture:
             raise ArgumentError(f"her: expected None with capture=True (relabelling is drawn on the host), got {her!r}")
         if respect_episodes and capture:
@@ -120,23 +134,17 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
             )
         self._device = as_device(device)
         relabel = relabel_part_of(her)
-        episodes = episode_part(
-            respect_episodes or her is not None,
-            pad_episode_ends,
-            episode_end_field,
-            self._device,
-            seed,
-            lambda: self._storage,
-        )
         super().__init__(
             data_spec,
             batch_size,
             max_length,
             storage=lambda flat, ring: TorchStorage(flat.leaves, ring.capacity, self._device),
-            sampler=episodes or (lambda flat, ring: TorchUniformSampler(self._device)),
+            sampler=self._sampler_part(respect_episodes or her is not None, pad_episode_ends, episode_end_field, seed),
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,
             single_stream=_single_stream,
+            rate_limiter=rate_limiter,
+            rate_limiter_timeout=rate_limiter_timeout,
             relabel=relabel,
         )
         self._validate = DeviceBatcher(self._flat, self._device).batch
@@ -198,9 +206,16 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         )
 
     # -- internals ---------------------------------------------------------------------------
+    def _sampler_part(
+        self, episodes: bool, pad_episode_ends: bool, episode_end_field: str | None, seed: int | None
+    ) -> Callable[[FlatSpec, StreamRing], Any]:
+        """The sampler part: uniform on the device, or the episode sampler on the host."""
+        part = episode_part(episodes, pad_episode_ends, episode_end_field, self._device, seed, lambda: self._storage)
+        return part or (lambda flat, ring: TorchUniformSampler(self._device))
+
     def _host_rng(self) -> np.random.Generator | None:
-        """With ``her=`` the ids and goals are drawn on the host (replaybuf.torch.hindsight)."""
-        return self._sampler.host_rng if isinstance(self._sampler, TorchEpisodeSampler) else None
+        """The NumPy generator of a sampler that draws on the host (episodes, ``her=``, priorities)."""
+        return getattr(self._sampler, "host_rng", None)
 
     def _on_device(self, array: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(array, device=self._device)
@@ -223,9 +238,25 @@ class TorchPyUniformReplayBuffer(TorchUniformReplayBuffer):
     """
 
     def __init__(
-        self, data_spec: Any, capacity: int, *, device: Any = "cpu", seed: int | None = None, capture: bool = False
+        self,
+        data_spec: Any,
+        capacity: int,
+        *,
+        device: Any = "cpu",
+        seed: int | None = None,
+        capture: bool = False,
+        rate_limiter: Any = None,
+        rate_limiter_timeout: float | None = None,
     ):
         check_positive("capacity", capacity, allow_none=False)
         super().__init__(
-            data_spec, batch_size=1, max_length=capacity, device=device, seed=seed, capture=capture, _single_stream=True
+            data_spec,
+            batch_size=1,
+            max_length=capacity,
+            device=device,
+            seed=seed,
+            capture=capture,
+            rate_limiter=rate_limiter,
+            rate_limiter_timeout=rate_limiter_timeout,
+            _single_stream=True,
         )

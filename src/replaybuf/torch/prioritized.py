@@ -1,0 +1,152 @@
+"""``TorchPrioritizedReplayBuffer``: prioritized replay with the items on a torch device.
+
+The rule, the trees and every draw are ``replaybuf.samplers.prioritized``'s, kept on the host
+(NumPy arrays, numba kernels) and drawn with a NumPy generator seeded as the NumPy buffers
+seed theirs, so the buffer samples the same ids, probabilities and weights as a
+``PrioritizedReplayBuffer`` with the same seed, adds and updates. Only the results cross to
+the device (ids, probabilities, weights, masks), copied without waiting for it. What goes
+the other way: priorities given as device tensors (``update_priorities``, ``add_batch(...,
+priorities=)``) and an add's episode markers are copied to the host, which on a GPU waits for
+the computation that made them (docs/gpu.md, "Prioritized replay on a GPU").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+
+from replaybuf.buffers.prioritized import PrioritizedReplayBuffer, prioritized_sampler
+from replaybuf.errors import ArgumentError
+from replaybuf.ring import StreamRing
+from replaybuf.samplers.prioritized import PrioritizedSampler, check_priority_state
+from replaybuf.samplers.sequences import SequenceRule
+from replaybuf.torch.episodes import HostLeaves, draw_on_device, to_host
+from replaybuf.torch.uniform import TorchUniformReplayBuffer
+
+__all__ = ["TorchPrioritizedReplayBuffer", "TorchPrioritizedSampler"]
+
+
+class TorchPrioritizedSampler(PrioritizedSampler):
+    """``PrioritizedSampler`` drawing on the host with its own NumPy generator (``host_rng``),
+    its results handed to ``device``; priorities and markers given as tensors are read on the
+    host. Its checkpoint keys are the priorities only: the episode index is rebuilt from the
+    stored items (``storage()``, a ``TorchStorage``) when a state is loaded."""
+
+    def __init__(
+        self, capacity: int, *, device: torch.device, seed: int | None, storage: Callable[[], Any], **options: Any
+    ):
+        super().__init__(capacity, **options)
+        self.device = device
+        self.host_rng = np.random.default_rng(seed)
+        self._storage = storage
+
+    def draw(
+        self, rng: Any, ring: StreamRing, sample_batch_size: int | None, num_steps: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        return draw_on_device(self.device, *super().draw(self.host_rng, ring, sample_batch_size, num_steps))
+
+    def draw_sequences(
+        self, rng: Any, ring: StreamRing, sample_batch_size: int | None, rule: SequenceRule
+    ) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        return draw_on_device(self.device, *super().draw_sequences(self.host_rng, ring, sample_batch_size, rule))
+
+    def new_priorities(self, priorities: Any, count: int) -> np.ndarray:
+        return super().new_priorities(to_host(priorities), count)
+
+    def added(self, ring: StreamRing, arrays: Sequence[Any], priorities: np.ndarray | None = None) -> None:
+        super().added(ring, HostLeaves(arrays), priorities)
+
+    def update_priorities(self, ring: StreamRing, ids: Any, priorities: Any) -> None:
+        super().update_priorities(ring, to_host(ids), to_host(priorities))
+
+    def state(self, ring: StreamRing) -> dict:
+        return {"priorities": super().state(ring)["priorities"]}
+
+    def check_state(self, ring: StreamRing, state: dict, count: int) -> tuple[np.ndarray, float, None]:
+        return (*check_priority_state(state.get("priorities"), count), None)
+
+    def load_state(self, ring: StreamRing, checked: tuple[np.ndarray, float, Any]) -> None:
+        super().load_state(ring, checked)
+        if self.episodes is not None:
+            self.episodes.recover(HostLeaves(self._storage().tensors))
+
+
+class TorchPrioritizedReplayBuffer(TorchUniformReplayBuffer):
+    """``replaybuf.PrioritizedReplayBuffer`` with its items as torch tensors on ``device``.
+
+    The same rule, options and draws (the same ids for the same seed and calls): items drawn
+    in proportion to ``(priority + epsilon) ** alpha``; ``get_next`` returns ``(items,
+    SampleInfo)`` with ``ids``, ``probabilities`` and ``weights`` as tensors on ``device``;
+    ``update_priorities(info.ids, priorities)`` takes tensors (on any device) or arrays;
+    ``add_batch(items, priorities=...)`` sets the new items' priorities. The sum trees stay on
+    the host (module docstring); items are read on the device as by ``TorchUniformReplayBuffer``.
+
+    Args:
+        data_spec, batch_size, max_length, device, seed, dataset_drop_remainder,
+            dataset_window_shift, respect_episodes, pad_episode_ends, episode_end_field,
+            rate_limiter, rate_limiter_timeout: as for ``TorchUniformReplayBuffer``.
+        alpha, beta, epsilon, compiled: as for ``replaybuf.PrioritizedReplayBuffer``.
+        capture: must be False: the draws read the host trees, which a recorded device step
+            (``capture=True`` on the uniform buffer) cannot.
+
+    Raises:
+        ArgumentError: capture=True; PrioritizedReplayBuffer's and TorchUniformReplayBuffer's
+            argument errors.
+        ImportError: compiled=True without numba installed.
+    """
+
+    alpha = PrioritizedReplayBuffer.alpha
+    beta = PrioritizedReplayBuffer.beta
+    update_priorities = PrioritizedReplayBuffer.update_priorities
+
+    def __init__(
+        self,
+        data_spec: Any,
+        batch_size: int = 1,
+        max_length: int = 1000,
+        *,
+        alpha: float = 0.6,
+        beta: float | Callable[[], float] = 0.4,
+        epsilon: float = 1e-6,
+        device: Any = "cpu",
+        seed: int | None = None,
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+        capture: bool = False,
+        respect_episodes: bool = False,
+        pad_episode_ends: bool = False,
+        episode_end_field: str | None = None,
+        compiled: bool | None = None,
+        rate_limiter: Any = None,
+        rate_limiter_timeout: float | None = None,
+    ):
+        if capture is not False:
+            raise ArgumentError(
+                f"capture: expected False (TorchPrioritizedReplayBuffer draws from its priority trees on the "
+                f"host, which a recorded device step cannot read), got {capture!r:.80}"
+            )
+        self._priority_options = (alpha, beta, epsilon, compiled)
+        super().__init__(
+            data_spec,
+            batch_size,
+            max_length,
+            device=device,
+            seed=seed,
+            dataset_drop_remainder=dataset_drop_remainder,
+            dataset_window_shift=dataset_window_shift,
+            respect_episodes=respect_episodes,
+            pad_episode_ends=pad_episode_ends,
+            episode_end_field=episode_end_field,
+            rate_limiter=rate_limiter,
+            rate_limiter_timeout=rate_limiter_timeout,
+        )
+
+    def _sampler_part(
+        self, episodes: bool, pad_episode_ends: bool, episode_end_field: str | None, seed: int | None
+    ) -> Callable:
+        make = partial(TorchPrioritizedSampler, device=self._device, seed=seed, storage=lambda: self._storage)
+        return prioritized_sampler(*self._priority_options, episodes, pad_episode_ends, episode_end_field, make=make)
