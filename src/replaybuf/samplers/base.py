@@ -34,9 +34,11 @@ class Sampler(Protocol):
         ``smallest`` is the smallest priority mass stored (1.0 without priorities). 0 mass:
         no window of that length can be drawn. What splits a batch over shards by mass."""
 
-    def added(self, ring: StreamRing, arrays: Any) -> None:
+    def added(self, ring: StreamRing, arrays: Any, priorities: Any = None) -> None:
         """One step was written to every stream (``arrays``: its flat leaves,
-        ``[batch_size, ...]``); ``ring.steps`` already counts it."""
+        ``[batch_size, ...]``); ``ring.steps`` already counts it. ``priorities``: the add's
+        (checked by a prioritized sampler's ``new_priorities``), None when none were given;
+        a sampler without priorities is only ever given None."""
 
     def cleared(self) -> None:
         """The buffer forgot every item."""

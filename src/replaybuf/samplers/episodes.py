@@ -421,7 +421,7 @@ class EpisodeSampler:
             return float(starts), 1.0
         return float(self.index.count(num_steps)), 1.0
 
-    def added(self, ring: StreamRing, arrays: Sequence[np.ndarray]) -> None:
+    def added(self, ring: StreamRing, arrays: Sequence[np.ndarray], priorities: Any = None) -> None:
         self.index.record(arrays, ring.steps - 1)
 
     def cleared(self) -> None:

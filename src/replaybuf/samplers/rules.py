@@ -274,7 +274,7 @@ class RuledSampler:
         live = self.live.ids()
         return float(np.count_nonzero(self._fits(ring, live, num_steps))), 1.0
 
-    def added(self, ring: StreamRing, arrays: Any) -> None:
+    def added(self, ring: StreamRing, arrays: Any, priorities: Any = None) -> None:
         self.base.added(ring, arrays)
         batch = ring.batch_size
         ids = (ring.steps - 1) * batch + np.arange(batch, dtype=np.int64)

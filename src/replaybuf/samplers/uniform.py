@@ -59,7 +59,7 @@ class UniformSampler:
     def mass(self, ring: StreamRing, num_steps: int | None) -> tuple[float, float]:
         return float(window_start_count(ring, num_steps)), 1.0
 
-    def added(self, ring: StreamRing, arrays: Any) -> None:
+    def added(self, ring: StreamRing, arrays: Any, priorities: Any = None) -> None:
         """Nothing to track."""
 
     def cleared(self) -> None:

@@ -98,7 +98,7 @@ class TorchEpisodeSampler(EpisodeSampler):
         self.host_ids = np.asarray(ids)
         return draw_on_device(self.device, self.host_ids, probabilities, extras)
 
-    def added(self, ring: StreamRing, arrays: Sequence[Any]) -> None:
+    def added(self, ring: StreamRing, arrays: Sequence[Any], priorities: Any = None) -> None:
         if ring.steps - 1 != self._steps:  # the index missed the steps before this one: rebuild it, this one too
             self._rebuild(ring)
             self.rebuilt_by_add = True
