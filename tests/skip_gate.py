@@ -20,8 +20,8 @@ ALLOWED = {
     "CPU-only (a GPU run)": r"the CPU's lowering \(bits\.py\)",  # test_jax_bits on a JAX GPU backend
     "runs for minutes": r"runs for minutes: .*",  # a docs block that trains; an example or test runs it
     # the other projects' tests that tests/tf_agents_suite runs unmodified skip these themselves
-    "TF-Agents' own skip": r"b/123880556",
-    "SB3's own skip": r"Only SAC has gSDE support",  # its test_her.py, for the other algorithms  # its driver tests, when executing eagerly
+    "TF-Agents' own skip": r"b/123880556",  # its driver tests, when executing eagerly
+    "SB3's own skip": r"Only SAC has gSDE support",  # its test_her.py, for the other algorithms
     # TensorFlow's reserved test_session (2.21's words, then 2.15's, which TF-Agents' venv runs)
     "TensorFlow's own skip": r'Tests that have the name "test_session" are automatically skipped .*|Not a test\.',
 }
