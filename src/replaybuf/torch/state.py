@@ -7,9 +7,13 @@ else is plain (str, int, lists), so ``torch.save(rb.state_dict(), f)`` and
 (docs/persistence.md): ``checkpoint`` (the backend-neutral header), ``spec``, the geometry
 (``batch_size``, ``max_length``), ``steps``, ``items`` (valid items only, id order), ``rng``.
 
-A buffer that draws on the host (``her=``: ids and goals from a NumPy generator) saves that
-generator's state instead, as the NumPy buffers do (``rng`` kind ``PCG64``), so a load continues
-its draws, from a torch or a NumPy buffer's checkpoint alike.
+A buffer with sample-count rules adds ``sample_rules`` as the NumPy buffers do (the draw
+counts and the epoch's order as int64 tensors, the policy version, epoch and cursor as ints),
+so a checkpoint taken mid-epoch continues exactly, here or in a NumPy buffer.
+
+A buffer that draws on the host (``her=``, episodes, priorities or sample-count rules: ids
+from a NumPy generator) saves that generator's state instead, as the NumPy buffers do (``rng``
+kind ``PCG64``), so a load continues its draws, from a torch or a NumPy buffer's checkpoint alike.
 
 ``save(path)`` / ``load(path)`` write and read the same checkpoint folders as the NumPy
 buffers (``replaybuf.persistence``), and a state is checked by the same rules
@@ -65,6 +69,9 @@ class TorchCheckpoints(Checkpoints):
             state = self._state(lambda views: torch.cat(views) if len(views) > 1 else views[0].clone())
         if "priorities" in state:
             state["priorities"]["mass"] = torch.from_numpy(state["priorities"]["mass"])
+        if "sample_rules" in state:
+            rules = state["sample_rules"].items()
+            state["sample_rules"] = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in rules}
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -92,6 +99,7 @@ class TorchCheckpoints(Checkpoints):
         count = leaves[0].shape[0] if leaves else 0
         first = first_stored_step(steps, count, ring.batch_size, ring.max_length, crash_safe=False)
         priorities = self._check_priorities(state, count, new_priorities)
+        rules = self._check_rules(state, count)
         limiter = getattr(self, "_limiter", None)
         limiter_state = None if limiter is None else limiter.check_state(state.get("rate_limiter"))
         rng = None  # another backend's generator state: keep this buffer's own
@@ -109,6 +117,11 @@ class TorchCheckpoints(Checkpoints):
             ring.reset(steps)
             if priorities is not None:
                 self._sampler.load_state(ring, priorities)
+            if rules is not None:
+                self._sampler.cleared()
+                self._sampler.load_state(ring, rules)
+                self._sampler.loaded(ring, self._storage.tensors)
+                self._policy_version = self._sampler.policy_version
             if limiter_state is not None:
                 limiter.load_state(limiter_state)
             if rng is not None and host is not None:
@@ -151,6 +164,21 @@ class TorchCheckpoints(Checkpoints):
             state = {**state, "priorities": {**saved, "mass": saved["mass"].detach().cpu().numpy()}}
         return sampler.check_state(self._ring, state, count)
 
+    def _ruled(self) -> bool:
+        """Whether the sampler keeps sample-count rules (replaybuf.samplers.rules)."""
+        return hasattr(getattr(self, "_sampler", None), "rules")
+
+    def _check_rules(self, state: dict, count: int) -> Any:
+        """What a ruled sampler loads of ``state`` (None for a buffer without rules): its
+        ``sample_rules`` tensors read as NumPy; CheckpointError naming the key otherwise."""
+        if not self._ruled():
+            return None
+        rules = state.get("sample_rules")
+        if isinstance(rules, dict):
+            host = {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v for k, v in rules.items()}
+            state = {**state, "sample_rules": host}
+        return self._sampler.check_state(self._ring, state, count)
+
     def _geometry_state(self) -> dict[str, int]:
         """The sizes a state must match, by key: the ring's streams and their length."""
         return {"batch_size": self._ring.batch_size, "max_length": self._ring.max_length}
@@ -168,7 +196,7 @@ class TorchCheckpoints(Checkpoints):
             "steps": ring.steps,
             "items": {str(i): export(ring_views(t, start, count)) for i, t in enumerate(self._storage.tensors)},
             "rng": self._rng.get_state() if host is None else host.bit_generator.state,
-            **(self._sampler.state(ring) if self._holds().priorities else {}),
+            **(self._sampler.state(ring) if self._holds().priorities or self._ruled() else {}),
             **({"rate_limiter": self._limiter.state()} if self._holds().rate_limiter else {}),
         }
 

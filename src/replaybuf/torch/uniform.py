@@ -23,11 +23,13 @@ from replaybuf.errors import ArgumentError
 from replaybuf.hindsight import HindsightRelabel
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
+from replaybuf.samplers.rules import check_sample_rules
 from replaybuf.torch.captured import CapturedSampler
 from replaybuf.torch.convert import DeviceBatcher
 from replaybuf.torch.dataset import TorchDataset
 from replaybuf.torch.episodes import episode_part
 from replaybuf.torch.hindsight import relabel_part_of
+from replaybuf.torch.rules import ruled_part
 from replaybuf.torch.sampler import TorchUniformSampler
 from replaybuf.torch.state import TorchCheckpoints
 from replaybuf.torch.storage import TorchStorage
@@ -88,15 +90,21 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         rate_limiter, rate_limiter_timeout: as for the NumPy buffers (``StreamBuffer``):
             adds and samples wait for a ``MinSize`` / ``SampleToInsertRatio``; its counters
             are part of checkpoints. Not with ``capture=True``.
+        replacement, drop_remainder, max_times_sampled, sampler, max_staleness, version_field:
+            the sample-count rules, as for ``replaybuf.UniformReplayBuffer`` (docs/sample_rules.md):
+            drawn on the host as the NumPy buffers draw them (the same ids for the same seed;
+            ``replaybuf.torch.rules``), read on the device. Not with ``capture=True`` or ``her``.
 
     Checkpoints: ``state_dict()`` (tensors) / ``load_state_dict(state)``, ``save(path)`` /
-    ``load(path)`` (replaybuf.torch.state, docs/persistence.md).
+    ``load(path)`` (replaybuf.torch.state, docs/persistence.md); with rules they carry the
+    rules' bookkeeping (``sample_rules``) as the NumPy buffers' do, and load across them.
 
     Raises:
         ArgumentError: batch_size, max_length or dataset_window_shift is not a positive int;
             capture is not a bool; her is not a HindsightRelabel; her or respect_episodes with
             capture=True; pad_episode_ends or episode_end_field without episodes; a bad
-            rate_limiter or rate_limiter_timeout, or a rate_limiter with capture=True.
+            rate_limiter or rate_limiter_timeout, or a rate_limiter with capture=True; the
+            sample-count rules' errors (``check_sample_rules``), or a rule with capture=True or her.
         SpecError: the data_spec cannot be built, or a dtype has no PyTorch equivalent.
     """
 
@@ -117,6 +125,12 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         her: HindsightRelabel | None = None,
         rate_limiter: Any = None,
         rate_limiter_timeout: float | None = None,
+        replacement: bool = True,
+        max_times_sampled: int | None = None,
+        sampler: str | None = None,
+        max_staleness: int | None = None,
+        version_field: str = "policy_version",
+        drop_remainder: bool = False,
         _single_stream: bool = False,
     ):
         if capture.__class__ is not bool:
@@ -133,6 +147,15 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
                 "respect_episodes: expected False with capture=True (episode-aware ids are drawn on the host), got True"
             )
         self._device = as_device(device)
+        self._rules = {
+            "replacement": replacement,
+            "max_times_sampled": max_times_sampled,
+            "sampler": sampler,
+            "max_staleness": max_staleness,
+            "version_field": version_field,
+            "drop_remainder": drop_remainder,
+        }
+        refuse_rules(capture, her, self._rules)
         relabel = relabel_part_of(her)
         super().__init__(
             data_spec,
@@ -209,9 +232,18 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
     def _sampler_part(
         self, episodes: bool, pad_episode_ends: bool, episode_end_field: str | None, seed: int | None
     ) -> Callable[[FlatSpec, StreamRing], Any]:
-        """The sampler part: uniform on the device, or the episode sampler on the host."""
+        """The sampler part: uniform on the device, the episode sampler on the host, or the
+        sample-count rules on the host (over either draw) when any is set."""
         part = episode_part(episodes, pad_episode_ends, episode_end_field, self._device, seed, lambda: self._storage)
-        return part or (lambda flat, ring: TorchUniformSampler(self._device))
+        plain = part or (lambda flat, ring: TorchUniformSampler(self._device))
+
+        def build(flat: FlatSpec, ring: StreamRing) -> Any:
+            rules = check_sample_rules(flat, **self._rules)
+            if not rules.active:
+                return plain(flat, ring)
+            return ruled_part(rules, episodes, pad_episode_ends, episode_end_field, self._device, seed)(flat, ring)
+
+        return build
 
     def _host_rng(self) -> np.random.Generator | None:
         """The NumPy generator of a sampler that draws on the host (episodes, ``her=``, priorities)."""
@@ -228,6 +260,22 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         with self._lock:
             leaves = self._storage.read(device_ids)
         return self._flat.unflatten(leaves), BufferInfo(device_ids, ())
+
+
+def refuse_rules(capture: bool, her: Any, rules: dict) -> None:
+    """ArgumentError naming the first rule set when ``capture=True`` (a recorded device step
+    cannot read the host's eligible set) or ``her`` (relabelling draws from the episode
+    sampler, not the rules')."""
+    defaults = {"replacement": True, "max_times_sampled": None, "sampler": None, "max_staleness": None}
+    name = next((key for key, default in defaults.items() if rules[key] != default), None)
+    if name is None or (not capture and her is None):
+        return
+    why = (
+        "capture=True (a recorded device step cannot read the host's eligible items)"
+        if capture
+        else "her (hindsight relabelling draws its own episode windows)"
+    )
+    raise ArgumentError(f"{name}: expected {defaults[name]} with {why}, got {rules[name]!r:.80}")
 
 
 class TorchPyUniformReplayBuffer(TorchUniformReplayBuffer):
