@@ -31,6 +31,7 @@ from replaybuf.errors import ArgumentError, SpecMismatchError
 from replaybuf.jax.checkpoint import core_state, load_core_state
 from replaybuf.jax.core import Buffer, BufferState, make_buffer
 from replaybuf.jax.rows import pack
+from replaybuf.jax.rules import StoredFields, jax_rules
 from replaybuf.jax.sequences import sequence_windows
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.front import Checkpoints
@@ -96,7 +97,13 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
             padded past the end instead; ``info`` is a ``SampleInfo`` with ``mask``.
         sampler: ``"uniform"`` or ``"prioritized"`` (``update_priorities``; ``info`` is then a
             ``SampleInfo`` with ``weights``); ``prioritized=True``: its deprecated old spelling.
+            ``"fifo"``: uniform storage, the oldest eligible items first (a sample-count rule).
         alpha, beta, epsilon: the prioritized sampler's exponents.
+        replacement, drop_remainder, max_times_sampled, max_staleness, version_field: the
+            sample-count rules, as for ``replaybuf.UniformReplayBuffer`` (docs/sample_rules.md),
+            drawn on the host (the same ids for the same seed; ``replaybuf.jax.rules``) and read
+            in one jitted gather; ``num_eligible()``, ``policy_version``. Not with
+            ``sampler="prioritized"`` or ``respect_episodes``.
 
     Returned items, ids and probabilities are JAX arrays. With x64 off (JAX's default), 64-bit
     leaves are stored in 32 bits: integers that do not fit are rejected, floats are rounded.
@@ -121,11 +128,30 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         alpha: float = 0.6,
         beta: float = 0.4,
         epsilon: float = 1e-6,
+        replacement: bool = True,
+        max_times_sampled: int | None = None,
+        max_staleness: int | None = None,
+        version_field: str = "policy_version",
+        drop_remainder: bool = False,
     ):
         check_positive("batch_size", batch_size, allow_none=False)
         check_positive("max_length", max_length, allow_none=False)
         check_positive("dataset_window_shift", dataset_window_shift)
         self._flat = FlatSpec(data_spec)
+        choice = "fifo" if sampler == "fifo" and prioritized is None else check_sampler(sampler, prioritized)
+        self._ring = self._geometry = StreamRing(int(batch_size), int(max_length), type(self).__name__)
+        self._rules = jax_rules(
+            self._flat,
+            self._ring,
+            choice,
+            bool(respect_episodes),
+            replacement=replacement,
+            max_times_sampled=max_times_sampled,
+            max_staleness=max_staleness,
+            version_field=version_field,
+            drop_remainder=drop_remainder,
+        )
+        self._policy_version = 0
         self._core = make_buffer(
             self._flat.data_spec,
             batch_size,
@@ -134,12 +160,11 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
             episode_end_field=episode_end_field,
             episode_num_steps=episode_num_steps,
             pad_episode_ends=pad_episode_ends,
-            sampler=check_sampler(sampler, prioritized),
+            sampler="uniform" if choice == "fifo" else choice,
             alpha=alpha,
             beta=beta,
             epsilon=epsilon,
         )
-        self._ring = self._geometry = StreamRing(int(batch_size), int(max_length), type(self).__name__)
         stored = zip(self._flat.leaves, self._core.dtypes, strict=True)
         self._narrowed = [
             (i, np.iinfo(dtype)) for i, (spec, dtype) in enumerate(stored) if spec.dtype != dtype and dtype.kind in "iu"
@@ -170,8 +195,15 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         sync: the host counters are read from ``state.steps``).
 
         Raises:
-            ArgumentError: a pytree of another structure, shape or dtype than this buffer's.
+            ArgumentError: a pytree of another structure, shape or dtype than this buffer's;
+                any state on a buffer with sample-count rules (they keep the host's record of
+                every add, which adds made outside the buffer bypass).
         """
+        if self._rules is not None:
+            raise ArgumentError(
+                "state: a buffer with sample-count rules keeps a host record of its adds; set no state from "
+                "outside (adds through add_batch, checkpoints through load_state_dict)"
+            )
         mine = jax.tree_util.tree_structure(self._state)
         if jax.tree_util.tree_structure(state) != mine or any(
             (a.shape, a.dtype) != (b.shape, b.dtype)
@@ -212,6 +244,8 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         with self._lock:
             self._state = _add(self._core, self._state, batch, priorities)
             self._ring.steps += 1
+            if self._rules is not None:
+                self._rules.added(self._ring, arrays)
 
     def get_next(
         self,
@@ -243,6 +277,8 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
                 sample_batch_size, time_stacked, self._sequence_rule(burn_in, period, sample_batch_size, num_steps)
             )
         check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
+        if self._rules is not None:
+            return self._get_ruled(sample_batch_size, num_steps, time_stacked)
         key = np.array(divmod(self._rng.bit_generator.random_raw(), 2**32), np.uint32)
         with self._lock:
             self._ring.window_starts(num_steps or 1)  # raises EmptyBufferError
@@ -251,6 +287,22 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         if episodes is not None and not episodes.pad and not bool(info.valid[0]):
             raise no_episode_window(num_steps or 1, padding=True)
         return self._finish(items, info, sample_batch_size, num_steps, time_stacked)
+
+    def _get_ruled(
+        self, sample_batch_size: int | None, num_steps: int | None, time_stacked: bool
+    ) -> tuple[Any, BufferInfo]:
+        """``get_next`` under the sample-count rules: the host draws, one jitted gather reads."""
+        with self._lock:
+            ids, probabilities, extras = self._rules.draw(self._rng, self._ring, sample_batch_size, num_steps)  # type: ignore[union-attr]
+            batch = ids if sample_batch_size is not None else ids[None]
+            items = _read(self._core, self._state, self._to_ids(batch))
+        if sample_batch_size is None:
+            items = jax.tree_util.tree_map(lambda leaf: leaf[0], items)
+        if not time_stacked and num_steps is not None:
+            leaves = self._core.treedef.flatten_up_to(items)
+            items = unstack_time(self._core.treedef.unflatten, leaves, num_steps, batched=sample_batch_size is not None)
+        info = (self._to_ids(ids), jnp.asarray(probabilities, jnp.float32))
+        return items, SampleInfo(*info, **extras) if extras else BufferInfo(*info)
 
     def _sequence_rule(self, burn_in: Any, period: Any, sample_batch_size: Any, num_steps: Any) -> SequenceRule:
         """The checked ``SequenceRule`` of a sequence sample (ArgumentError: see ``get_next``)."""
@@ -343,9 +395,32 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         with self._lock:
             self._ring.reset()
             self._state = self._fresh_state()
+            if self._rules is not None:
+                self._rules.cleared()
 
     def num_frames(self) -> int:
         return self._ring.num_valid_steps() * self._ring.batch_size
+
+    def num_eligible(self) -> int:
+        """Stored items a sample may still draw: ``num_frames()`` less the items consumed
+        (``max_times_sampled``) or stale (``max_staleness``); docs/sample_rules.md."""
+        with self._lock:
+            return self.num_frames() if self._rules is None else self._rules.num_eligible()
+
+    @property
+    def policy_version(self) -> int:
+        """The learner's policy version: with ``max_staleness=V``, items whose version field is
+        older than ``policy_version - V`` are not drawn. Set it after each policy update."""
+        return self._policy_version
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        if isinstance(version, (bool, np.bool_)) or not isinstance(version, (int, np.integer)):
+            raise ArgumentError(f"policy_version: expected an int, got {version!r:.80}")
+        with self._lock:
+            self._policy_version = int(version)
+            if self._rules is not None:
+                self._rules.set_policy_version(self._policy_version)
 
     def update_priorities(self, ids: Any, priorities: Any) -> None:
         """Set the priorities of sampled items (``info.ids``, first step of each window).
@@ -375,7 +450,8 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         """
         with self._lock:
             rng = self._rng.bit_generator.state
-            return core_state(self._core, self._flat, self._state, self._ring.steps, type(self).__name__, rng)
+            state = core_state(self._core, self._flat, self._state, self._ring.steps, type(self).__name__, rng)
+            return state if self._rules is None else {**state, **self._rules.state(self._ring)}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a ``state_dict()`` of any buffer of this spec and geometry that it can hold
@@ -388,11 +464,20 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         """
         new, steps, same_rng = load_core_state(self._core, self._flat, state, "PCG64")
         rng_state = check_rng_state(self._rng, state.get("rng")) if same_rng else None
+        rules = None
+        if self._rules is not None:
+            count = min(steps, self._ring.max_length) * self._ring.batch_size
+            rules = self._rules.check_state(self._ring, state, count)
         if self._device is not None:
             new = jax.device_put(new, self._device)
         with self._lock:
             self._state = new
             self._ring.reset(steps)
+            if rules is not None:
+                self._rules.cleared()  # type: ignore[union-attr]
+                self._rules.load_state(self._ring, rules)  # type: ignore[union-attr]
+                self._rules.loaded(self._ring, StoredFields(self._core.stored(new), self._ring.capacity))  # type: ignore[union-attr]
+                self._policy_version = self._rules.policy_version  # type: ignore[union-attr]
             if rng_state is not None:  # another backend's generator state: this buffer keeps its own
                 self._rng.bit_generator.state = rng_state
 
