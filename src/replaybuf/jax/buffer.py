@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from replaybuf.buffer import BufferInfo, ReplayBuffer, SampleInfo, check_positive, unstack_time
+from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.dataset import (
     DeterministicPass,
     RandomDataset,
@@ -142,7 +143,7 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
             raise ArgumentError(f"sampler: expected 'uniform', 'prioritized' or 'fifo', got {sampler!r:.80}")
         choice = "fifo" if sampler == "fifo" and prioritized is None else check_sampler(sampler, prioritized)
         self._ring = self._geometry = StreamRing(int(batch_size), int(max_length), type(self).__name__)
-        self._rules = jax_rules(
+        self._sampler = jax_rules(  # the host sampler of the sample-count rules; None without
             self._flat,
             self._ring,
             choice,
@@ -201,7 +202,7 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
                 any state on a buffer with sample-count rules (they keep the host's record of
                 every add, which adds made outside the buffer bypass).
         """
-        if self._rules is not None:
+        if self._sampler is not None:
             raise ArgumentError(
                 "state: a buffer with sample-count rules keeps a host record of its adds; set no state from "
                 "outside (adds through add_batch, checkpoints through load_state_dict)"
@@ -246,8 +247,8 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         with self._lock:
             self._state = _add(self._core, self._state, batch, priorities)
             self._ring.steps += 1
-            if self._rules is not None:
-                self._rules.added(self._ring, arrays)
+            if self._sampler is not None:
+                self._sampler.added(self._ring, arrays)
 
     def get_next(
         self,
@@ -279,7 +280,7 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
                 sample_batch_size, time_stacked, self._sequence_rule(burn_in, period, sample_batch_size, num_steps)
             )
         check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
-        if self._rules is not None:
+        if self._sampler is not None:
             return self._get_ruled(sample_batch_size, num_steps, time_stacked)
         key = np.array(divmod(self._rng.bit_generator.random_raw(), 2**32), np.uint32)
         with self._lock:
@@ -295,7 +296,8 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
     ) -> tuple[Any, BufferInfo]:
         """``get_next`` under the sample-count rules: the host draws, one jitted gather reads."""
         with self._lock:
-            ids, probabilities, extras = self._rules.draw(self._rng, self._ring, sample_batch_size, num_steps)  # type: ignore[union-attr]
+            draw = self._sampler.draw  # type: ignore[union-attr]
+            ids, probabilities, extras = draw(self._rng, self._ring, sample_batch_size, num_steps)
             batch = ids if sample_batch_size is not None else ids[None]
             items = _read(self._core, self._state, self._to_ids(batch))
         if sample_batch_size is None:
@@ -397,32 +399,14 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         with self._lock:
             self._ring.reset()
             self._state = self._fresh_state()
-            if self._rules is not None:
-                self._rules.cleared()
+            if self._sampler is not None:
+                self._sampler.cleared()
 
     def num_frames(self) -> int:
         return self._ring.num_valid_steps() * self._ring.batch_size
 
-    def num_eligible(self) -> int:
-        """Stored items a sample may still draw: ``num_frames()`` less the items consumed
-        (``max_times_sampled``) or stale (``max_staleness``); docs/sample_rules.md."""
-        with self._lock:
-            return self.num_frames() if self._rules is None else self._rules.num_eligible()
-
-    @property
-    def policy_version(self) -> int:
-        """The learner's policy version: with ``max_staleness=V``, items whose version field is
-        older than ``policy_version - V`` are not drawn. Set it after each policy update."""
-        return self._policy_version
-
-    @policy_version.setter
-    def policy_version(self, version: int) -> None:
-        if isinstance(version, (bool, np.bool_)) or not isinstance(version, (int, np.integer)):
-            raise ArgumentError(f"policy_version: expected an int, got {version!r:.80}")
-        with self._lock:
-            self._policy_version = int(version)
-            if self._rules is not None:
-                self._rules.set_policy_version(self._policy_version)
+    num_eligible = StreamBuffer.num_eligible  # reads self._sampler: the rules' sampler, or None
+    policy_version = StreamBuffer.policy_version
 
     def update_priorities(self, ids: Any, priorities: Any) -> None:
         """Set the priorities of sampled items (``info.ids``, first step of each window).
@@ -453,7 +437,7 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         with self._lock:
             rng = self._rng.bit_generator.state
             state = core_state(self._core, self._flat, self._state, self._ring.steps, type(self).__name__, rng)
-            return state if self._rules is None else {**state, **self._rules.state(self._ring)}
+            return state if self._sampler is None else {**state, **self._sampler.state(self._ring)}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a ``state_dict()`` of any buffer of this spec and geometry that it can hold
@@ -466,20 +450,20 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         """
         new, steps, same_rng = load_core_state(self._core, self._flat, state, "PCG64")
         rng_state = check_rng_state(self._rng, state.get("rng")) if same_rng else None
-        rules = None
-        if self._rules is not None:
+        rules, ruled = None, self._sampler
+        if ruled is not None:
             count = min(steps, self._ring.max_length) * self._ring.batch_size
-            rules = self._rules.check_state(self._ring, state, count)
+            rules = ruled.check_state(self._ring, state, count)
         if self._device is not None:
             new = jax.device_put(new, self._device)
         with self._lock:
             self._state = new
             self._ring.reset(steps)
-            if rules is not None:
-                self._rules.cleared()  # type: ignore[union-attr]
-                self._rules.load_state(self._ring, rules)  # type: ignore[union-attr]
-                self._rules.loaded(self._ring, StoredFields(self._core.stored(new), self._ring.capacity))  # type: ignore[union-attr]
-                self._policy_version = self._rules.policy_version  # type: ignore[union-attr]
+            if ruled is not None:
+                ruled.cleared()
+                ruled.load_state(self._ring, rules)
+                ruled.loaded(self._ring, StoredFields(self._core.stored(new), self._ring.capacity))
+                self._policy_version = ruled.policy_version
             if rng_state is not None:  # another backend's generator state: this buffer keeps its own
                 self._rng.bit_generator.state = rng_state
 
