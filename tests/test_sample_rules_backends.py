@@ -206,7 +206,7 @@ def test_torch_prioritized_does_not_take_the_rules():
         ({"max_times_sampled": 0}, "max_times_sampled: expected an int >= 1 or None, got 0"),
         ({"max_staleness": 1, "version_field": "done"}, "version_field: expected the path of a scalar integer"),
         ({"drop_remainder": True}, "drop_remainder: only used with replacement=False"),
-        ({"sampler": "lifo"}, "sampler: expected 'uniform', 'prioritized' or 'fifo', got 'lifo'"),
+        ({"sampler": "lifo"}, "sampler: expected 'uniform' or 'prioritized', got 'lifo'"),
     ],
 )
 def test_jax_refuses_bad_rules_and_rules_it_cannot_keep(options, message):

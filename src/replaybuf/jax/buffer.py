@@ -139,9 +139,8 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         check_positive("max_length", max_length, allow_none=False)
         check_positive("dataset_window_shift", dataset_window_shift)
         self._flat = FlatSpec(data_spec)
-        if prioritized is None and sampler not in ("uniform", "prioritized", "fifo"):
-            raise ArgumentError(f"sampler: expected 'uniform', 'prioritized' or 'fifo', got {sampler!r:.80}")
-        choice = "fifo" if sampler == "fifo" and prioritized is None else check_sampler(sampler, prioritized)
+        fifo = isinstance(sampler, str) and sampler == "fifo" and prioritized is None
+        choice = "fifo" if fifo else check_sampler(sampler, prioritized)
         self._ring = self._geometry = StreamRing(int(batch_size), int(max_length), type(self).__name__)
         self._sampler = jax_rules(  # the host sampler of the sample-count rules; None without
             self._flat,
