@@ -67,6 +67,13 @@ def _read(core: Buffer, state: BufferState, ids: jax.Array) -> Any:
     return core.read(state, ids)
 
 
+@partial(jax.jit, static_argnums=0)
+def _read_drawn(core: Buffer, state: BufferState, ids: Any, probabilities: Any) -> tuple[Any, jax.Array, jax.Array]:
+    """A host draw read: the items at ``ids`` and the draw's ids and probabilities as JAX
+    arrays (host arrays moved in the call's own transfer, not one call each)."""
+    return core.read(state, ids), ids, probabilities
+
+
 @partial(jax.jit, static_argnums=(0, 3, 4))
 def _read_sequences(core: Buffer, state: BufferState, starts: jax.Array, burn_in: int, num_steps: int):
     ids, mask, learn = sequence_windows(state.episodes.position, state.steps, starts, burn_in, num_steps)
@@ -297,14 +304,11 @@ class JaxReplayBuffer(Checkpoints, ReplayBuffer):
         with self._lock:
             draw = self._sampler.draw  # type: ignore[union-attr]
             ids, probabilities, extras = draw(self._rng, self._ring, sample_batch_size, num_steps)
-            batch = ids if sample_batch_size is not None else ids[None]
-            items = _read(self._core, self._state, self._to_ids(batch))
-        if sample_batch_size is None:
-            items = jax.tree_util.tree_map(lambda leaf: leaf[0], items)
+            ids = np.asarray(ids).astype(jax.dtypes.canonicalize_dtype(np.int64), copy=False)
+            items, *info = _read_drawn(self._core, self._state, ids, probabilities)
         if not time_stacked and num_steps is not None:
             leaves = self._core.treedef.flatten_up_to(items)
             items = unstack_time(self._core.treedef.unflatten, leaves, num_steps, batched=sample_batch_size is not None)
-        info = (self._to_ids(ids), jnp.asarray(probabilities, jnp.float32))
         return items, SampleInfo(*info, **extras) if extras else BufferInfo(*info)
 
     def _sequence_rule(self, burn_in: Any, period: Any, sample_batch_size: Any, num_steps: Any) -> SequenceRule:
