@@ -162,14 +162,16 @@ def test_torch_windows_and_sequences_follow_the_rules_as_numpy_draws_them():
     assert isinstance(info.epoch, int) and info.ids.device == torch_buffer_.device
 
 
-def test_a_torch_checkpoint_with_episodes_recovers_the_index_and_continues():
+@pytest.mark.parametrize("saver", [TorchUniformReplayBuffer, replaybuf.UniformReplayBuffer])
+def test_a_torch_buffer_with_episodes_recovers_the_index_on_load_and_continues(saver, tmp_path):
     options = {"batch_size": 1, "max_length": 20, "seed": 1, "replacement": False, "respect_episodes": True}
-    original = TorchUniformReplayBuffer(SPEC, episode_end_field="done", **options)
+    original = saver(SPEC, episode_end_field="done", **options)
     for step in range(12):
         original.add_batch({"id": [step], "policy_version": [0], "done": [step % 4 == 3]})
     original.get_next(2, num_steps=2)
+    original.save(tmp_path / "ckpt")
     loaded = TorchUniformReplayBuffer(SPEC, episode_end_field="done", **options)
-    loaded.load_state_dict(original.state_dict())
+    loaded.load(tmp_path / "ckpt")
     for _ in range(5):
         assert _ids(loaded, 2, num_steps=2) == _ids(original, 2, num_steps=2)
 
