@@ -42,6 +42,7 @@ from replaybuf.persistence.state import (
 )
 from replaybuf.samplers import PrioritySampler
 from replaybuf.samplers.prioritized import new_item_priorities
+from replaybuf.samplers.rules import RuledSampler
 from replaybuf.torch.convert import as_torch_dtype
 
 __all__ = ["TorchCheckpoints"]
@@ -165,8 +166,9 @@ class TorchCheckpoints(Checkpoints):
         return sampler.check_state(self._ring, state, count)
 
     def _ruled(self) -> bool:
-        """Whether the sampler keeps sample-count rules (replaybuf.samplers.rules)."""
-        return hasattr(getattr(self, "_sampler", None), "rules")
+        """Whether the sampler is the sample-count rules' (replaybuf.samplers.rules): its
+        ``sample_rules`` are checked and loaded beside the items, then read from them."""
+        return isinstance(getattr(self, "_sampler", None), RuledSampler)
 
     def _check_rules(self, state: dict, count: int) -> Any:
         """What a ruled sampler loads of ``state`` (None for a buffer without rules): its
