@@ -1,6 +1,7 @@
 """The sample-count rules on the torch and JAX buffers: test_sample_rules.py's reference-model
 tests run against them (its ``buffer_of`` swapped), the same draws as the NumPy buffer for
 the same seed, checkpoints continued mid-epoch across backends, and their refusals."""
+# ruff: noqa: F811  (the device fixture imported from test_her_torch is a parameter here)
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import test_sample_rules as rules_tests
 from replaybuf.errors import ArgumentError, EmptyBufferError
 from replaybuf.jax import JaxReplayBuffer
 from replaybuf.torch import TorchPrioritizedReplayBuffer, TorchUniformReplayBuffer
+from test_her_torch import SPEC as HER_SPEC
+from test_her_torch import device, fill, relabel  # noqa: F401 (device: the fixture)
 from test_sample_rules import SPEC, RulesMachine, add
 
 
@@ -181,12 +184,35 @@ def test_a_torch_buffer_with_episodes_recovers_the_index_on_load_and_continues(s
     [
         ({"capture": True, "max_times_sampled": 1}, "max_times_sampled: expected None with capture=True"),
         ({"capture": True, "replacement": False}, "replacement: expected True with capture=True"),
-        ({"her": "not checked first", "sampler": "fifo"}, "sampler: expected None with her"),
     ],
 )
 def test_torch_refuses_rules_it_cannot_keep(options, message):
     with pytest.raises(ArgumentError, match=message):
         torch_buffer(**options)
+
+
+@pytest.mark.parametrize("rules", [{"replacement": False}, {"max_times_sampled": 1}])
+def test_torch_relabels_ruled_draws_as_numpy_does_and_an_epoch_continues_from_a_checkpoint(rules, device):
+    options = {"seed": 3, "respect_episodes": True, "episode_end_field": "done", **rules}
+    numpy_buffer = replaybuf.UniformReplayBuffer(HER_SPEC, 3, 9, her=relabel(ratio=0.6), **options)
+    torch_buffer_ = TorchUniformReplayBuffer(HER_SPEC, 3, 9, device=device, her=relabel(ratio=0.6), **options)
+    fill([numpy_buffer, torch_buffer_], 25, 4, 3)
+
+    def same(a, b):
+        (items, info), (want, want_info) = a.get_next(6, 2), b.get_next(6, 2)
+        np.testing.assert_array_equal(info.ids.cpu().numpy(), np.asarray(want_info.ids))
+        np.testing.assert_array_equal(info.relabelled.cpu().numpy(), np.asarray(want_info.relabelled))
+        for key in ("reward", "achieved_goal"):
+            np.testing.assert_array_equal(np.asarray(items[key].cpu()), np.asarray(want[key]))
+        return info
+
+    relabelled = [same(torch_buffer_, numpy_buffer).relabelled for _ in range(2)]
+    assert torch.cat(relabelled).any()
+    if "replacement" in rules:  # mid-epoch: the epoch's order is saved, so the draws continue exactly
+        loaded = TorchUniformReplayBuffer(HER_SPEC, 3, 9, device=device, her=relabel(ratio=0.6), **options)
+        loaded.load_state_dict(torch_buffer_.state_dict())
+        for _ in range(2):
+            same(loaded, torch_buffer_)
 
 
 def test_torch_prioritized_does_not_take_the_rules():

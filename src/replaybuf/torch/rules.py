@@ -8,6 +8,8 @@ and adds, and a checkpoint of either continues in the other (the generator state
 copied without waiting for it; ``info.epoch`` stays a Python int. What goes the other way: an
 add's version field and episode markers (``batch_size`` values each; a copy that waits on a
 GPU). The torch checkpoints keep no episode index: it is recovered from the stored items.
+With ``her=`` the relabelling (``replaybuf.torch.hindsight``) reads the last draw's host ids and
+draws its goals from the same host generator, as after a NumPy buffer's ruled draw.
 """
 
 from __future__ import annotations
@@ -45,12 +47,17 @@ class _RecoveredEpisodes(EpisodeSampler):
 class TorchRuledSampler(RuledSampler):
     """``RuledSampler`` drawing with its own NumPy generator (``host_rng``), its results
     handed to ``device``; an add's leaves are read on the host (only the version field and
-    the episode markers are)."""
+    the episode markers are). What the relabelling reads of a torch episode sampler is here
+    too: ``host_ids`` (the last draw's ids), ``rebuilt`` (called once a load recovered the
+    episode index) and ``rebuilt_by_add`` (never: every add is recorded as it comes)."""
 
     def __init__(self, base: Any, rules: SampleRules, ring: StreamRing, device: torch.device, seed: int | None):
         super().__init__(base, rules, ring)
         self.device = device
         self.host_rng = np.random.default_rng(seed)
+        self.host_ids = np.zeros(0, np.int64)
+        self.rebuilt: list[Callable[[], None]] = []
+        self.rebuilt_by_add = False
 
     def draw(
         self, rng: Any, ring: StreamRing, sample_batch_size: int | None, num_steps: int | None
@@ -64,6 +71,7 @@ class TorchRuledSampler(RuledSampler):
 
     def _on_device(self, ids: np.ndarray, probabilities: np.ndarray, extras: dict) -> tuple:
         epoch = extras.pop("epoch", None)
+        self.host_ids = np.asarray(ids)
         ids, probabilities, extras = draw_on_device(self.device, ids, probabilities, extras)
         return ids, probabilities, extras if epoch is None else {**extras, "epoch": epoch}
 
@@ -74,6 +82,8 @@ class TorchRuledSampler(RuledSampler):
         """After a load: the episode index (if any) and then the rules' state from the items."""
         fields = HostLeaves(fields)
         self.base.reopened(ring, fields)
+        for rebuilt in self.rebuilt:
+            rebuilt()
         super().loaded(ring, fields)
 
 

@@ -93,7 +93,7 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         replacement, drop_remainder, max_times_sampled, sampler, max_staleness, version_field:
             the sample-count rules, as for ``replaybuf.UniformReplayBuffer`` (docs/sample_rules.md):
             drawn on the host as the NumPy buffers draw them (the same ids for the same seed;
-            ``replaybuf.torch.rules``), read on the device. Not with ``capture=True`` or ``her``.
+            ``replaybuf.torch.rules``), read on the device; with ``her`` too. Not with ``capture=True``.
 
     Checkpoints: ``state_dict()`` (tensors) / ``load_state_dict(state)``, ``save(path)`` /
     ``load(path)`` (replaybuf.torch.state, docs/persistence.md); with rules they carry the
@@ -104,7 +104,7 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
             capture is not a bool; her is not a HindsightRelabel; her or respect_episodes with
             capture=True; pad_episode_ends or episode_end_field without episodes; a bad
             rate_limiter or rate_limiter_timeout, or a rate_limiter with capture=True; the
-            sample-count rules' errors (``check_sample_rules``), or a rule with capture=True or her.
+            sample-count rules' errors (``check_sample_rules``), or a rule with capture=True.
         SpecError: the data_spec cannot be built, or a dtype has no PyTorch equivalent.
     """
 
@@ -155,7 +155,8 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
             "version_field": version_field,
             "drop_remainder": drop_remainder,
         }
-        refuse_rules(capture, her, self._rules)
+        if capture:
+            refuse_captured_rules(self._rules)
         relabel = relabel_part_of(her)
         super().__init__(
             data_spec,
@@ -262,20 +263,16 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         return self._flat.unflatten(leaves), BufferInfo(device_ids, ())
 
 
-def refuse_rules(capture: bool, her: Any, rules: dict) -> None:
-    """ArgumentError naming the first rule set when ``capture=True`` (a recorded device step
-    cannot read the host's eligible set) or ``her`` (relabelling draws from the episode
-    sampler, not the rules')."""
+def refuse_captured_rules(rules: dict) -> None:
+    """ArgumentError naming the first sample-count rule set (with ``capture=True``: a recorded
+    device step cannot read the host's eligible items)."""
     defaults = {"replacement": True, "max_times_sampled": None, "sampler": None, "max_staleness": None}
     name = next((key for key, default in defaults.items() if rules[key] != default), None)
-    if name is None or (not capture and her is None):
-        return
-    why = (
-        "capture=True (a recorded device step cannot read the host's eligible items)"
-        if capture
-        else "her (hindsight relabelling draws its own episode windows)"
-    )
-    raise ArgumentError(f"{name}: expected {defaults[name]} with {why}, got {rules[name]!r:.80}")
+    if name is not None:
+        raise ArgumentError(
+            f"{name}: expected {defaults[name]} with capture=True (a recorded device step cannot read the "
+            f"host's eligible items), got {rules[name]!r:.80}"
+        )
 
 
 class TorchPyUniformReplayBuffer(TorchUniformReplayBuffer):
