@@ -26,12 +26,7 @@ def filled(backend: str, **rules):
     else:
         from replaybuf.jax import JaxReplayBuffer as cls
     buffer = cls(SPEC, batch_size=STREAMS, max_length=STEPS, seed=0, **rules)
-    step = {
-        "observation": np.zeros((STREAMS, 4), np.float32),
-        "action": np.zeros(STREAMS, np.int64),
-        "reward": np.zeros(STREAMS, np.float32),
-        "policy_version": np.zeros(STREAMS, np.int64),
-    }
+    step = {name: np.zeros((STREAMS, *spec.shape), spec.dtype) for name, spec in SPEC.items()}  # zeros, as there
     for _ in range(STEPS):
         buffer.add_batch(step)
     return buffer
@@ -52,17 +47,19 @@ def main() -> None:
     buffers = {name: filled(args.backend, **rules) for name, rules in RULES.items()}
     for buffer in buffers.values():
         sample(buffer)  # compiles (JAX) before timing
-    times: dict[str, list[float]] = {name: [] for name in RULES}
-    for _ in range(args.rounds):
-        for name, buffer in buffers.items():
-            start = time.process_time()
-            for _ in range(args.calls):
-                sample(buffer)
-            times[name].append((time.process_time() - start) / args.calls)
-    plain = statistics.median(times["plain"])
-    for name, spans in times.items():
-        median = statistics.median(spans)
-        print(f"{args.backend} {name:20s} {median * 1e6:7.1f} us  {plain / median:5.2f}x the plain sample's throughput")
+    rounds = [{name: per_call(buffer, args.calls) for name, buffer in buffers.items()} for _ in range(args.rounds)]
+    medians = {name: statistics.median(r[name] for r in rounds) for name in RULES}
+    for name, median in medians.items():
+        ratio = medians["plain"] / median
+        print(f"{args.backend} {name:20s} {median * 1e6:7.1f} us  {ratio:5.2f}x the plain sample's throughput")
+
+
+def per_call(buffer, calls: int) -> float:
+    """Process CPU seconds per ``get_next(256)`` over ``calls`` calls."""
+    start = time.process_time()
+    for _ in range(calls):
+        sample(buffer)
+    return (time.process_time() - start) / calls
 
 
 if __name__ == "__main__":
