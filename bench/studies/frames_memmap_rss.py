@@ -4,10 +4,13 @@ resident memory and time, beside the same buffer in RAM? Answer: docs/persistenc
 Both buffers get the same adds: ``--streams`` streams x ``--steps`` adds of 4-frame stacks of
 160x160 uint8 frames (one new 25.6 KB frame per stream and add), then ``--samples`` calls of
 ``get_next(32)``. Printed per buffer: MB of frames written, the process's RSS growth (MB)
-after the adds and after the samples, and ms per add and per sample. The memmap folder is in
-``--dir`` (default: a temporary folder); its frames stay in the page cache (warm reads).
+after the adds and after the samples, ms per add and per sample, and the folder's disk blocks
+(MB; 0 in RAM). The memmap folder is in ``--dir`` (default: a temporary folder); its frames
+stay in the page cache (warm reads). ``--compression lz4`` / ``zstd``: both buffers keep their
+frames compressed (the frames here are flat, so they compress to almost nothing).
 Run:
     PYTHONPATH=src .venv/bin/python bench/studies/frames_memmap_rss.py [--steps 1000] [--streams 16]
+        [--compression lz4]
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ def run(streams: int, steps: int, samples: int, **storage: object) -> dict:
         "RSS after samples MB": (process.memory_info().rss - before) / 1e6,
         "ms per add": add_ms,
         "ms per sample": sample_ms,
+        "disk MB": sum(f.stat().st_blocks * 512 for f in Path(storage["path"]).iterdir()) / 1e6  # type: ignore[arg-type]
+        if "path" in storage
+        else 0.0,
     }
 
 
@@ -59,10 +65,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--compression", default=None, choices=("lz4", "zstd"))
     args = parser.parse_args()
+    codec = {"compression": args.compression}
     with tempfile.TemporaryDirectory(dir=args.dir) as scratch:
-        mapped = run(args.streams, args.steps, args.samples, storage="memmap", path=Path(scratch) / "rb")
-        memory = run(args.streams, args.steps, args.samples)
+        mapped = run(args.streams, args.steps, args.samples, storage="memmap", path=Path(scratch) / "rb", **codec)
+        memory = run(args.streams, args.steps, args.samples, **codec)
     print("| buffer | " + " | ".join(mapped) + " |")
     print("| --- |" + " ---: |" * len(mapped))
     for name, row in (("memmap", mapped), ("memory", memory)):

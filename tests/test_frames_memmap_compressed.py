@@ -1,0 +1,255 @@
+"""Frame-stack buffers with ``storage="memmap"`` and ``compression=`` (docs/images.md, "On
+disk"): the in-memory compressed buffer's samples, reopened whole, crash-safe, a file that
+grows with the compressed bytes, bounded resident memory, bad files refused."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from replaybuf import ArraySpec, FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer
+from replaybuf.errors import CheckpointError
+from replaybuf.storages.frame_blob_file import BLOBS, BlobFilePool
+from test_frames_memmap import FRAME, _check_whole, adds, assert_same_samples, spec
+
+
+def _pair(cls, tmp_path, codec: str, axis: int = 0, **options):
+    memory = cls(spec(axis), 2, 10, stack_axis=axis, seed=5, compression=codec, **options)
+    mapped = cls(spec(axis), 2, 10, stack_axis=axis, seed=5, compression=codec, storage="memmap",
+                 path=tmp_path / "rb", **options)  # fmt: skip
+    return memory, mapped
+
+
+def _same_items(a, b) -> None:
+    for key, value in a.gather_all().items():
+        np.testing.assert_array_equal(value, b.gather_all()[key])
+
+
+@pytest.mark.parametrize("cls", [FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer])
+@pytest.mark.parametrize(("axis", "codec"), [(0, "lz4"), (-1, "zstd"), (0, "zstd"), (-1, "lz4")])
+def test_samples_equal_the_in_memory_compressed_buffers_and_reopen(tmp_path, cls, axis, codec):
+    memory, mapped = _pair(cls, tmp_path, codec, axis)
+    for round_ in range(4):  # across wraparound of the items, the rows and the byte ring
+        adds(memory, 13, round_, axis, 13 * round_)
+        adds(mapped, 13, round_, axis, 13 * round_)
+        assert_same_samples(memory, mapped)
+        _same_items(memory, mapped)
+    assert isinstance(mapped.storage.pool, BlobFilePool)
+    assert mapped.storage.pool.counter == memory.storage.pool.counter  # the same frames stored
+    del mapped
+    reopened = cls(spec(axis), 2, 10, stack_axis=axis, seed=5, compression=codec, storage="memmap",
+                   path=tmp_path / "rb")  # fmt: skip
+    _same_items(memory, reopened)
+    before = (memory.storage.pool.counter, reopened.storage.pool.counter)
+    adds(memory, 5, 99, axis, 52)  # continuing episodes match the reopened newest step
+    adds(reopened, 5, 99, axis, 52)
+    assert reopened.storage.pool.counter - before[1] == memory.storage.pool.counter - before[0]
+    _same_items(memory, reopened)
+    assert sorted(p.name for p in (tmp_path / "rb").iterdir()) == [BLOBS, "cursor.npy", "meta.json", "records.npy"]
+
+
+def test_the_file_grows_with_the_compressed_bytes_and_reopens(tmp_path):
+    """Random frames (nothing shared, nothing compresses) outgrow the rows and the byte ring:
+    the file is rewritten larger, every item reads back, the reopened file keeps its size."""
+    rng = np.random.default_rng(0)
+    memory, mapped = _pair(FrameStackReplayBuffer, tmp_path, "lz4")
+    rows, data = mapped.storage.pool.size, mapped.storage.pool.data_bytes
+    for t in range(60):
+        item = {
+            "observation": rng.integers(1, 255, (2, 4, *FRAME), np.uint8),
+            "action": np.arange(2) + 2 * t,
+            "step_type": np.ones(2, np.int32),
+            "next_observation": rng.integers(1, 255, (2, 4, *FRAME), np.uint8),
+        }
+        memory.add_batch(item)
+        mapped.add_batch(item)
+        _same_items(memory, mapped)
+    pool = mapped.storage.pool
+    assert pool.size > rows and pool.data_bytes > data
+    grown = (pool.size, pool.data_bytes)
+    assert_same_samples(memory, mapped)
+    del mapped, pool
+    reopened = FrameStackReplayBuffer(spec(0), 2, 10, seed=5, compression="lz4", storage="memmap", path=tmp_path / "rb")
+    assert (reopened.storage.pool.size, reopened.storage.pool.data_bytes) == grown
+    _same_items(memory, reopened)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rb"]  # no temporary file left
+
+
+def test_compressed_frames_take_less_disk_than_raw_ones(tmp_path):
+    """Atari-like frames (flat areas): the blob file's allocated blocks are a fraction of the raw ring's."""
+    data_spec = {"observation": ArraySpec((4, 84, 84), np.uint8), "action": ArraySpec((), np.int64)}
+    window = np.zeros((4, 4, 84, 84), np.uint8)
+    buffers = {
+        codec: FrameStackReplayBuffer(
+            data_spec, 4, 500, compression=codec, storage="memmap", path=tmp_path / str(codec)
+        )
+        for codec in (None, "lz4")
+    }
+    for t in range(500):
+        window[:, :3] = window[:, 1:]
+        window[:, 3] = 0
+        window[:, 3, 20:40, (t % 60) : (t % 60) + 20] = 255  # a moving block
+        for rb in buffers.values():
+            rb.add_batch({"observation": window, "action": t * 4 + np.arange(4)})
+    used = {codec: sum(p.stat().st_blocks * 512 for p in (tmp_path / str(codec)).iterdir()) for codec in buffers}
+    assert used["lz4"] < used[None] / 5, used
+    for a, b in zip(buffers[None].gather_all().values(), buffers["lz4"].gather_all().values(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_an_add_cut_short_reopens_to_the_whole_items(tmp_path, monkeypatch):
+    """An add dies while appending its blobs (after its records): reopening drops it and the
+    items it was overwriting; every other item reads back as added, and adds go on."""
+    memory, mapped = _pair(FrameStackReplayBuffer, tmp_path, "lz4")
+    adds(memory, 14, 0)
+    adds(mapped, 14, 0)
+    original = BlobFilePool._append
+
+    def dies_halfway(self, blobs, oldest):
+        original(self, blobs[: len(blobs) // 2], oldest)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(BlobFilePool, "_append", dies_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        adds(mapped, 1, 7, first=14)
+    monkeypatch.undo()
+    reopened = FrameStackReplayBuffer(spec(0), 2, 10, seed=5, compression="lz4", storage="memmap", path=tmp_path / "rb")
+    assert reopened.num_frames() == 18
+    got = reopened.gather_all()
+    for key, value in memory.gather_all().items():
+        np.testing.assert_array_equal(value[:, 1:], got[key])
+    adds(reopened, 3, 8, first=14)
+    assert reopened.num_frames() == 20
+
+
+CRASH_WRITER = """
+import sys
+import numpy as np
+from replaybuf import ArraySpec, FrameStackReplayBuffer
+spec = {"observation": ArraySpec((4, 32, 32), np.uint8), "action": ArraySpec((), np.int64)}
+rb = FrameStackReplayBuffer(spec, 4, 50, compression="lz4", storage="memmap", path=sys.argv[1])
+t = rb.num_frames() // 4
+print("ready", flush=True)
+while True:  # frame of stream s at step t: all (t * 4 + s) % 250 + 1; the stack holds steps t-3..t
+    values = (np.arange(t - 3, t + 1)[None, :] * 4 + np.arange(4)[:, None]) % 250 + 1
+    frames = np.broadcast_to(values[:, :, None, None], (4, 4, 32, 32)).astype(np.uint8)
+    rb.add_batch({"observation": frames, "action": t * 4 + np.arange(4)})
+    t += 1
+"""
+
+
+def test_a_writer_killed_mid_add_leaves_a_folder_that_reopens_whole(tmp_path):
+    path = tmp_path / "rb"
+    spec_ = {"observation": ArraySpec((4, 32, 32), np.uint8), "action": ArraySpec((), np.int64)}
+    for round_ in range(2):
+        child = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(CRASH_WRITER), str(path)],
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        try:
+            assert child.stdout.readline().strip() == b"ready"
+            time.sleep(0.3 + 0.2 * round_)
+            child.send_signal(signal.SIGKILL)
+        finally:
+            child.wait(timeout=30)
+            child.stdout.close()
+        rb = FrameStackReplayBuffer(spec_, 4, 50, compression="lz4", storage="memmap", path=path)
+        _check_whole(rb)
+        for _ in range(3):
+            items, info = rb.get_next(16)
+            np.testing.assert_array_equal(items["action"], info.ids)
+        del rb
+
+
+def test_resident_memory_grows_by_what_is_sampled_not_by_the_frames_written(tmp_path):
+    """Frames of random bytes (incompressible: 245 MB of blobs) go to disk while this
+    process's RSS grows by less than 60 MB, sampling included."""
+    frame = (160, 160)
+    data_spec = {"observation": ArraySpec((4, *frame), np.uint8), "action": ArraySpec((), np.int64)}
+    streams, steps = 16, 600
+    process = psutil.Process()
+    rb = FrameStackReplayBuffer(
+        data_spec, streams, steps, compression="lz4", compression_level=0, storage="memmap", path=tmp_path / "rb"
+    )
+    noise = np.random.default_rng(0).integers(0, 256, (64, *frame), np.uint8)
+    before = process.memory_info().rss
+    window = np.zeros((streams, 4, *frame), np.uint8)
+    for t in range(steps):
+        window[:, :3] = window[:, 1:]
+        window[:, 3] = noise[(t * streams + np.arange(streams)) % 61]
+        window[:, 3, 0, 0] = (t * streams + np.arange(streams)) % 250 + 1
+        rb.add_batch({"observation": window, "action": t * streams + np.arange(streams)})
+    written = int(rb.storage.pool.index[:, 1].sum())
+    assert written >= 245e6
+    grown = process.memory_info().rss - before
+    assert grown < 60e6, f"RSS grew by {grown / 1e6:.0f} MB while {written / 1e6:.0f} MB of blobs were written"
+    for _ in range(10):
+        items, info = rb.get_next(32)
+        assert np.all(items["observation"][:, -1, 0, 0] == (info.ids % 250) + 1)
+    grown = process.memory_info().rss - before
+    assert grown < 60e6, f"RSS grew by {grown / 1e6:.0f} MB after sampling"
+
+
+def test_the_folder_belongs_to_its_codec(tmp_path):
+    FrameStackReplayBuffer(spec(0), 2, 10, compression="lz4", storage="memmap", path=tmp_path / "rb")
+    for codec in (None, "zstd"):  # raw or another codec: refused, nothing written
+        with pytest.raises(CheckpointError, match="frames="):
+            FrameStackReplayBuffer(spec(0), 2, 10, compression=codec, storage="memmap", path=tmp_path / "rb")
+    FrameStackReplayBuffer(
+        spec(0), 2, 10, compression="lz4", compression_level=9, storage="memmap", path=tmp_path / "rb"
+    )  # fmt: skip  (the level only changes new blobs)
+    FrameStackReplayBuffer(spec(0), 2, 10, storage="memmap", path=tmp_path / "raw")
+    with pytest.raises(CheckpointError, match="frames="):
+        FrameStackReplayBuffer(spec(0), 2, 10, compression="lz4", storage="memmap", path=tmp_path / "raw")
+
+
+@pytest.mark.parametrize("damage", ["cut", "magic", "rows", "index"])
+def test_a_damaged_blob_file_is_refused(tmp_path, damage):
+    rb = FrameStackReplayBuffer(spec(0), 2, 10, compression="lz4", storage="memmap", path=tmp_path / "rb")
+    adds(rb, 5, 0)
+    newest = (rb.storage.pool.counter - 1) % rb.storage.pool.size
+    del rb
+    blobs = tmp_path / "rb" / BLOBS
+    data = bytearray(blobs.read_bytes())
+    if damage == "cut":
+        data = data[:-1]
+    elif damage == "magic":
+        data[0] ^= 0xFF
+    elif damage == "rows":
+        data[8:16] = np.array([7], "<i8").tobytes()
+    else:  # the newest frame's index row: a blob past the data
+        data[32 + 16 * newest : 40 + 16 * newest] = np.array([1 << 40], "<i8").tobytes()
+    blobs.write_bytes(bytes(data))
+    message = "holds a blob at" if damage == "index" else "not a ring of compressed frames"
+    with pytest.raises(CheckpointError, match=message):
+        FrameStackReplayBuffer(spec(0), 2, 10, compression="lz4", storage="memmap", path=tmp_path / "rb")
+    assert blobs.read_bytes() == bytes(data)
+
+
+@pytest.mark.parametrize("source", [None, "lz4", "zstd"])
+def test_a_checkpoint_loads_into_a_compressed_memmap_buffer(tmp_path, source):
+    memory = PrioritizedFrameStackReplayBuffer(spec(0), 2, 10, seed=5, compression=source)
+    adds(memory, 17, 0)
+    mapped = PrioritizedFrameStackReplayBuffer(spec(0), 2, 10, seed=5, compression="lz4", storage="memmap",
+                                               path=tmp_path / "rb")  # fmt: skip
+    mapped.load_state_dict(memory.state_dict())
+    assert_same_samples(memory, mapped)
+    back = PrioritizedFrameStackReplayBuffer(spec(0), 2, 10, seed=5, compression=source)
+    mapped.save(tmp_path / "saved")  # and its frames go back out (blobs read from the file)
+    back.load(tmp_path / "saved")
+    _same_items(memory, back)
+    del mapped
+    reopened = PrioritizedFrameStackReplayBuffer(spec(0), 2, 10, compression="lz4", storage="memmap",
+                                                 path=tmp_path / "rb")  # fmt: skip
+    _same_items(memory, reopened)
+    adds(reopened, 4, 3, first=17)
+    assert reopened.num_frames() == 20
