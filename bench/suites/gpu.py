@@ -112,6 +112,7 @@ WORKLOADS = [
         references=(NUMPY_PER,),
         goal_vs=NUMPY_PER,
         goal_ratio=round(1 / 1.3, 2),
+        readme="torch prioritized sample 256 + update 256 beside NumPy's (1M capacity)",
     ),
 ]
 PER_KEYS = ("gpu_per256", "gpu_per256_numpy")
