@@ -253,3 +253,18 @@ def test_a_checkpoint_loads_into_a_compressed_memmap_buffer(tmp_path, source):
     _same_items(memory, reopened)
     adds(reopened, 4, 3, first=17)
     assert reopened.num_frames() == 20
+
+
+def test_a_cleared_folder_reopens_empty_and_takes_adds(tmp_path):
+    memory, mapped = _pair(FrameStackReplayBuffer, tmp_path, "zstd")
+    adds(mapped, 12, 0)
+    mapped.clear()
+    del mapped
+    reopened = FrameStackReplayBuffer(
+        spec(0), 2, 10, seed=5, compression="zstd", storage="memmap", path=tmp_path / "rb"
+    )
+    assert reopened.num_frames() == 0 and reopened.storage.pool.counter == 0 and reopened.storage.pool.head == 0
+    adds(memory, 14, 1)
+    adds(reopened, 14, 1)
+    assert_same_samples(memory, reopened)
+    _same_items(memory, reopened)
