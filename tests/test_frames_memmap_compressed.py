@@ -268,3 +268,46 @@ def test_a_cleared_folder_reopens_empty_and_takes_adds(tmp_path):
     adds(reopened, 14, 1)
     assert_same_samples(memory, reopened)
     _same_items(memory, reopened)
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_blobs_of_mixed_sizes_wrap_grow_and_reopen_as_in_memory(tmp_path, codec):
+    """Frames from all-zero to random bytes (blobs of very different sizes), episodes of
+    random lengths, a reopen after every round: the byte ring wraps and grows, and every
+    item still equals the in-memory compressed buffer's."""
+    rng = np.random.default_rng(3)
+    frame = (32, 32)  # blobs of 20-1,040 bytes: the live ones outgrow the first data size
+    options = {"seed": 5, "compression": codec}
+    memory = FrameStackReplayBuffer(spec(0, frame), 2, 10, **options)
+    mapped = FrameStackReplayBuffer(spec(0, frame), 2, 10, **options, storage="memmap", path=tmp_path / "rb")
+    data = mapped.storage.pool.data_bytes
+    stacks: list = [None, None]
+    for round_ in range(6):
+        for t in range(15):
+            obs, nxt, types = [], [], []
+            for s in range(2):
+                if stacks[s] is None or rng.random() < 0.15:
+                    stacks[s] = [np.zeros(frame, np.uint8)] * 4
+                    types.append(0)
+                else:
+                    types.append(1)
+                high = int(rng.choice([1, 2, 256]))  # flat, two values, noise
+                new = rng.integers(0, high, frame, dtype=np.uint8)
+                obs.append(np.stack(stacks[s]))
+                stacks[s] = stacks[s][1:] + [new]
+                nxt.append(np.stack(stacks[s]))
+            step = 15 * round_ + t
+            item = {
+                "observation": np.stack(obs),
+                "action": np.arange(2) + 2 * step,
+                "step_type": np.array(types, np.int32),
+                "next_observation": np.stack(nxt),
+            }
+            memory.add_batch(item)
+            mapped.add_batch(item)
+        _same_items(memory, mapped)
+        del mapped
+        mapped = FrameStackReplayBuffer(spec(0, frame), 2, 10, **options, storage="memmap", path=tmp_path / "rb")
+        _same_items(memory, mapped)
+    assert mapped.storage.pool.counter == memory.storage.pool.counter
+    assert mapped.storage.pool.data_bytes > data  # grown (and wrapped before and after)
