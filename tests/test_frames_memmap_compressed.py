@@ -1,24 +1,27 @@
 """Frame-stack buffers with ``storage="memmap"`` and ``compression=`` (docs/images.md, "On
 disk"): the in-memory compressed buffer's samples, reopened whole, crash-safe, a file that
-grows with the compressed bytes, bounded resident memory, bad files refused."""
+grows with the compressed bytes, bad files refused. An add cut short and the resident memory
+bound: tests/test_frames_memmap.py, for both kinds of frames."""
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import textwrap
-import time
 
 import numpy as np
-import psutil
 import pytest
 
 from replaybuf import ArraySpec, FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer
 from replaybuf.errors import CheckpointError
 from replaybuf.storages.frame_blob_file import BLOBS, BlobFilePool
-from test_frames_memmap import FRAME, _check_whole, adds, assert_same_samples, spec
+from test_frames_memmap import (
+    CRASH_WRITER,
+    FRAME,
+    adds,
+    assert_same_samples,
+    killed_writers_reopen_whole,
+    spec,
+    unshared_item,
+)
 
 
 def _pair(cls, tmp_path, codec: str, axis: int = 0, **options):
@@ -63,12 +66,7 @@ def test_the_file_grows_with_the_compressed_bytes_and_reopens(tmp_path):
     memory, mapped = _pair(FrameStackReplayBuffer, tmp_path, "lz4")
     rows, data = mapped.storage.pool.size, mapped.storage.pool.data_bytes
     for t in range(60):
-        item = {
-            "observation": rng.integers(1, 255, (2, 4, *FRAME), np.uint8),
-            "action": np.arange(2) + 2 * t,
-            "step_type": np.ones(2, np.int32),
-            "next_observation": rng.integers(1, 255, (2, 4, *FRAME), np.uint8),
-        }
+        item = unshared_item(rng, t)
         memory.add_batch(item)
         mapped.add_batch(item)
         _same_items(memory, mapped)
@@ -105,98 +103,10 @@ def test_compressed_frames_take_less_disk_than_raw_ones(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-def test_an_add_cut_short_reopens_to_the_whole_items(tmp_path, monkeypatch):
-    """An add dies while appending its blobs (after its records): reopening drops it and the
-    items it was overwriting; every other item reads back as added, and adds go on."""
-    memory, mapped = _pair(FrameStackReplayBuffer, tmp_path, "lz4")
-    adds(memory, 14, 0)
-    adds(mapped, 14, 0)
-    original = BlobFilePool._append
-
-    def dies_halfway(self, blobs, oldest):
-        original(self, blobs[: len(blobs) // 2], oldest)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(BlobFilePool, "_append", dies_halfway)
-    with pytest.raises(KeyboardInterrupt):
-        adds(mapped, 1, 7, first=14)
-    monkeypatch.undo()
-    reopened = FrameStackReplayBuffer(spec(0), 2, 10, seed=5, compression="lz4", storage="memmap", path=tmp_path / "rb")
-    assert reopened.num_frames() == 18
-    got = reopened.gather_all()
-    for key, value in memory.gather_all().items():
-        np.testing.assert_array_equal(value[:, 1:], got[key])
-    adds(reopened, 3, 8, first=14)
-    assert reopened.num_frames() == 20
-
-
-CRASH_WRITER = """
-import sys
-import numpy as np
-from replaybuf import ArraySpec, FrameStackReplayBuffer
-spec = {"observation": ArraySpec((4, 32, 32), np.uint8), "action": ArraySpec((), np.int64)}
-rb = FrameStackReplayBuffer(spec, 4, 50, compression="lz4", storage="memmap", path=sys.argv[1])
-t = rb.num_frames() // 4
-print("ready", flush=True)
-while True:  # frame of stream s at step t: all (t * 4 + s) % 250 + 1; the stack holds steps t-3..t
-    values = (np.arange(t - 3, t + 1)[None, :] * 4 + np.arange(4)[:, None]) % 250 + 1
-    frames = np.broadcast_to(values[:, :, None, None], (4, 4, 32, 32)).astype(np.uint8)
-    rb.add_batch({"observation": frames, "action": t * 4 + np.arange(4)})
-    t += 1
-"""
-
-
 def test_a_writer_killed_mid_add_leaves_a_folder_that_reopens_whole(tmp_path):
-    path = tmp_path / "rb"
-    spec_ = {"observation": ArraySpec((4, 32, 32), np.uint8), "action": ArraySpec((), np.int64)}
-    for round_ in range(2):
-        child = subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(CRASH_WRITER), str(path)],
-            stdout=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        )
-        try:
-            assert child.stdout.readline().strip() == b"ready"
-            time.sleep(0.3 + 0.2 * round_)
-            child.send_signal(signal.SIGKILL)
-        finally:
-            child.wait(timeout=30)
-            child.stdout.close()
-        rb = FrameStackReplayBuffer(spec_, 4, 50, compression="lz4", storage="memmap", path=path)
-        _check_whole(rb)
-        for _ in range(3):
-            items, info = rb.get_next(16)
-            np.testing.assert_array_equal(items["action"], info.ids)
-        del rb
-
-
-def test_resident_memory_grows_by_what_is_sampled_not_by_the_frames_written(tmp_path):
-    """Frames of random bytes (incompressible: 245 MB of blobs) go to disk while this
-    process's RSS grows by less than 60 MB, sampling included."""
-    frame = (160, 160)
-    data_spec = {"observation": ArraySpec((4, *frame), np.uint8), "action": ArraySpec((), np.int64)}
-    streams, steps = 16, 600
-    process = psutil.Process()
-    rb = FrameStackReplayBuffer(
-        data_spec, streams, steps, compression="lz4", compression_level=0, storage="memmap", path=tmp_path / "rb"
-    )
-    noise = np.random.default_rng(0).integers(0, 256, (64, *frame), np.uint8)
-    before = process.memory_info().rss
-    window = np.zeros((streams, 4, *frame), np.uint8)
-    for t in range(steps):
-        window[:, :3] = window[:, 1:]
-        window[:, 3] = noise[(t * streams + np.arange(streams)) % 61]
-        window[:, 3, 0, 0] = (t * streams + np.arange(streams)) % 250 + 1
-        rb.add_batch({"observation": window, "action": t * streams + np.arange(streams)})
-    written = int(rb.storage.pool.index[:, 1].sum())
-    assert written >= 245e6
-    grown = process.memory_info().rss - before
-    assert grown < 60e6, f"RSS grew by {grown / 1e6:.0f} MB while {written / 1e6:.0f} MB of blobs were written"
-    for _ in range(10):
-        items, info = rb.get_next(32)
-        assert np.all(items["observation"][:, -1, 0, 0] == (info.ids % 250) + 1)
-    grown = process.memory_info().rss - before
-    assert grown < 60e6, f"RSS grew by {grown / 1e6:.0f} MB after sampling"
+    writer = CRASH_WRITER.replace('storage="memmap"', 'compression="lz4", storage="memmap"')
+    assert writer != CRASH_WRITER
+    killed_writers_reopen_whole(tmp_path / "rb", writer, compression="lz4")
 
 
 def test_the_folder_belongs_to_its_codec(tmp_path):
@@ -311,3 +221,25 @@ def test_blobs_of_mixed_sizes_wrap_grow_and_reopen_as_in_memory(tmp_path, codec)
         _same_items(memory, mapped)
     assert mapped.storage.pool.counter == memory.storage.pool.counter
     assert mapped.storage.pool.data_bytes > data  # grown (and wrapped before and after)
+
+
+def test_one_stream_reads_a_stacks_consecutive_blobs_at_once(tmp_path, monkeypatch):
+    """One stream: a stack's frames are consecutive blobs in the file, read by one system call."""
+    data_spec = {"observation": ArraySpec((4, *FRAME), np.uint8), "action": ArraySpec((), np.int64)}
+    options = {"compression": "lz4", "seed": 1}
+    memory = FrameStackReplayBuffer(data_spec, 1, 30, **options)
+    mapped = FrameStackReplayBuffer(data_spec, 1, 30, storage="memmap", path=tmp_path / "rb", **options)
+    rng = np.random.default_rng(0)
+    window = np.zeros((1, 4, *FRAME), np.uint8)
+    for t in range(20):
+        window[:, :3] = window[:, 1:]
+        window[:, 3] = rng.integers(0, 256, FRAME, np.uint8)
+        for rb in (memory, mapped):
+            rb.add_batch({"observation": window, "action": np.array([t])})
+    reads, real = [], os.preadv
+    monkeypatch.setattr(os, "preadv", lambda fd, buffers, offset: reads.append(offset) or real(fd, buffers, offset))
+    items, info = mapped.get_next(1)
+    assert len(reads) == 1  # the 4 frames of one stack: one run
+    np.testing.assert_array_equal(items["observation"][0], memory.gather_all()["observation"][0, int(info.ids[0])])
+    monkeypatch.undo()
+    _same_items(memory, mapped)

@@ -18,8 +18,9 @@ short, the live blobs are copied into a larger file (data at least doubled) rena
 this one: the file follows the compressed bytes, not the raw frames' size.
 
 A read takes the index rows of its distinct frames from a read-only mapping, reads their
-blobs with ``os.preadv`` into a scratch buffer reused between reads (never through a
-mapping: resident memory follows the batch, not the frames) and decodes them there. The
+blobs with ``os.preadv`` (one call per run of blobs that follow each other in the file) into
+a scratch buffer reused between reads (never through a mapping: resident memory follows the
+batch, not the frames) and decodes them there. The
 write head is not stored: reopening derives it from the newest frame's index row.
 """
 
@@ -195,20 +196,24 @@ class BlobFilePool(FramePool):
 
     # -- reading -----------------------------------------------------------------------------
     def source(self, rows: np.ndarray) -> tuple[ReadBlobs, np.ndarray]:
-        """The blobs of pool rows ``rows`` read into the scratch buffer, and their rows there."""
-        entries = np.asarray(self.index[rows])
-        lengths = entries[:, 1].copy()
-        starts = np.zeros(len(rows), np.int64)
-        if len(rows) > 1:
-            np.cumsum(lengths[:-1], out=starts[1:])
+        """The blobs of pool rows ``rows`` read into the scratch buffer, and their rows there:
+        one ``os.preadv`` per run of blobs that follow each other in the file (consecutive
+        frames, such as a stack's in a buffer of one stream)."""
+        entries = np.asarray(self.index[rows]).reshape(-1, 2)
+        offsets, lengths = entries[:, 0], entries[:, 1].copy()
+        starts = np.zeros(len(lengths), np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
         total = int(lengths.sum())
         if self._scratch.shape[0] < total:  # reused between reads (under the buffer's lock)
             self._scratch = np.empty(max(total, 2 * self._scratch.shape[0]), np.uint8)
-        view = memoryview(self._scratch)
-        data = HEADER + self.size * ROW
-        for offset, start, length in zip(entries[:, 0].tolist(), starts.tolist(), lengths.tolist(), strict=True):
-            os.preadv(self._fd, [view[start : start + length]], data + offset)
-        return ReadBlobs(self._scratch, starts, lengths), np.arange(len(rows))
+        if len(lengths):
+            breaks = np.flatnonzero(offsets[1:] != offsets[:-1] + lengths[:-1]) + 1
+            first = np.r_[0, breaks]
+            view, data = memoryview(self._scratch), HEADER + self.size * ROW
+            runs = zip(offsets[first].tolist(), starts[first].tolist(), [*starts[breaks].tolist(), total], strict=True)
+            for offset, start, end in runs:
+                os.preadv(self._fd, [view[start:end]], data + offset)
+        return ReadBlobs(self._scratch, starts, lengths), np.arange(len(lengths))
 
     # -- checkpoints ---------------------------------------------------------------------------
     def state(self, base: int, views: bool = False) -> dict:
