@@ -62,7 +62,7 @@ FAMILIES = (
             "gpu:gpu_ms_sample*",
         ),
     ),
-    Family("prioritized", "Prioritized replay", ("peers:w3_*", "jax_core:j3*", "jax_gpu:jg_j3*")),
+    Family("prioritized", "Prioritized replay", ("peers:w3_*", "jax_core:j3*", "jax_gpu:jg_j3*", "gpu:gpu_per*")),
     Family("episodes", "Episodes and sequences", ("peers:w4_*", "jax_core:j4", "sequences")),
     Family("frames", "Image frames", ("peers:w2_*", "frames", "frames_compressed", "gpu:gpu_frames*")),
     Family("writers", "Many writer processes, one learner", ("writers",)),

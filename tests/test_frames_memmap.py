@@ -18,6 +18,7 @@ import pytest
 import replaybuf
 from replaybuf import ArraySpec, FrameStackReplayBuffer, PrioritizedFrameStackReplayBuffer
 from replaybuf.errors import ArgumentError, CheckpointError
+from replaybuf.storages.frame_blob_file import BlobFilePool
 from replaybuf.storages.frame_memmap import MappedFramePool
 
 FRAME = (6, 5)
@@ -106,6 +107,16 @@ def test_reopening_recovers_the_items_and_the_frame_matching(tmp_path):
         np.testing.assert_array_equal(value, reopened.gather_all()[key])
 
 
+def unshared_item(rng: np.random.Generator, t: int) -> dict:
+    """Step ``t`` of 2 streams whose stacks share no frame (8 new random frames an item)."""
+    return {
+        "observation": rng.integers(1, 255, (2, 4, *FRAME), np.uint8),
+        "action": np.arange(2) + 2 * t,
+        "step_type": np.ones(2, np.int32),
+        "next_observation": rng.integers(1, 255, (2, 4, *FRAME), np.uint8),
+    }
+
+
 def test_a_ring_that_grows_is_rewritten_and_reopens(tmp_path):
     """Stacks sharing no frame (8 new frames an item) outgrow the ring sized for one: it is
     rewritten larger, every item still reads back, and the reopened folder has its size."""
@@ -114,12 +125,7 @@ def test_a_ring_that_grows_is_rewritten_and_reopens(tmp_path):
     mapped = FrameStackReplayBuffer(spec(0), 2, 10, seed=5, storage="memmap", path=tmp_path / "rb")
     size = mapped.storage.pool.size
     for t in range(25):
-        item = {
-            "observation": rng.integers(1, 255, (2, 4, *FRAME), np.uint8),
-            "action": np.arange(2) + 2 * t,
-            "step_type": np.ones(2, np.int32),
-            "next_observation": rng.integers(1, 255, (2, 4, *FRAME), np.uint8),
-        }
+        item = unshared_item(rng, t)
         memory.add_batch(item)
         mapped.add_batch(item)
     assert mapped.storage.pool.size > size
@@ -192,24 +198,28 @@ def test_a_reopened_buffer_stores_a_continuing_episode_once(tmp_path):
     np.testing.assert_array_equal(rb.gather_all()["observation"][:, -1], stack)
 
 
-def test_an_add_cut_short_reopens_to_the_whole_items(tmp_path, monkeypatch):
-    """An add dies after its records, while appending its frames: reopening drops it and
-    the items it was overwriting, and every other item reads back as added."""
-    memory = FrameStackReplayBuffer(spec(0), 2, 10, seed=5)
-    mapped = FrameStackReplayBuffer(spec(0), 2, 10, seed=5, storage="memmap", path=tmp_path / "rb")
+@pytest.mark.parametrize(
+    ("compression", "pool", "method"), [(None, MappedFramePool, "append"), ("lz4", BlobFilePool, "_append")]
+)
+def test_an_add_cut_short_reopens_to_the_whole_items(tmp_path, monkeypatch, compression, pool, method):
+    """An add dies after its records, while appending its frames (raw) or blobs (lz4):
+    reopening drops it and the items it was overwriting, and every other item reads back as added."""
+    options = {"seed": 5, "compression": compression}
+    memory = FrameStackReplayBuffer(spec(0), 2, 10, **options)
+    mapped = FrameStackReplayBuffer(spec(0), 2, 10, storage="memmap", path=tmp_path / "rb", **options)
     adds(memory, 14, 0)
     adds(mapped, 14, 0)
-    original = MappedFramePool.append
+    original = getattr(pool, method)
 
     def dies_halfway(self, new_frames, oldest):
         original(self, new_frames[: len(new_frames) // 2], oldest)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(MappedFramePool, "append", dies_halfway)
+    monkeypatch.setattr(pool, method, dies_halfway)
     with pytest.raises(KeyboardInterrupt):
         adds(mapped, 1, 7, first=14)
     monkeypatch.undo()
-    reopened = FrameStackReplayBuffer(spec(0), 2, 10, seed=5, storage="memmap", path=tmp_path / "rb")
+    reopened = FrameStackReplayBuffer(spec(0), 2, 10, storage="memmap", path=tmp_path / "rb", **options)
     assert reopened.num_frames() == 18  # 10 steps held; the oldest (being overwritten) dropped
     want = memory.gather_all()
     got = reopened.gather_all()
@@ -247,11 +257,12 @@ def _check_whole(rb) -> None:
             assert np.all(items["observation"][s, i] == np.array(want, np.uint8)[:, None, None])
 
 
-def test_a_writer_killed_mid_add_leaves_a_folder_that_reopens_whole(tmp_path):
-    path = tmp_path / "rb"
+def killed_writers_reopen_whole(path, writer: str, **options) -> None:
+    """Two rounds of: the ``writer`` script (CRASH_WRITER's adds into the folder ``path``)
+    SIGKILLed mid-stream, then the folder reopened with ``options``: every item whole."""
     for round_ in range(2):
         child = subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(CRASH_WRITER), str(path)],
+            [sys.executable, "-c", textwrap.dedent(writer), str(path)],
             stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         )
@@ -263,7 +274,7 @@ def test_a_writer_killed_mid_add_leaves_a_folder_that_reopens_whole(tmp_path):
             child.wait(timeout=30)
             child.stdout.close()
         spec_ = {"observation": ArraySpec((4, 32, 32), np.uint8), "action": ArraySpec((), np.int64)}
-        rb = FrameStackReplayBuffer(spec_, 4, 50, storage="memmap", path=path)
+        rb = FrameStackReplayBuffer(spec_, 4, 50, storage="memmap", path=path, **options)
         _check_whole(rb)
         for _ in range(3):
             items, info = rb.get_next(16)
@@ -271,20 +282,31 @@ def test_a_writer_killed_mid_add_leaves_a_folder_that_reopens_whole(tmp_path):
         del rb
 
 
-def test_resident_memory_grows_by_what_is_sampled_not_by_the_frames_written(tmp_path):
-    """400 MB of frames go to disk while this process's RSS grows by less than 100 MB."""
+def test_a_writer_killed_mid_add_leaves_a_folder_that_reopens_whole(tmp_path):
+    killed_writers_reopen_whole(tmp_path / "rb", CRASH_WRITER)
+
+
+@pytest.mark.parametrize("compression", [None, "lz4"])
+def test_resident_memory_grows_by_what_is_sampled_not_by_the_frames_written(tmp_path, compression):
+    """400 MB of frames (compressed: of blobs, the frames' random bytes do not compress) go to
+    disk while this process's RSS grows by less than 100 MB, sampling included."""
     frame = (160, 160)  # 25.6 KB; 16 streams: one new frame per stream and add, 410 KB an add
     data_spec = {"observation": ArraySpec((4, *frame), np.uint8), "action": ArraySpec((), np.int64)}
     streams, steps = 16, 1000
     process = psutil.Process()
-    rb = FrameStackReplayBuffer(data_spec, streams, steps, storage="memmap", path=tmp_path / "rb", seed=0)
+    rb = FrameStackReplayBuffer(
+        data_spec, streams, steps, storage="memmap", path=tmp_path / "rb", seed=0, compression=compression
+    )
+    noise = np.random.default_rng(0).integers(0, 256, (64, *frame), np.uint8)
     before = process.memory_info().rss
     window = np.zeros((streams, 4, *frame), np.uint8)
     for t in range(steps):
         window[:, :3] = window[:, 1:]
-        window[:, 3] = ((t * streams + np.arange(streams)) % 250 + 1)[:, None, None]
+        window[:, 3] = noise[(t * streams + np.arange(streams)) % 61]
+        window[:, 3, 0, 0] = (t * streams + np.arange(streams)) % 250 + 1
         rb.add_batch({"observation": window, "action": t * streams + np.arange(streams)})
-    written = rb.storage.pool.counter * frame[0] * frame[1]
+    pool = rb.storage.pool
+    written = pool.counter * frame[0] * frame[1] if compression is None else int(pool.index[:, 1].sum())
     assert written >= 400e6
     grown = process.memory_info().rss - before
     assert grown < 100e6, f"RSS grew by {grown / 1e6:.0f} MB while {written / 1e6:.0f} MB of frames were written"
@@ -357,10 +379,7 @@ def test_a_checkpoint_loads_into_a_memmap_frame_buffer(tmp_path):
         ({"storage": "disk"}, "storage: expected 'memory' or 'memmap', got 'disk'"),
         ({"storage": "memmap"}, "path: storage='memmap' needs a folder path"),
         ({"path": "somewhere"}, "path: only used with storage='memmap'"),
-        (
-            {"storage": "memmap", "path": "somewhere", "compression": "lz4"},
-            "compression: compressed frames are not memory-mapped yet",
-        ),
+        ({"storage": "memmap", "path": "somewhere", "compression": "lz5"}, "compression: expected one of"),
     ],
 )
 def test_storage_arguments(tmp_path, options, message):

@@ -239,14 +239,23 @@ def test_load_box_actions():
     assert_holds(buffer, dataset)
 
 
-def test_load_image_observations_into_a_frame_stack_buffer():
+@pytest.mark.parametrize("storage", [{}, {"storage": "memmap"}, {"storage": "memmap", "compression": "lz4"}])
+def test_load_image_observations_into_a_frame_stack_buffer(tmp_path, storage):
+    """Into a frame-stack buffer in RAM or on disk (raw or compressed frames: the folder
+    reopens holding the dataset)."""
     dataset = minari.load_dataset("test/image-cartpole-v0")
     spec = replaybuf.collect_data_spec(dataset)
-    frames = replaybuf.FrameStackReplayBuffer(spec, batch_size=2, max_length=100)
+    if storage:
+        storage = {**storage, "path": tmp_path / "frames"}
+    frames = replaybuf.FrameStackReplayBuffer(spec, batch_size=2, max_length=100, **storage)
     load(dataset, frames)
     assert_holds(frames, dataset)
     plain = load(dataset, batch_size=2, max_length=100)
     optree.tree_map(np.testing.assert_array_equal, frames.gather_all(), plain.gather_all())
+    if storage:
+        del frames
+        reopened = replaybuf.FrameStackReplayBuffer(spec, batch_size=2, max_length=100, **storage)
+        optree.tree_map(np.testing.assert_array_equal, reopened.gather_all(), plain.gather_all())
 
 
 def test_export_writes_what_the_drivers_collected():

@@ -184,3 +184,33 @@ def test_prioritized_dqn_learns_cartpole():
     assert model.replay_buffer.beta == pytest.approx(1.0, abs=0.01)  # annealed to beta_end
     mean, _ = evaluate_policy(model, model.get_env(), n_eval_episodes=10, deterministic=True)
     assert mean >= 150  # a random policy scores ~20
+
+
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+@pytest.mark.parametrize("compression", [None, "lz4"])
+def test_a_frame_folder_on_disk_goes_to_and_from_sb3_buffers(tmp_path, cls, compression):
+    """An SB3 buffer's saved transitions load into its native frame-stack buffer on disk
+    (storage="memmap", raw or compressed frames); the reopened folder saves them back into a
+    fresh SB3 buffer, which then holds and samples the same transitions."""
+    space = spaces.Box(0, 255, (36, 36, 4), np.uint8)
+    source = cls(10, space, spaces.Discrete(2), compression=compression)
+    for t in range(14):  # wraps the 10 slots
+        source.add(_stack(t)[None], _stack(t + 1)[None], np.array([t % 2]), np.array([t]), np.zeros(1), [{}])
+    source.save(tmp_path / "from_sb3")
+    native = source.native
+    options = {**source._native_options, "storage": "memmap", "path": tmp_path / "rb"}
+    on_disk = type(native)(native.data_spec, native.batch_size, native.max_length, **options)
+    on_disk.load(tmp_path / "from_sb3" / "transitions")
+    del on_disk
+    reopened = type(native)(native.data_spec, native.batch_size, native.max_length, **options)
+    reopened.save(tmp_path / "to_sb3" / "transitions")
+    back = cls(10, space, spaces.Discrete(2), compression=compression)
+    back.load(tmp_path / "to_sb3")
+    assert back.pos == source.pos and back.full == source.full
+    for a, b in zip(back.native.gather_all().values(), source.native.gather_all().values(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    sample = back.sample(16)
+    for row in range(16):
+        t = int(sample.rewards[row, 0])
+        np.testing.assert_array_equal(sample.observations[row].numpy(), _stack(t))
+        np.testing.assert_array_equal(sample.next_observations[row].numpy(), _stack(t + 1))

@@ -3,11 +3,16 @@ resident memory and time, beside the same buffer in RAM? Answer: docs/persistenc
 
 Both buffers get the same adds: ``--streams`` streams x ``--steps`` adds of 4-frame stacks of
 160x160 uint8 frames (one new 25.6 KB frame per stream and add), then ``--samples`` calls of
-``get_next(32)``. Printed per buffer: MB of frames written, the process's RSS growth (MB)
-after the adds and after the samples, and ms per add and per sample. The memmap folder is in
+``get_next(--batch)`` (32 by default). Printed per buffer: MB of frames written, the
+process's RSS growth (MB) after the adds and after the samples, ms per add and per sample
+(wall, then process CPU time: all threads, system time included), RSS bytes per stored item
+after the adds, and the folder's disk blocks (MB; 0 in RAM). The memmap folder is in
 ``--dir`` (default: a temporary folder); its frames stay in the page cache (warm reads).
+``--compression lz4`` / ``zstd``: both buffers keep their frames compressed (the frames
+here are flat, so they compress to almost nothing).
 Run:
     PYTHONPATH=src .venv/bin/python bench/studies/frames_memmap_rss.py [--steps 1000] [--streams 16]
+        [--compression lz4] [--batch 256]
 """
 
 from __future__ import annotations
@@ -27,29 +32,35 @@ FRAME = (160, 160)
 SPEC = {"observation": ArraySpec((4, *FRAME), np.uint8), "action": ArraySpec((), np.int64)}
 
 
-def run(streams: int, steps: int, samples: int, **storage: object) -> dict:
+def run(streams: int, steps: int, samples: int, batch: int = 32, **storage: object) -> dict:
     process = psutil.Process()
     rb = FrameStackReplayBuffer(SPEC, streams, steps, seed=0, **storage)
     gc.collect()
     before = process.memory_info().rss  # after the buffer is built (the first one loads numba's kernels)
     window = np.zeros((streams, 4, *FRAME), np.uint8)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for t in range(steps):
         window[:, :3] = window[:, 1:]
         window[:, 3] = ((t * streams + np.arange(streams)) % 250 + 1)[:, None, None]
         rb.add_batch({"observation": window, "action": t * streams + np.arange(streams)})
-    add_ms = 1e3 * (time.perf_counter() - start) / steps
+    add_ms, add_cpu = 1e3 * (time.perf_counter() - start) / steps, 1e3 * (time.process_time() - cpu) / steps
     after_adds = process.memory_info().rss - before
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(samples):
-        rb.get_next(32)
-    sample_ms = 1e3 * (time.perf_counter() - start) / samples
+        rb.get_next(batch)
+    sample_ms, sample_cpu = 1e3 * (time.perf_counter() - start) / samples, 1e3 * (time.process_time() - cpu) / samples
     return {
         "written MB": rb.storage.pool.counter * FRAME[0] * FRAME[1] / 1e6,
         "RSS after adds MB": after_adds / 1e6,
         "RSS after samples MB": (process.memory_info().rss - before) / 1e6,
         "ms per add": add_ms,
         "ms per sample": sample_ms,
+        "CPU ms per add": add_cpu,
+        "CPU ms per sample": sample_cpu,
+        "RSS B per item": after_adds / (streams * steps),
+        "disk MB": sum(f.stat().st_blocks * 512 for f in Path(storage["path"]).iterdir()) / 1e6  # type: ignore[arg-type]
+        if "path" in storage
+        else 0.0,
     }
 
 
@@ -59,10 +70,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--compression", default=None, choices=("lz4", "zstd"))
+    parser.add_argument("--batch", type=int, default=32)
     args = parser.parse_args()
+    codec = {"compression": args.compression, "batch": args.batch}
     with tempfile.TemporaryDirectory(dir=args.dir) as scratch:
-        mapped = run(args.streams, args.steps, args.samples, storage="memmap", path=Path(scratch) / "rb")
-        memory = run(args.streams, args.steps, args.samples)
+        mapped = run(args.streams, args.steps, args.samples, storage="memmap", path=Path(scratch) / "rb", **codec)
+        memory = run(args.streams, args.steps, args.samples, **codec)
     print("| buffer | " + " | ".join(mapped) + " |")
     print("| --- |" + " ---: |" * len(mapped))
     for name, row in (("memmap", mapped), ("memory", memory)):

@@ -15,7 +15,18 @@ so the harness's host clock covers the work, not only its launch.
 - ``gpu_sample256_captured``: the same with ``capture=True`` as ``replaybuf``, beside the bare
   loop, with the same goal (the eager call's result is fresh tensors, whose making alone
   exceeds it on the CPU: docs/gpu.md);
-- ``gpu_ms_insert256`` / ``gpu_ms_sample256``: the MindSpore-style buffer.
+- ``gpu_ms_insert256`` / ``gpu_ms_sample256``: the MindSpore-style buffer;
+- ``gpu_per256``: prioritized replay, sample 256 + update those 256 priorities (alpha 0.6,
+  beta 0.4; capacity 1M, 200k small transitions stored, W3's sizes): replaybuf's
+  ``TorchPrioritizedReplayBuffer`` beside TorchRL's ``PrioritizedSampler``
+  (``TensorDictPrioritizedReplayBuffer`` on ``LazyTensorStorage(device)``). Issue 51's goal:
+  >= 4x TorchRL's rate;
+- ``gpu_per256_numpy``: the same round beside NumPy's ``PrioritizedReplayBuffer`` (its
+  priorities float64 arrays, the torch buffer's float32 tensors on the device), alternating in
+  one process. Issue 51's goal: at most 1.3x its time (>= 0.77x its rate).
+
+The prioritized rows are timed in thread CPU time on the CPU (wall time on CUDA, where the
+time is the device's), the others in host wall time.
 
 Labels: ``replaybuf`` (eager), ``replaybuf captured`` (``capture=True``: one CUDA graph
 replay per call on a GPU; on the CPU a draw and NumPy calls into static outputs), ``bare loop``
@@ -29,12 +40,15 @@ once as a CUDA graph and replayed; CUDA only) and ``torchrl`` (``TensorDictRepla
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections.abc import Callable
 
 import numpy as np
 
 import harness
-from common import small_pool, small_spec
+from common import SIZES as PEER_SIZES
+from common import chunks, small_pool, small_spec
 from harness import Workload
 from suites import Job
 
@@ -42,6 +56,7 @@ FRAME = (84, 84, 4)
 BATCH = 256
 TORCHRL = "torchrl"
 OURS_REFS = ("bare loop", "kernel alone", "replaybuf captured")
+NUMPY_PER = "numpy prioritized"
 #: per size: (frames stored on CUDA, on the CPU; small transitions stored)
 SIZES = {"full": (100_000, 4096, 100_352), "quick": (4096, 4096, 100_352), "tiny": (64, 64, 1024)}
 
@@ -81,10 +96,29 @@ WORKLOADS = [
     ),
     Workload("gpu_ms_insert256", "MindSpore-style insert 256", "items/s", BATCH),
     Workload("gpu_ms_sample256", "MindSpore-style sample 256", "batches/s"),
+    Workload(
+        "gpu_per256",
+        "prioritized sample 256 + update 256 on the device (1M capacity)",
+        "rounds/s",
+        peers=(TORCHRL,),
+        goal_vs=TORCHRL,
+        goal_ratio=4,
+        readme="torch prioritized sample 256 + update 256 (1M capacity)",
+    ),
+    Workload(
+        "gpu_per256_numpy",
+        "prioritized sample 256 + update 256, torch beside NumPy (1M capacity)",
+        "rounds/s",
+        references=(NUMPY_PER,),
+        goal_vs=NUMPY_PER,
+        goal_ratio=round(1 / 1.3, 2),
+        readme="torch prioritized sample 256 + update 256 beside NumPy's (1M capacity)",
+    ),
 ]
+PER_KEYS = ("gpu_per256", "gpu_per256_numpy")
 JOBS = [
-    Job("replaybuf", None, ("replaybuf", *OURS_REFS), device=True),
-    Job(TORCHRL, TORCHRL, (TORCHRL,), device=True, workloads=tuple(w.key for w in WORKLOADS[:5])),
+    Job("replaybuf", None, ("replaybuf", *OURS_REFS, NUMPY_PER), device=True),
+    Job(TORCHRL, TORCHRL, (TORCHRL,), device=True, workloads=(*(w.key for w in WORKLOADS[:5]), "gpu_per256")),
 ]
 
 
@@ -145,10 +179,12 @@ def as_tensordict(batch: dict, device):
 class Table:
     """The buffers of one job on one device, filled alike; ``calls(key)``: label -> call of a workload."""
 
-    def __init__(self, device, labels: tuple[str, ...], sizes: tuple[int, int, int]):
+    def __init__(self, device, labels: tuple[str, ...], size: str):
         self.device, self.labels = device, labels
+        sizes = SIZES[size]
         self.frames = sizes[0] if device.type == "cuda" else sizes[1]
         self.capacity = sizes[2]
+        self.per_sizes = PEER_SIZES[size]  # W3's: capacity, stored
         self.built: dict[str, dict] = {}
 
     def _ours(self, spec: dict, streams: int, max_length: int, capture: bool = False):
@@ -225,7 +261,48 @@ class Table:
             calls["kernel alone"] = kernel
         return calls
 
+    def per_rounds(self, key: str) -> dict[str, Callable[[], object]]:
+        """A prioritized round (sample 256, update their priorities) of each buffer of this job."""
+        import torch
+
+        if "per" not in self.built:
+            capacity, stored = self.per_sizes.capacity, self.per_sizes.stored
+            stored -= stored % BATCH
+            pool = small_pool(stored)
+            generator = torch.Generator().manual_seed(1)
+            priorities = [torch.rand(BATCH, generator=generator) + 0.01 for _ in range(16)]
+            made: dict = {"priorities": [p.to(self.device) for p in priorities]}
+            if TORCHRL in self.labels:
+                from torchrl.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
+
+                made[TORCHRL] = TensorDictPrioritizedReplayBuffer(
+                    alpha=0.6, beta=0.4, storage=LazyTensorStorage(capacity, device=self.device), batch_size=BATCH
+                )
+                for _, batch in chunks(pool, stored, 4096):
+                    made[TORCHRL].extend(as_tensordict(batch, self.device))
+            else:
+                from replaybuf import PrioritizedReplayBuffer
+                from replaybuf.torch import TorchPrioritizedReplayBuffer
+
+                made["host priorities"] = [p.numpy().astype(np.float64) for p in priorities]
+                options = {"batch_size": BATCH, "max_length": capacity // BATCH, "alpha": 0.6, "beta": 0.4, "seed": 1}
+                made["replaybuf"] = TorchPrioritizedReplayBuffer(small_spec(), device=self.device, **options)
+                made[NUMPY_PER] = PrioritizedReplayBuffer(small_spec(), **options)
+                for _, batch in chunks(pool, stored, BATCH):
+                    made["replaybuf"].add_batch(batch)
+                    made[NUMPY_PER].add_batch(batch)
+            self.built["per"] = made
+        made = self.built["per"]
+        if TORCHRL in self.labels:
+            return {TORCHRL: per_round(made[TORCHRL], made["priorities"], torchrl=True)}
+        calls = {"replaybuf": per_round(made["replaybuf"], made["priorities"])}
+        if key == "gpu_per256_numpy":
+            calls[NUMPY_PER] = per_round(made[NUMPY_PER], made["host priorities"])
+        return calls
+
     def calls(self, key: str) -> dict[str, Callable[[], object]]:
+        if key in PER_KEYS:
+            return self.per_rounds(key)
         if key.startswith("gpu_frames"):
             frames = self.frames_buffers()
             return self.sampling(frames, int(key.removeprefix("gpu_frames")), lambda: frames["replaybuf"]._storage.rows)
@@ -274,6 +351,25 @@ class Table:
         return made["buffer"].sample
 
 
+def per_round(buffer, priorities: list, torchrl: bool = False) -> Callable[[], object]:
+    """One prioritized round of ``buffer``: sample 256, set their priorities (the next of 16 sets)."""
+    turn = itertools.count()
+
+    if torchrl:
+
+        def round_():
+            sample = buffer.sample()
+            buffer.update_priority(sample["index"], priorities[next(turn) & 15])
+
+    else:
+
+        def round_():
+            _, info = buffer.get_next(BATCH)
+            buffer.update_priorities(info.ids, priorities[next(turn) & 15])
+
+    return round_
+
+
 def measure(job: Job, size: str, keys: list[str]) -> None:
     """This job's labels of every workload (``keys`` only) on CUDA when visible, else the CPU."""
     import torch
@@ -284,7 +380,7 @@ def measure(job: Job, size: str, keys: list[str]) -> None:
     where = f"{torch.cuda.get_device_name(device)} (CUDA)" if device.type == "cuda" else "CPU, 1 torch thread"
     label = job.labels[0]
     harness.emit(lib=label, version=f"{_version(label)}, torch {torch.__version__}, on {where}")
-    table = Table(device, job.labels, SIZES[size])
+    table = Table(device, job.labels, size)
     notes = dict.fromkeys(job.labels, where)
     for workload in WORKLOADS:
         if keys and workload.key not in keys or job.workloads and workload.key not in job.workloads:
@@ -293,7 +389,11 @@ def measure(job: Job, size: str, keys: list[str]) -> None:
         if "kernel alone" in workload.references and label == "replaybuf" and "kernel alone" not in calls:
             harness.missing([workload.key], "kernel alone", f"a CUDA graph: none on the {device.type}")
         runs = {name: synced(device, call) for name, call in calls.items()}
-        harness.measure(workload, runs, harness.TIMINGS[size], notes=notes)
+        if workload.key in PER_KEYS and device.type == "cpu":
+            per_notes = {name: f"{where}, thread CPU time" for name in runs}
+            harness.measure(workload, runs, harness.TIMINGS[size], notes=per_notes, clock=time.thread_time)
+        else:
+            harness.measure(workload, runs, harness.TIMINGS[size], notes=notes)
 
 
 def _version(label: str) -> str:

@@ -37,11 +37,11 @@ def frame_storage(
     compression_level: int | None = None,
 ) -> Callable[[FlatSpec, StreamRing], FrameStorage]:
     """The storage part of the frame-stack presets: in RAM, or in the folder ``path``
-    (``storage="memmap"``, raw frames).
+    (``storage="memmap"``, raw or compressed frames).
 
     Raises:
         ArgumentError: as ``stacked_leaves``; a storage other than ``"memory"`` or
-            ``"memmap"``, ``"memmap"`` without a path or with ``compression``, a path with
+            ``"memmap"``, ``"memmap"`` without a path, a path with
             ``"memory"``; as ``replaybuf.storages.codecs.make_codec`` for ``compression`` and its level.
         CheckpointError: as ``MemmapStorage.open`` for the folder ``path``.
     """
@@ -51,20 +51,15 @@ def frame_storage(
         raise ArgumentError(f"path: only used with storage='memmap', got storage='memory' and path={path!r}")
     if storage == "memmap" and path is None:
         raise ArgumentError("path: storage='memmap' needs a folder path for its files")
-    if storage == "memmap" and compression is not None:
-        raise ArgumentError(
-            f"compression: compressed frames are not memory-mapped yet; use compression=None with "
-            f"storage='memmap', got {compression!r}"
-        )
     make_codec(compression, compression_level, 1)  # the argument errors, before the spec's
 
     def build(flat: FlatSpec, ring: StreamRing) -> FrameStorage:
         stacked = stacked_leaves(flat, stacked_fields, stack_axis)
-        if storage == "memmap":
-            return MemmapFrameStorage(path, flat, ring, stacked)  # type: ignore[arg-type]
         first = stacked[0]
         frame_bytes = prod(first.frame_shape) * flat.leaves[first.index].dtype.itemsize
         codec = make_codec(compression, compression_level, frame_bytes)
+        if storage == "memmap":
+            return MemmapFrameStorage(path, flat, ring, stacked, codec=codec)  # type: ignore[arg-type]
         return FrameStorage(flat.leaves, stacked, ring.batch_size, ring.max_length, codec=codec)
 
     return build
@@ -87,16 +82,15 @@ class FrameStackReplayBuffer(StreamBuffer):
         compression_level: the codec's level (lz4: 0 is LZ4's fast mode, 1-12 LZ4-HC,
             default 3; zstd: -7 to 22, default 1); None for the codec's default.
 
-        storage: ``"memory"`` (default) or ``"memmap"``: records and raw frames in the folder
-            ``path``, read from disk as sampled; reopening the folder recovers the items
-            (docs/images.md, docs/persistence.md). Not with ``compression`` yet.
+        storage: ``"memory"`` (default) or ``"memmap"``: records and frames (raw, or
+            compressed with ``compression``) in the folder ``path``, read from disk as
+            sampled; reopening the folder recovers the items (docs/images.md, docs/persistence.md).
 
     Raises:
         ArgumentError: as ``stacked_leaves``; a storage other than ``"memory"`` or
-            ``"memmap"``, ``"memmap"`` without ``path`` or with ``compression``, ``path``
-            without ``"memmap"``; an unknown ``compression``, a level outside the codec's
-            range or without a codec, or a codec whose package is missing; the
-            UniformReplayBuffer's argument errors.
+            ``"memmap"``, ``"memmap"`` without ``path``, ``path`` without ``"memmap"``; an
+            unknown ``compression``, a level outside the codec's range or without a codec,
+            or a codec whose package is missing; the UniformReplayBuffer's argument errors.
         CheckpointError: ``path`` holds a buffer of another spec, geometry or kind, or is damaged.
     """
 

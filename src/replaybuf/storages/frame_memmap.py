@@ -9,6 +9,7 @@
       records.npy    the item records: small leaves, frame pointers, floors (mapped)
       cursor.npy     the commit protocol of ``storages.memmap``
       frames.npy     the raw frame ring, ``[size + 1, *frame]`` (row ``size``: the zero frame)
+      blobs.bin      instead, with a codec: the compressed frames (``storages.frame_blob_file``)
 
 Frames are written with ``os.pwrite`` and read with ``os.preadv`` (through the page cache,
 never into this process's mapping: a mapped read would also map the cached pages around
@@ -41,6 +42,7 @@ from replaybuf.persistence.state import spec_state
 from replaybuf.ring import StreamRing
 from replaybuf.specs import ArraySpec
 from replaybuf.storages.codecs import Codec
+from replaybuf.storages.frame_blob_file import BLOBS, BlobFilePool
 from replaybuf.storages.frame_leaves import StackedLeaf
 from replaybuf.storages.frame_pool import FramePool
 from replaybuf.storages.frames import FrameStorage
@@ -65,13 +67,14 @@ class MemmapFrameStorage(FrameStorage):
         ring: StreamRing,
         stacked: list[StackedLeaf],
         compiled: bool | None = None,
+        codec: Codec | None = None,
     ):
         self.path, self.flat, self.ring = Path(path), flat, ring
-        self.kind = {
-            "format": FORMAT,
-            "frames": {"spec": spec_state(flat), "stacked": [[s.index, s.axis] for s in stacked]},
-        }
-        super().__init__(flat.leaves, stacked, ring.batch_size, ring.max_length, compiled)
+        frames: dict = {"spec": spec_state(flat), "stacked": [[s.index, s.axis] for s in stacked]}
+        if codec is not None:  # raw folders keep the meta.json they had before codecs
+            frames["codec"] = codec.name
+        self.kind = {"format": FORMAT, "frames": frames}
+        super().__init__(flat.leaves, stacked, ring.batch_size, ring.max_length, compiled, codec)
 
     def open_records(self, specs: list[ArraySpec]) -> RecordStorage:
         """The records of the folder (created when absent or empty); sets the ring to its steps.
@@ -82,6 +85,8 @@ class MemmapFrameStorage(FrameStorage):
         return MemmapStorage.open(self.path, FlatSpec(tuple(specs)), self.ring, self.kind)
 
     def open_pool(self, frame_shape: tuple[int, ...], size: int, codec: Codec | None) -> FramePool:
+        if codec is not None:
+            return BlobFilePool(self.path / BLOBS, frame_shape, self.frame_dtype, size, self.batch_size, codec)
         return MappedFramePool(self.path / FRAMES, frame_shape, self.frame_dtype, size, self.batch_size)
 
     def start(self) -> None:
@@ -97,7 +102,7 @@ class MemmapFrameStorage(FrameStorage):
         slots = ids.reshape(-1) % self.capacity
         rows = self.records.records[slots]
         largest = max(int(rows[name].max()) for name in self._pointer_names)
-        self.pool.counter = largest + 1  # ZERO (-1) everywhere: no frame held, counter 0
+        self.pool.reopen(largest + 1)  # ZERO (-1) everywhere: no frame held, counter 0
         self.resume(ids[:, -1] % self.capacity)
 
     def commit(self, steps: int) -> None:
@@ -148,6 +153,10 @@ class MappedFramePool(FramePool):
         self.frames = np.memmap(self.path, self.frame_dtype, "r", offset, shape)
         self._fd = os.open(self.path, os.O_RDWR)  # for os.pwrite; closed with the pool or when remapped
         self._close = weakref.finalize(self, os.close, self._fd)
+
+    def reopen(self, counter: int) -> None:
+        """Continue after the frame ``counter - 1`` (derived from the stored items)."""
+        self.counter = counter
 
     def append(self, new_frames: np.ndarray, oldest: int) -> None:
         """As ``FramePool.append``, the frames written into the file."""

@@ -113,9 +113,15 @@ class FramePool:
         if self.codec is None:
             return self.frames, self.size, pointers
         counters, held, renumbered = self.distinct(pointers)
-        decode_frames(self.codec, self.blobs, counters % self.size, held, np.arange(counters.size), threads)  # type: ignore[arg-type]
+        blobs, rows = self.source(counters % self.size)
+        decode_frames(self.codec, blobs, rows, held, np.arange(counters.size), threads)  # type: ignore[arg-type]
         size = held.shape[0] - 1
         return held.view(self.frame_dtype).reshape(size + 1, *self.frame_shape), size, renumbered
+
+    def source(self, rows: np.ndarray) -> tuple[BlobRing, np.ndarray]:
+        """Where the blobs of pool ``rows`` are read from, and their rows there: the ring itself
+        (``storages.frame_blob_file``'s pool reads them from its file first)."""
+        return self.blobs, rows  # type: ignore[return-value]
 
     def distinct(self, pointers: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """``(counters, held, renumbered)``: the distinct frame counters ``pointers`` name
@@ -140,7 +146,8 @@ class FramePool:
         block = np.empty((every.size, self.codec.frame_bytes), np.uint8)  # type: ignore[union-attr]
         plan = kernels.decode_plan if kernels is not None else _decode_plan
         rows, first, targets, sources, zeros = plan(every, self.size)
-        decode_frames(self.codec, self.blobs, rows, block, first, threads)  # type: ignore[arg-type]
+        blobs, rows = self.source(rows)
+        decode_frames(self.codec, blobs, rows, block, first, threads)  # type: ignore[arg-type]
         if zeros.size:
             block[zeros] = 0
         if kernels is not None:
