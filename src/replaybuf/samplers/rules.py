@@ -70,19 +70,33 @@ def check_sample_rules(
     max_staleness: Any = None,
     version_field: Any = "policy_version",
     drop_remainder: Any = False,
+    prioritized: bool = False,
 ) -> SampleRules:
-    """The ``SampleRules`` of a buffer's constructor keywords.
+    """The ``SampleRules`` of a buffer's constructor keywords (``prioritized``: of a buffer
+    that draws by priority, which keeps no epochs and no FIFO order).
 
     Raises:
         ArgumentError: ``replacement`` or ``drop_remainder`` not a bool, ``max_times_sampled``
             not an int >= 1, ``max_staleness`` not an int >= 0, ``sampler`` other than None or
             ``"fifo"`` (or ``"fifo"`` with ``replacement=False``), ``drop_remainder`` without
             ``replacement=False``, or ``max_staleness`` with a ``version_field`` that names no
-            scalar integer field of the data_spec.
+            scalar integer field of the data_spec. With ``prioritized``: ``replacement=False``
+            or a ``sampler``.
     """
     for name, value in (("replacement", replacement), ("drop_remainder", drop_remainder)):
         if not isinstance(value, (bool, np.bool_)):
             raise ArgumentError(f"{name}: expected True or False, got {value!r:.80}")
+    if prioritized and not replacement:
+        raise ArgumentError(
+            "replacement: expected True on a prioritized buffer (an epoch draws every item once in a "
+            "uniformly random order, leaving nothing to priorities; max_times_sampled=1 draws each item "
+            "once, by priority), got False"
+        )
+    if prioritized and sampler is not None:
+        raise ArgumentError(
+            f"sampler: expected None on a prioritized buffer (priorities order its draws; a FIFO queue is "
+            f"UniformReplayBuffer(max_times_sampled=1, sampler='fifo')), got {sampler!r:.80}"
+        )
     times = _int_at_least("max_times_sampled", max_times_sampled, 1)
     staleness = _int_at_least("max_staleness", max_staleness, 0)
     if sampler not in (None, "fifo"):
