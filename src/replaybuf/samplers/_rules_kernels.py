@@ -169,8 +169,13 @@ def warm_up() -> None:
     function, state = raw_pointer(bit_generator), bit_generator.ctypes.state_address
     pool, out = np.arange(4, dtype=np.int64), np.empty(2, np.int64)
     pick(function, state, pool, 4, True, out)
-    dense, where = np.arange(4, dtype=np.int64), np.arange(4, dtype=np.int64)
-    alive = np.ones(4, np.uint8)
-    take(function, state, pool.copy(), 0, 2, alive, 0, 0, 4, out)
-    count(out, np.zeros(4, np.int64), 1, dense, where, alive, 4, 0, 4)
-    pick_counted(function, state, pool, 2, out, np.zeros(4, np.int64), 1, dense, where, alive, 2, 0, 4)
+    take(function, state, pool.copy(), 0, 2, np.ones(4, np.uint8), 0, 0, 4, out)
+    for counts in (np.int32, np.int64):  # the samplers' counts: int32 unless the limit needs more
+        count(np.array([1, 2], np.int64), np.zeros(4, counts), 1, *_live_ids(4), 4, 0, 4)
+        dense, where, alive = _live_ids(4)
+        pick_counted(function, state, dense, 4, out, np.zeros(4, counts), 1, dense, where, alive, 4, 0, 4)
+
+
+def _live_ids(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(dense, where, alive)`` of a live set holding the ids ``0 .. size - 1`` (for ``warm_up``)."""
+    return np.arange(size, dtype=np.int64), np.arange(size, dtype=np.int64), np.ones(size, np.uint8)

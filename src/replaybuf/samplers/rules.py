@@ -130,7 +130,9 @@ class RuledSampler:
         self.base, self.rules, self.ring = base, rules, ring
         self.draws = rule_draws(ring.capacity, compiled)
         self.live = LiveSet(ring.capacity)
-        self.times = np.zeros(ring.capacity, np.int64)
+        limit = rules.max_times_sampled
+        # counts in int32 where the limit fits (half the memory a draw's count reads at random)
+        self.times = np.zeros(ring.capacity, np.int32 if limit is None or limit < 2**31 else np.int64)
         self.versions = np.zeros(ring.capacity, np.int64)
         self._saved_live: np.ndarray | None = None  # a checkpoint's order of the live ids, until loaded
         self.floor = 0  # ids below it are not live (sampler="fifo" scans from it)
@@ -372,7 +374,7 @@ class RuledSampler:
     def state(self, ring: StreamRing) -> dict:
         ids = ring.stream_ids().T.ravel()
         rules = {
-            "times": self.times[ids % ring.capacity].copy(),
+            "times": self.times[ids % ring.capacity].astype(np.int64),
             "policy_version": self.policy_version,
             "epoch": self.epoch,
             "order": self.order.copy(),
