@@ -12,7 +12,9 @@
 
 The unit is the sample's start: an item, a window's first item, a sequence's learning start.
 The live starts (stored, not consumed, not stale) are a ``LiveSet``; the wrapped sampler
-(``UniformSampler`` or ``EpisodeSampler``) decides which of them fit the sample's shape.
+(``UniformSampler`` or ``EpisodeSampler``) decides which of them fit the sample's shape. The
+draws are ``rule_draws``' (NumPy, or one numba call a step); ``ruled_priorities`` keeps the
+same bookkeeping over the prioritized sampler.
 """
 
 from __future__ import annotations
