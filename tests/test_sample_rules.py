@@ -546,3 +546,18 @@ TestPrioritizedRulesMachine = PrioritizedRulesMachine.TestCase
 TestPrioritizedRulesMachine.settings = settings(
     max_examples=30, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+
+
+def test_a_checkpoint_without_the_live_order_loads_and_a_bad_one_is_refused():
+    buffer = buffer_of(length=10, max_times_sampled=2)
+    for step in range(4):
+        add(buffer, step)
+    buffer.get_next(3)
+    state = buffer.state_dict()
+    older = {**state, "sample_rules": {k: v for k, v in state["sample_rules"].items() if k != "live"}}
+    loaded = buffer_of(length=10, max_times_sampled=2)
+    loaded.load_state_dict(older)  # saved before the order was kept: the eligible items in id order
+    assert loaded.num_eligible() == buffer.num_eligible() == 8
+    repeated = {**state, "sample_rules": {**state["sample_rules"], "live": np.array([1, 1])}}
+    with pytest.raises(replaybuf.CheckpointError, match=r"\['live'\]: expected distinct ids"):
+        loaded.load_state_dict(repeated)
