@@ -60,6 +60,7 @@ FAMILIES = (
             "jax_gpu:jg_j5",
             "gpu:gpu_sample*",
             "gpu:gpu_ms_sample*",
+            "sample_rules",
         ),
     ),
     Family("prioritized", "Prioritized replay", ("peers:w3_*", "jax_core:j3*", "jax_gpu:jg_j3*", "gpu:gpu_per*")),

@@ -31,6 +31,7 @@ SMOKE = {
     "sb3": ["sb3_add", "sb3_sample256", "sb3_dqn_cartpole"],  # Atari: a CnnPolicy; RSS: three more processes
     "jax_gpu": ["jg_j2b", "jg_j3"],
     "sequences": ["seq_uniform", "seq_add", "seqf_period40"],  # the other variants: the same fills, other keywords
+    "sample_rules": ["rules_epoch", "rules_consume"],  # the others: the same fill, other keywords
 }
 
 

@@ -34,6 +34,8 @@ def _buffers(tmp_path):
         "prioritized-frames": replaybuf.PrioritizedFrameStackReplayBuffer(
             SPEC, stacked_fields=["observation"], **common
         ),
+        "ruled": replaybuf.UniformReplayBuffer(SPEC, replacement=False, **common),
+        "prioritized-ruled": replaybuf.PrioritizedReplayBuffer(SPEC, max_times_sampled=2, **episodes, **common),
     }
 
 
@@ -70,6 +72,8 @@ def _assert_satisfies(part, protocol) -> None:
         "frames",
         "frames-lz4",
         "prioritized-frames",
+        "ruled",
+        "prioritized-ruled",
     ],
 )
 def test_every_part_satisfies_its_protocol(kind, tmp_path):

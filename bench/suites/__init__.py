@@ -31,6 +31,7 @@ SUITES = (
     "sb3",
     "her",
     "sequences",
+    "sample_rules",
     "gpu",
     "jax_gpu",
 )

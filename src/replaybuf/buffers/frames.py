@@ -146,8 +146,9 @@ class FrameStackReplayBuffer(StreamBuffer):
 class PrioritizedFrameStackReplayBuffer(StreamBuffer):
     """``PrioritizedReplayBuffer`` whose stacked-frame fields store each distinct frame once.
 
-    Takes PrioritizedReplayBuffer's arguments plus ``stacked_fields``, ``stack_axis``,
-    ``compression`` and ``compression_level``; ``storage`` and ``path`` as FrameStackReplayBuffer's.
+    Takes PrioritizedReplayBuffer's arguments (the sample-count rules included) plus
+    ``stacked_fields``, ``stack_axis``, ``compression`` and ``compression_level``; ``storage``
+    and ``path`` as FrameStackReplayBuffer's.
     """
 
     alpha = PrioritizedReplayBuffer.alpha
@@ -178,15 +179,32 @@ class PrioritizedFrameStackReplayBuffer(StreamBuffer):
         storage: str = "memory",
         path: str | os.PathLike | None = None,
         compiled: bool | None = None,
+        replacement: bool = True,
+        max_times_sampled: int | None = None,
+        max_staleness: int | None = None,
+        version_field: str = "policy_version",
+        drop_remainder: bool = False,
     ):
+        sampler = prioritized_sampler(
+            alpha,
+            beta,
+            epsilon,
+            compiled,
+            respect_episodes,
+            pad_episode_ends,
+            episode_end_field,
+            replacement=replacement,
+            max_times_sampled=max_times_sampled,
+            max_staleness=max_staleness,
+            version_field=version_field,
+            drop_remainder=drop_remainder,
+        )
         super().__init__(
             data_spec,
             batch_size,
             max_length,
             storage=frame_storage(stacked_fields, stack_axis, storage, path, compression, compression_level),
-            sampler=prioritized_sampler(
-                alpha, beta, epsilon, compiled, respect_episodes, pad_episode_ends, episode_end_field
-            ),
+            sampler=sampler,
             seed=seed,
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,

@@ -12,6 +12,8 @@ from replaybuf.hindsight import HindsightRelabel, relabel_part
 from replaybuf.nest import FlatSpec
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.prioritized import PrioritizedSampler, check_beta
+from replaybuf.samplers.ruled_priorities import RuledPrioritizedSampler
+from replaybuf.samplers.rules import check_sample_rules
 from replaybuf.storages import open_storage
 
 __all__ = ["PrioritizedReplayBuffer", "prioritized_sampler"]
@@ -26,13 +28,21 @@ def prioritized_sampler(
     pad_episode_ends: bool,
     episode_end_field: str | None,
     make: Callable[..., PrioritizedSampler] = PrioritizedSampler,
-) -> Callable[[FlatSpec, StreamRing], PrioritizedSampler]:
+    **rules: Any,
+) -> Callable[[FlatSpec, StreamRing], Any]:
     """The sampler part of the prioritized presets (plain, frame-stack and torch: ``make``
-    builds the sampler from the capacity and the options)."""
+    builds the sampler from the capacity and the options), under the sample-count ``rules``
+    (``replacement``, ``max_times_sampled``, ``max_staleness``, ``version_field``,
+    ``drop_remainder``: replaybuf.samplers.ruled_priorities) when any is set.
 
-    def build(flat: FlatSpec, ring: StreamRing) -> PrioritizedSampler:
+    Raises:
+        ArgumentError: see ``episode_index`` and ``check_sample_rules``.
+    """
+
+    def build(flat: FlatSpec, ring: StreamRing) -> Any:
+        checked = check_sample_rules(flat, prioritized=True, **rules)
         index = episode_index(flat, ring, respect_episodes, pad_episode_ends, episode_end_field)
-        return make(
+        sampler = make(
             ring.capacity,
             alpha=alpha,
             beta=beta,
@@ -41,6 +51,7 @@ def prioritized_sampler(
             pad=bool(pad_episode_ends),
             compiled=compiled,
         )
+        return RuledPrioritizedSampler(sampler, checked, ring) if checked.active else sampler
 
     return build
 
@@ -63,10 +74,16 @@ class PrioritizedReplayBuffer(StreamBuffer):
         epsilon: added to every priority before ``** alpha``.
         compiled: None (default) uses numba's compiled tree kernels when numba is
             installed (the ``fast`` extra), False the NumPy ones, True insists on numba.
+        max_times_sampled: an item drawn this many times is consumed (its mass leaves the
+            trees); a batch's items are distinct (docs/sample_rules.md).
+        max_staleness, version_field: items whose ``version_field`` (a scalar integer field) is
+            older than ``buffer.policy_version - max_staleness`` are not drawn.
+        replacement, drop_remainder: only True and False: epochs are uniform, refused here.
 
     Raises:
         ArgumentError: alpha or epsilon not a finite float >= 0, beta outside [0, 1],
-            compiled not None/True/False; the UniformReplayBuffer's argument errors.
+            compiled not None/True/False, ``replacement=False``; the UniformReplayBuffer's
+            argument errors.
         ImportError: compiled=True without numba installed.
     """
 
@@ -91,15 +108,32 @@ class PrioritizedReplayBuffer(StreamBuffer):
         path: str | os.PathLike | None = None,
         compiled: bool | None = None,
         her: HindsightRelabel | None = None,
+        replacement: bool = True,
+        max_times_sampled: int | None = None,
+        max_staleness: int | None = None,
+        version_field: str = "policy_version",
+        drop_remainder: bool = False,
     ):
+        sampler = prioritized_sampler(
+            alpha,
+            beta,
+            epsilon,
+            compiled,
+            respect_episodes,
+            pad_episode_ends,
+            episode_end_field,
+            replacement=replacement,
+            max_times_sampled=max_times_sampled,
+            max_staleness=max_staleness,
+            version_field=version_field,
+            drop_remainder=drop_remainder,
+        )
         super().__init__(
             data_spec,
             batch_size,
             max_length,
             storage=lambda flat, ring: open_storage(storage, path, flat, ring),
-            sampler=prioritized_sampler(
-                alpha, beta, epsilon, compiled, respect_episodes, pad_episode_ends, episode_end_field
-            ),
+            sampler=sampler,
             seed=seed,
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,

@@ -2,7 +2,9 @@
 
 A dense array holds the live ids in no particular order and ``where[slot]`` each one's place
 in it (-1: not live), so a uniform draw is an index into the dense prefix and a removal
-moves the last live id into the hole. Every operation takes a batch of ids at once.
+moves the last live id into the hole. ``alive[slot]`` says whether the slot's id is live in
+one byte a slot (an eighth of ``where``'s memory: it stays in cache where the compiled epoch
+draw checks it). Every operation takes a batch of ids at once.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ class LiveSet:
         self.capacity = capacity
         self.dense = np.empty(capacity, np.int64)
         self.where = np.full(capacity, -1, np.int64)
+        self.alive = np.zeros(capacity, np.uint8)
         self.size = 0
 
     def clear(self) -> None:
         self.where.fill(-1)
+        self.alive.fill(0)
         self.size = 0
 
     def ids(self) -> np.ndarray:
@@ -38,7 +42,9 @@ class LiveSet:
         """Make ``ids`` (distinct, of empty slots) live."""
         count = ids.shape[0]
         self.dense[self.size : self.size + count] = ids
-        self.where[ids % self.capacity] = np.arange(self.size, self.size + count)
+        slots = ids % self.capacity
+        self.where[slots] = np.arange(self.size, self.size + count)
+        self.alive[slots] = 1
         self.size += count
 
     def remove(self, ids: np.ndarray) -> None:
@@ -50,6 +56,7 @@ class LiveSet:
         slots = ids % self.capacity
         holes = self.where[slots]
         self.where[slots] = -1
+        self.alive[slots] = 0
         keep = self.size - count
         tail = self.dense[keep : self.size]
         movers = tail[self.where[tail % self.capacity] >= 0]  # tail ids that stay live

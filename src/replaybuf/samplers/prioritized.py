@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybuf.errors import ArgumentError, CheckpointError
+from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError
 from replaybuf.refusals import bad_priorities, empty, no_episode_window, unknown_ids
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import EpisodeIndex, pad_windows
@@ -227,6 +227,8 @@ class PrioritizedSampler:
         self.max_priority = 1.0
         self.windows: OrderedDict[int, SumTree] = OrderedDict()  # T -> masses of valid starts
         self.sequence_trees: OrderedDict[tuple, tuple[SequenceRule, SumTree]] = OrderedDict()  # sparse starts
+        self.distinct = False  # a batch's starts distinct (samplers.rules: max_times_sampled)
+        self.drawn = np.zeros(0, np.int64)  # the starts of the last draw (what the rules count)
 
     def beta(self) -> float:
         """The exponent of the next sample: the float given, or what the callable returns now.
@@ -333,11 +335,71 @@ class PrioritizedSampler:
             ids[redo], probabilities[redo], weights[redo] = again
         if bad:
             raise no_episode_window(num_steps, padding=True, detail=" (or their priority mass is 0)")
-        if size is None:
-            ids, probabilities, weights = ids.reshape(()), probabilities.reshape(()), weights.reshape(())
+        if self.distinct and n > 1:
+            self._redraw_repeats(rng, ring, tree, excluded, low, high, num_steps, ids, probabilities, weights)
+        self.drawn = ids
         if size is None:
             return ids.reshape(()), probabilities.reshape(()), weights.reshape(())
         return ids, probabilities, weights
+
+    def _redraw_repeats(
+        self,
+        rng: np.random.Generator,
+        ring: StreamRing,
+        tree: SumTree,
+        excluded: float,
+        low: int,
+        high: int,
+        num_steps: int | None,
+        ids: np.ndarray,
+        probabilities: np.ndarray,
+        weights: np.ndarray,
+    ) -> None:
+        """Make the drawn ``ids`` distinct in place: every repeat of an earlier start is drawn
+        again from the mass of the starts not yet in the batch (the batch's own leave ``tree``
+        meanwhile), a round at a time. Each element keeps its single-draw probability and
+        weight: its mass over the whole drawable mass, as a first-round draw reports them.
+
+        Raises:
+            EmptyBufferError: fewer starts with mass than the batch (nothing changed in ``tree``).
+        """
+        valid = tree.root() - excluded
+        taken: list[tuple[np.ndarray, np.ndarray]] = []  # slots and masses out of the tree until the end
+        self.distinct = False  # the redraws below may repeat each other: the next round sees to it
+        try:
+            while True:
+                _, first = np.unique(ids, return_index=True)
+                repeats = np.setdiff1d(np.arange(ids.shape[0]), first, assume_unique=True)
+                if not repeats.shape[0]:
+                    return
+                slots = ids[first] % ring.capacity
+                slots = slots[tree.levels[0][slots] > 0]  # those not taken out in an earlier round
+                taken.append((slots, tree.levels[0][slots]))
+                tree.update(slots, np.zeros(slots.shape[0]))
+                if not tree.root() - excluded > 0:
+                    raise EmptyBufferError(
+                        f"sample_batch_size={ids.shape[0]}: only {first.shape[0]} eligible starts have priority "
+                        "mass (a batch's items are distinct under max_times_sampled); add more items or sample fewer"
+                    )
+                again, _, weights[repeats] = self._draw_starts(
+                    rng, ring, tree, excluded, low, high, repeats.shape[0], num_steps
+                )
+                ids[repeats] = again
+                probabilities[repeats] = self.sums.levels[0][again % ring.capacity] / valid
+        finally:
+            self.distinct = True
+            for slots, masses in reversed(taken):
+                tree.update(slots, masses)
+
+    def exclude(self, slots: np.ndarray) -> None:
+        """Take the items in ``slots`` out of every draw (mass 0 in the sum trees, none in the
+        min tree) while they stay stored: consumed or stale items (samplers.rules)."""
+        slots = np.unique(slots)
+        zeros = np.zeros(slots.shape[0])
+        self.sums.update(slots, zeros)
+        self.mins.update(slots, np.full(slots.shape[0], np.inf))
+        for tree in (*self.windows.values(), *(tree for _, tree in self.sequence_trees.values())):
+            tree.update(slots, zeros)
 
     def mass(self, ring: StreamRing, num_steps: int | None) -> tuple[float, float]:
         steps = num_steps or 1

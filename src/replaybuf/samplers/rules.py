@@ -12,7 +12,9 @@
 
 The unit is the sample's start: an item, a window's first item, a sequence's learning start.
 The live starts (stored, not consumed, not stale) are a ``LiveSet``; the wrapped sampler
-(``UniformSampler`` or ``EpisodeSampler``) decides which of them fit the sample's shape.
+(``UniformSampler`` or ``EpisodeSampler``) decides which of them fit the sample's shape. The
+draws are ``rule_draws``' (NumPy, or one numba call a step); ``ruled_priorities`` keeps the
+same bookkeeping over the prioritized sampler.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from replaybuf.refusals import empty
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.episodes import _leaf_index, pad_windows
 from replaybuf.samplers.live_set import LiveSet
+from replaybuf.samplers.rule_draws import rule_draws
 from replaybuf.samplers.sequences import SequenceRule, eligible
-from replaybuf.samplers.uniform import filled_probabilities, uniform_integers
+from replaybuf.samplers.uniform import filled_probabilities
 
 __all__ = ["RuledSampler", "SampleRules", "check_sample_rules"]
 
@@ -69,19 +72,33 @@ def check_sample_rules(
     max_staleness: Any = None,
     version_field: Any = "policy_version",
     drop_remainder: Any = False,
+    prioritized: bool = False,
 ) -> SampleRules:
-    """The ``SampleRules`` of a buffer's constructor keywords.
+    """The ``SampleRules`` of a buffer's constructor keywords (``prioritized``: of a buffer
+    that draws by priority, which keeps no epochs and no FIFO order).
 
     Raises:
         ArgumentError: ``replacement`` or ``drop_remainder`` not a bool, ``max_times_sampled``
             not an int >= 1, ``max_staleness`` not an int >= 0, ``sampler`` other than None or
             ``"fifo"`` (or ``"fifo"`` with ``replacement=False``), ``drop_remainder`` without
             ``replacement=False``, or ``max_staleness`` with a ``version_field`` that names no
-            scalar integer field of the data_spec.
+            scalar integer field of the data_spec. With ``prioritized``: ``replacement=False``
+            or a ``sampler``.
     """
     for name, value in (("replacement", replacement), ("drop_remainder", drop_remainder)):
         if not isinstance(value, (bool, np.bool_)):
             raise ArgumentError(f"{name}: expected True or False, got {value!r:.80}")
+    if prioritized and not replacement:
+        raise ArgumentError(
+            "replacement: expected True on a prioritized buffer (an epoch draws every item once in a "
+            "uniformly random order, leaving nothing to priorities; max_times_sampled=1 draws each item "
+            "once, by priority), got False"
+        )
+    if prioritized and sampler is not None:
+        raise ArgumentError(
+            f"sampler: expected None on a prioritized buffer (priorities order its draws; a FIFO queue is "
+            f"UniformReplayBuffer(max_times_sampled=1, sampler='fifo')), got {sampler!r:.80}"
+        )
     times = _int_at_least("max_times_sampled", max_times_sampled, 1)
     staleness = _int_at_least("max_staleness", max_staleness, 0)
     if sampler not in (None, "fifo"):
@@ -105,14 +122,22 @@ def check_sample_rules(
 
 
 class RuledSampler:
-    """A uniform sampler (``base``) whose draws follow ``rules``; the Sampler protocol."""
+    """A uniform sampler (``base``) whose draws follow ``rules``; the Sampler protocol.
 
-    def __init__(self, base: Any, rules: SampleRules, ring: StreamRing):
+    ``compiled``: None draws with numba's kernels when numba is installed (the ``fast``
+    extra), False with NumPy's, True insists on numba (``replaybuf.samplers.rule_draws``).
+    """
+
+    def __init__(self, base: Any, rules: SampleRules, ring: StreamRing, compiled: bool | None = None):
         self.base, self.rules, self.ring = base, rules, ring
+        self.draws = rule_draws(ring.capacity, compiled)
         self.live = LiveSet(ring.capacity)
-        self.times = np.zeros(ring.capacity, np.int64)
+        limit = rules.max_times_sampled
+        # counts in int32 where the limit fits (half the memory a draw's count reads at random)
+        self.times = np.zeros(ring.capacity, np.int32 if limit is None or limit < 2**31 else np.int64)
         self.versions = np.zeros(ring.capacity, np.int64)
-        self._stamps = np.zeros(ring.capacity, np.int64)  # scratch of _distinct, by index into the live ids
+        self._saved_live: np.ndarray | None = None  # a checkpoint's order of the live ids, until loaded
+        self.floor = 0  # ids below it are not live (sampler="fifo" scans from it)
         self.policy_version = 0
         self._clear_epoch()
 
@@ -126,6 +151,9 @@ class RuledSampler:
 
     def _clear_epoch(self) -> None:
         self.epoch, self.order, self.cursor = 0, np.zeros(0, np.int64), 0
+
+    def _left(self, ids: np.ndarray) -> None:
+        """``ids`` stopped being eligible (consumed or stale): nothing more to do for uniform draws."""
 
     # -- draws ----------------------------------------------------------------------------------
     def draw(
@@ -155,66 +183,79 @@ class RuledSampler:
             fits &= self.episodes.inside(ids, steps)
         return fits
 
+    def _fitting(self, ring: StreamRing, shape: Any) -> np.ndarray:
+        """The live starts that fit a sample of ``shape`` (the live set's view for single items)."""
+        live = self.live.ids()
+        return live if shape is None or shape == 1 else live[self._fits(ring, live, shape)]
+
     def _starts(
         self, rng: np.random.Generator, ring: StreamRing, size: int | None, shape: int | SequenceRule | None
     ) -> tuple[np.ndarray, np.ndarray, Any]:
         if ring.steps == 0:
             raise empty(ring.name)
         wanted = 1 if size is None else size
+        counted, epoch = False, None
         if self.rules.replacement:
-            starts, count, epoch = *self._live_starts(rng, ring, wanted, shape), None
+            starts, count, counted = self._live_starts(rng, ring, wanted, shape)
         else:
             starts, count, epoch = self._epoch_starts(rng, ring, wanted, shape)
-        if self.rules.max_times_sampled is not None:
-            self._sampled(starts)
+        if self.rules.max_times_sampled is not None and not counted:
+            self._sampled(ring, starts)
         probabilities = filled_probabilities(1.0 / count, None if size is None else starts.shape[0])
         if size is None:
             return starts[0], probabilities, epoch
         return starts, probabilities, epoch
 
+    def _too_few(self, wanted: int, count: int) -> EmptyBufferError:
+        distinct = self.rules.max_times_sampled is not None or self.rules.fifo
+        return EmptyBufferError(
+            f"sample_batch_size={wanted}: only {count} eligible items (not yet consumed"
+            f"{', not stale' if self.rules.max_staleness is not None else ''}) fit the sample; add more items"
+            + (" or sample fewer (a batch's items are distinct under max_times_sampled or fifo)" if distinct else "")
+        )
+
     def _live_starts(
         self, rng: np.random.Generator, ring: StreamRing, wanted: int, shape: Any
-    ) -> tuple[np.ndarray, int]:
-        """``(starts, count)``: ``wanted`` starts among the ``count`` live ones that fit."""
-        live = self.live.ids()
-        fitting = live if shape is None or shape == 1 else live[self._fits(ring, live, shape)]
-        count = fitting.shape[0]
-        distinct = self.rules.max_times_sampled is not None or self.rules.fifo
-        if count == 0 or (distinct and count < wanted):
-            raise EmptyBufferError(
-                f"sample_batch_size={wanted}: only {count} eligible items (not yet consumed"
-                f"{', not stale' if self.rules.max_staleness is not None else ''}) fit the sample; add more items"
-                + (
-                    " or sample fewer (a batch's items are distinct under max_times_sampled or fifo)"
-                    if distinct
-                    else ""
-                )
-            )
+    ) -> tuple[np.ndarray, int, bool]:
+        """``(starts, count, counted)``: ``wanted`` starts among the ``count`` live ones that fit;
+        ``counted``: their draw is counted already (``max_times_sampled``)."""
         if self.rules.fifo:
-            return np.sort(fitting)[:wanted], count
-        picks = uniform_integers(rng, 0, count, wanted)
-        if distinct:
-            picks = self._distinct(rng, picks, count)
-        return fitting[picks], count
+            return *self._oldest(ring, wanted, shape), False
+        fitting = self._fitting(ring, shape)
+        count = fitting.shape[0]
+        limit = self.rules.max_times_sampled
+        if count == 0 or (limit is not None and count < wanted):
+            raise self._too_few(wanted, count)
+        if limit is None:
+            return self.draws.pick(rng, fitting, count, wanted, False), count, False
+        counts = (self.times, limit, self.live, self._origin(ring))  # the picks are read before any is counted
+        return self.draws.pick_counted(rng, fitting, count, wanted, counts), count, True
 
-    def _distinct(self, rng: np.random.Generator, picks: np.ndarray, count: int) -> np.ndarray:
-        """``picks`` (indices below ``count``) made distinct: every repeat but the last drawn
-        again until it is new. The procedure treats every index alike, so the picked set is a
-        uniformly random subset and each position is uniform over ``count``."""
-        ordered = np.sort(picks)
-        if not (ordered[1:] == ordered[:-1]).any():  # the common case: nothing repeated
-            return picks
-        order = np.arange(picks.shape[0])
-        while True:
-            self._stamps[picks] = order  # a repeated index keeps the last position written
-            repeats = np.flatnonzero(self._stamps[picks] != order)
-            if not repeats.shape[0]:
-                return picks
-            picks[repeats] = uniform_integers(rng, 0, count, repeats.shape[0])
+    def _oldest(self, ring: StreamRing, wanted: int, shape: Any) -> tuple[np.ndarray, int]:
+        """``(starts, count)``: the ``wanted`` oldest live starts that fit, scanned by id from
+        ``floor``, which moves up to the first live id (ids only grow: those below never live again)."""
+        head = ring.steps * ring.batch_size
+        low = self.floor = max(self.floor, ring.first_valid_step() * ring.batch_size)
+        found: list[np.ndarray] = []
+        need, span = wanted, max(wanted, 1024)
+        while need and low < head:
+            ids = np.arange(low, min(low + span, head), dtype=np.int64)
+            ids = ids[self.live.contains(ids)]
+            if low == self.floor:  # nothing live yet below this chunk
+                self.floor = int(ids[0]) if ids.shape[0] else min(low + span, head)
+            if not (shape is None or shape == 1):
+                ids = ids[self._fits(ring, ids, shape)]
+            found.append(ids[:need])
+            need -= found[-1].shape[0]
+            low += span
+        count = self.live.size if shape is None or shape == 1 else self._fitting(ring, shape).shape[0]
+        if need:
+            raise self._too_few(wanted, count)
+        return np.concatenate(found), count
 
     def _epoch_starts(self, rng: np.random.Generator, ring: StreamRing, wanted: int, shape: Any) -> tuple:
         """``(starts, epoch size, epoch)``: the next ``wanted`` starts of the epoch (fewer at its
-        end), a new shuffled epoch begun when this one is spent."""
+        end), a new epoch begun when this one is spent (``rule_draws``: drawn a batch at a time)."""
         found: list[np.ndarray] = []
         need = wanted
         while need:
@@ -224,8 +265,7 @@ class RuledSampler:
                         found, need = [], wanted
                     else:
                         break
-                live = self.live.ids()
-                order = live.copy() if shape is None or shape == 1 else live[self._fits(ring, live, shape)]
+                order = self._fitting(ring, shape).copy()
                 if order.shape[0] == 0:
                     raise EmptyBufferError(
                         f"sample_batch_size={wanted}: no eligible item for a new epoch; add more items"
@@ -235,24 +275,26 @@ class RuledSampler:
                         f"sample_batch_size={wanted}: an epoch of {order.shape[0]} items has no whole batch "
                         "(drop_remainder=True); add more items or sample fewer"
                     )
-                self.order, self.cursor, self.epoch = rng.permutation(order), 0, self.epoch + 1
-            taken = self.order[self.cursor : self.cursor + need]
-            self.cursor += taken.shape[0]
-            keep = self.live.contains(taken)
+                self.order, self.cursor, self.epoch = order, 0, self.epoch + 1
+            size = min(need, self.order.shape[0] - self.cursor)
+            oldest = ring.first_valid_step() * ring.batch_size
+            taken = self.draws.take(rng, self.order, self.cursor, size, self.live, oldest)
+            self.cursor += size
             if not (shape is None or shape == 1):
-                keep &= self._fits(ring, taken, shape)
-            taken = taken[keep]
+                taken = taken[self._fits(ring, taken, shape)]
             found.append(taken)
             need -= taken.shape[0]
-        return np.concatenate(found), self.order.shape[0], self.epoch
+        return found[0] if len(found) == 1 else np.concatenate(found), self.order.shape[0], self.epoch
 
-    def _sampled(self, starts: np.ndarray) -> None:
+    def _sampled(self, ring: StreamRing, starts: np.ndarray) -> None:
         """Count a draw of ``starts`` (distinct); those drawn K times are consumed."""
-        slots = starts % self.ring.capacity
-        self.times[slots] += 1
-        consumed = self.times[slots] >= self.rules.max_times_sampled
-        if consumed.any():
-            self.live.remove(starts[consumed])
+        self.draws.count(starts, self.times, self.rules.max_times_sampled, self.live, self._origin(ring))
+
+    @staticmethod
+    def _origin(ring: StreamRing) -> int:
+        """The id stored in slot 0 on the ring's pass that holds the oldest valid id."""
+        oldest = ring.first_valid_step() * ring.batch_size
+        return oldest - oldest % ring.capacity
 
     # -- versions -------------------------------------------------------------------------------
     def set_policy_version(self, version: int) -> None:
@@ -260,7 +302,9 @@ class RuledSampler:
         self.policy_version = int(version)
         if self.rules.max_staleness is not None:
             live = self.live.ids()
-            self.live.remove(live[self.versions[live % self.ring.capacity] < self._oldest_version()].copy())
+            stale = live[self.versions[live % self.ring.capacity] < self._oldest_version()]
+            self.live.remove(stale)
+            self._left(stale)
 
     def _oldest_version(self) -> int:
         return self.policy_version - self.rules.max_staleness  # type: ignore[operator]
@@ -275,7 +319,7 @@ class RuledSampler:
         return float(np.count_nonzero(self._fits(ring, live, num_steps))), 1.0
 
     def added(self, ring: StreamRing, arrays: Any, priorities: Any = None) -> None:
-        self.base.added(ring, arrays)
+        self._base_added(ring, arrays, priorities)
         batch = ring.batch_size
         ids = (ring.steps - 1) * batch + np.arange(batch, dtype=np.int64)
         self.live.remove(ids - ring.capacity)  # the overwritten step's ids
@@ -284,12 +328,19 @@ class RuledSampler:
         fresh = ids
         if self.rules.version is not None:
             self.versions[slots] = np.asarray(arrays[self.rules.version], np.int64)
-            fresh = ids[self.versions[slots] >= self._oldest_version()]
+            young = self.versions[slots] >= self._oldest_version()
+            fresh = ids[young]
+            if not young.all():
+                self._left(ids[~young])
         self.live.add(fresh)
+
+    def _base_added(self, ring: StreamRing, arrays: Any, priorities: Any) -> None:
+        self.base.added(ring, arrays)
 
     def cleared(self) -> None:
         self.base.cleared()
         self.live.clear()
+        self.floor = 0
         self._clear_epoch()
 
     def reopened(self, ring: StreamRing, fields: Any) -> None:
@@ -300,7 +351,8 @@ class RuledSampler:
 
     def loaded(self, ring: StreamRing, fields: Any) -> None:
         """After a load or a reopen: the versions from the stored items' version field, and the
-        live starts (stored, not consumed, not stale)."""
+        live starts (stored, not consumed, not stale), in the checkpoint's order when it has one
+        (so that draws continue as the saved buffer's would)."""
         ids = ring.stream_ids().T.ravel()
         slots = ids % ring.capacity
         keep = np.ones(ids.shape[0], bool)
@@ -310,33 +362,44 @@ class RuledSampler:
         if self.rules.max_times_sampled is not None:
             keep &= self.times[slots] < self.rules.max_times_sampled
         self.live.clear()
+        self.floor = 0
         self.live.add(ids[keep])
+        saved, self._saved_live = self._saved_live, None
+        if saved is not None:  # the saved order of the ids still live, then the others by id
+            saved = saved[self.live.contains(saved)]
+            rest = ids[keep][~np.isin(ids[keep], saved)]
+            self.live.clear()
+            self.live.add(np.concatenate([saved, rest]))
+        if not keep.all():
+            self._left(ids[~keep])
 
     def state(self, ring: StreamRing) -> dict:
         ids = ring.stream_ids().T.ravel()
         rules = {
-            "times": self.times[ids % ring.capacity].copy(),
+            "times": self.times[ids % ring.capacity].astype(np.int64),
             "policy_version": self.policy_version,
             "epoch": self.epoch,
             "order": self.order.copy(),
             "cursor": self.cursor,
+            "live": self.live.ids().copy(),
         }
         return {**self.base.state(ring), "sample_rules": rules}
 
     def check_state(self, ring: StreamRing, state: dict, count: int) -> tuple:
         """The base's checked state and the saved rules (None: a state saved without rules,
-        whose items start uncounted); CheckpointError naming the key when malformed."""
+        whose items start uncounted); CheckpointError naming the key when malformed. ``live``
+        (the order of the live ids) is optional: checkpoints saved before it load in id order."""
         base = self.base.check_state(ring, state, count)
         rules = state.get("sample_rules")
         if rules is None:
             return base, None
         keys = {"times", "policy_version", "epoch", "order", "cursor"}
-        if not isinstance(rules, dict) or set(rules) != keys:
+        if not isinstance(rules, dict) or set(rules) - {"live"} != keys:
             got = sorted(map(str, rules)) if isinstance(rules, dict) else type(rules).__name__
-            raise CheckpointError(f"state['sample_rules']: expected the keys {sorted(keys)}, got {got}")
-        for key in ("times", "order"):
-            array = rules[key]
-            size = (count,) if key != "order" else None
+            raise CheckpointError(f"state['sample_rules']: expected the keys {sorted(keys | {'live'})}, got {got}")
+        for key in ("times", "order", "live"):
+            array = rules.get(key, np.zeros(0, np.int64))
+            size = (count,) if key == "times" else None
             if (
                 not isinstance(array, np.ndarray)
                 or array.ndim != 1
@@ -356,11 +419,14 @@ class RuledSampler:
         if not 0 <= rules["cursor"] <= rules["order"].shape[0] or rules["epoch"] < 0:
             raise CheckpointError("state['sample_rules']: expected 0 <= cursor <= len(order) and epoch >= 0")
         steps = state["steps"]
-        order = rules["order"]
-        if order.size and (order.min() < 0 or order.max() >= steps * ring.batch_size):
-            raise CheckpointError(
-                f"state['sample_rules']['order']: expected ids of added items (0 <= id < {steps * ring.batch_size})"
-            )
+        for key in ("order", "live"):
+            ids = rules.get(key, np.zeros(0, np.int64))
+            if ids.size and (ids.min() < 0 or ids.max() >= steps * ring.batch_size):
+                raise CheckpointError(
+                    f"state['sample_rules'][{key!r}]: expected ids of added items (0 <= id < {steps * ring.batch_size})"
+                )
+            if key == "live" and np.unique(ids).shape[0] != ids.shape[0]:
+                raise CheckpointError("state['sample_rules']['live']: expected distinct ids, got repeats")
         return base, rules
 
     def load_state(self, ring: StreamRing, checked: tuple) -> None:
@@ -370,8 +436,11 @@ class RuledSampler:
         self.base.load_state(ring, base)
         self.times.fill(0)
         self._clear_epoch()
+        self._saved_live = None
         if rules is not None:
             self.times[ring.stream_ids().T.ravel() % ring.capacity] = rules["times"]
             self.policy_version = int(rules["policy_version"])
             self.epoch, self.order = int(rules["epoch"]), rules["order"].astype(np.int64)
             self.cursor = int(rules["cursor"])
+            if "live" in rules:
+                self._saved_live = rules["live"].astype(np.int64)

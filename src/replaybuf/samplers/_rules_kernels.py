@@ -1,0 +1,181 @@
+"""The compiled draws of ``replaybuf.samplers.rules`` (numba: ``replaybuf[fast]``).
+
+Each function does in one call what ``replaybuf.samplers.rule_draws.NumpyDraws`` does in a
+dozen small NumPy passes, with the same arguments (the generator as the addresses of its
+``next_raw`` and state) and the same results: the raw 64-bit draws are the ones
+``Generator.bit_generator.random_raw`` returns, in the same order, reduced modulo the range as
+``uniform_integers`` does. Slots come from ids by a subtraction from ``origin`` (the id stored
+in slot 0 on the pass that holds the oldest id), sparing a 64-bit division per id. Compiled on
+first use and cached on disk (``cache=True``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from replaybuf.samplers._bounded_kernels import next_raw
+
+__all__ = ["count", "pick", "pick_counted", "take", "warm_up"]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _slot(item_id, origin, capacity):  # pragma: no cover - compiled
+    slot = item_id - origin
+    return slot - capacity if slot >= capacity else slot
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: the multiplier's high bits spread any key
+
+
+@njit(cache=True, nogil=True)
+def _repeats(picks, table, bits, repeats):  # pragma: no cover - compiled
+    """How many of ``picks`` recur later on: their positions, ascending, in ``repeats``. A hash
+    set in ``table`` (a power of two of slots, at least twice the picks: it stays in cache)
+    instead of a stamp per index of the whole pool (a cache miss per pick)."""
+    table[:] = -1
+    shift = np.uint64(64 - bits)
+    mask = table.shape[0] - 1
+    found = 0
+    for i in range(picks.shape[0] - 1, -1, -1):  # from the last: every occurrence but the last is a repeat
+        key = picks[i]
+        place = np.int64((np.uint64(key) * _GOLDEN) >> shift)
+        while table[place] != -1 and table[place] != key:
+            place = (place + 1) & mask
+        if table[place] == key:
+            repeats[found] = i
+            found += 1
+        else:
+            table[place] = key
+    repeats[:found] = repeats[:found][::-1].copy()
+    return found
+
+
+@njit(cache=True, nogil=True)
+def _distinct(function, state, count, picks):  # pragma: no cover - compiled
+    """``picks`` (indices below ``count``) made distinct: every repeat but the last drawn again,
+    a round at a time, until none is repeated (``NumpyDraws.distinct``)."""
+    n = picks.shape[0]
+    bits = 1
+    while (1 << bits) < 2 * n:
+        bits += 1
+    table = np.empty(1 << bits, np.int64)
+    repeats = np.empty(n, np.int64)
+    span = np.uint64(count)
+    while True:
+        found = _repeats(picks, table, bits, repeats)
+        if found == 0:
+            return
+        for k in range(found):
+            picks[repeats[k]] = np.int64(next_raw(function, state) % span)
+
+
+@njit(cache=True, nogil=True)
+def pick(function, state, pool, count, distinct, out):  # pragma: no cover - compiled
+    """``out[i] = pool[u_i]``, ``u_i`` uniform below ``count`` (distinct when asked)."""
+    n = out.shape[0]
+    picks = np.empty(n, np.int64)
+    span = np.uint64(count)
+    for i in range(n):
+        picks[i] = np.int64(next_raw(function, state) % span)
+    if distinct:
+        _distinct(function, state, count, picks)
+    for i in range(n):
+        out[i] = pool[picks[i]]
+
+
+@njit(cache=True, nogil=True)
+def take(function, state, order, cursor, size, alive, oldest, origin, capacity, out):  # pragma: no cover - compiled
+    """The next ``size`` items of an epoch: ``size`` distinct positions drawn uniformly in
+    ``order[cursor:]`` are moved to ``order[cursor:cursor + size]`` (the picked positions past
+    it, in draw order, take the front's unpicked items, in position order); returns how many of them are live, written
+    to ``out`` in draw order."""
+    pool = order.shape[0] - cursor
+    picks = np.empty(size, np.int64)
+    span = np.uint64(pool)
+    for i in range(size):
+        picks[i] = np.int64(next_raw(function, state) % span)
+    _distinct(function, state, pool, picks)
+    taken = np.empty(size, np.int64)
+    for i in range(size):
+        taken[i] = order[cursor + picks[i]]
+    inside = np.zeros(size, np.bool_)  # front positions picked: their items need no new place
+    for i in range(size):
+        if picks[i] < size:
+            inside[picks[i]] = True
+    front = 0  # the picks past the front, in draw order, take the front's unpicked items, in position order
+    for i in range(size):
+        if picks[i] >= size:
+            while inside[front]:
+                front += 1
+            order[cursor + picks[i]] = order[cursor + front]
+            front += 1
+    found = 0
+    for i in range(size):
+        item = taken[i]
+        order[cursor + i] = item
+        if item >= oldest and alive[_slot(item, origin, capacity)]:  # stored: its slot holds it
+            out[found] = item
+            found += 1
+    return found
+
+
+@njit(cache=True, nogil=True)
+def pick_counted(
+    function, state, pool, count_, out, times, limit, dense, where, alive, size, origin, capacity
+):  # pragma: no cover - compiled
+    """``pick`` (distinct) then ``count`` of the picked ids, in one call; returns the new size."""
+    pick(function, state, pool, count_, True, out)
+    return count(out, times, limit, dense, where, alive, size, origin, capacity)
+
+
+@njit(cache=True, nogil=True)
+def count(ids, times, limit, dense, where, alive, size, origin, capacity):  # pragma: no cover - compiled
+    """Count a draw of the live, distinct ``ids``; those drawn ``limit`` times leave the live set
+    ``(dense, where, size)`` as ``LiveSet.remove`` takes them out. Returns the new size."""
+    n = ids.shape[0]
+    holes = np.empty(n, np.int64)
+    gone = 0
+    for i in range(n):
+        slot = _slot(ids[i], origin, capacity)
+        times[slot] += 1
+        if times[slot] >= limit:
+            holes[gone] = where[slot]
+            where[slot] = -1
+            alive[slot] = 0
+            gone += 1
+    if gone == 0:
+        return size
+    keep = size - gone
+    hole = 0
+    for k in range(keep, size):  # the tail's ids that stay live fill the holes below keep, in order
+        mover = dense[k]
+        slot = _slot(mover, origin, capacity)
+        if where[slot] < 0:
+            continue
+        while holes[hole] >= keep:
+            hole += 1
+        dense[holes[hole]] = mover
+        where[slot] = holes[hole]
+        hole += 1
+    return keep
+
+
+def warm_up() -> None:
+    """Compile (or load from the disk cache) every kernel with a generator of its own."""
+    from replaybuf.samplers.bounded import raw_pointer  # (a cycle at import time otherwise)
+
+    bit_generator = np.random.default_rng(0).bit_generator  # alive while the kernels use its addresses
+    function, state = raw_pointer(bit_generator), bit_generator.ctypes.state_address
+    pool, out = np.arange(4, dtype=np.int64), np.empty(2, np.int64)
+    pick(function, state, pool, 4, True, out)
+    take(function, state, pool.copy(), 0, 2, np.ones(4, np.uint8), 0, 0, 4, out)
+    for counts in (np.int32, np.int64):  # the samplers' counts: int32 unless the limit needs more
+        count(np.array([1, 2], np.int64), np.zeros(4, counts), 1, *_live_ids(4), 4, 0, 4)
+        dense, where, alive = _live_ids(4)
+        pick_counted(function, state, dense, 4, out, np.zeros(4, counts), 1, dense, where, alive, 4, 0, 4)
+
+
+def _live_ids(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(dense, where, alive)`` of a live set holding the ids ``0 .. size - 1`` (for ``warm_up``)."""
+    return np.arange(size, dtype=np.int64), np.arange(size, dtype=np.int64), np.ones(size, np.uint8)
