@@ -86,15 +86,16 @@ class EpochSplit:
                     if not drop_remainder:
                         break
                     found, got = [], 0
-                self.left = np.asarray(begin(), np.int64)
-                self.size, self.epoch = int(self.left.sum()), self.epoch + 1
-                if self.size == 0:
+                sizes = np.asarray(begin(), np.int64)
+                size = int(sizes.sum())
+                if size == 0:
                     raise EmptyBufferError(f"sample_batch_size={n}: no eligible item for a new epoch; add more items")
-                if drop_remainder and self.size < n:
+                if drop_remainder and size < n:
                     raise EmptyBufferError(
-                        f"sample_batch_size={n}: an epoch of {self.size} items has no whole batch "
+                        f"sample_batch_size={n}: an epoch of {size} items has no whole batch "
                         "(drop_remainder=True); add more items or sample fewer"
                     )
+                self.left, self.size, self.epoch = sizes, size, self.epoch + 1
             counts = rng.multivariate_hypergeometric(self.left, min(n - got, int(self.left.sum())))
             result, took, left = take(counts)
             self.left = np.asarray(left, np.int64)
