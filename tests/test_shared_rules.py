@@ -159,3 +159,32 @@ def test_a_bad_policy_version_is_refused():
         with pytest.raises(ArgumentError, match="policy_version"):
             rb.policy_version = 1.5
         assert rb.policy_version == 0
+
+
+@pytest.mark.parametrize("options", [{"max_staleness": 50}, {"max_times_sampled": 10**9}])
+def test_draws_over_unequal_writers_are_uniform_over_every_eligible_window(options):
+    """Writer 0 holds 13 steps, writer 1 holds 3 (one stale): windows of 2 from the 13 eligible
+    starts of 11 + 2 (or 12 + 2) are equally likely (a multinomial split, or a hypergeometric
+    one for distinct batches); chi-square against uniform at p = 1e-3."""
+    with SharedReplayBuffer(SPEC, writers=2, batch_size=1, max_length=20, seed=11, **options) as rb:
+        fast, slow = rb.writer(0), rb.writer(1)
+        for step in range(13):
+            fast.add_batch({"id": fast.ids(step), "policy_version": np.full(1, 50 if step else 0)})
+        for step in range(3):
+            slow.add_batch({"id": slow.ids(step), "policy_version": np.full(1, 50)})
+        rb.policy_version = 50 + options.get("max_staleness", 0)  # writer 0's step 0 is stale with staleness
+        starts = Counter()
+        for _ in range(600):
+            items, info = rb.get_next(5, num_steps=2)
+            np.testing.assert_array_equal(info.ids[:, 1] - info.ids[:, 0], 2)  # one stream's next step
+            assert np.all(info.probabilities == info.probabilities[0])
+            starts.update(info.ids[:, 0].tolist())
+        eligible = rb.num_eligible() - 2  # every item but each writer's newest step starts a window
+        assert len(starts) == eligible == (13 if "max_staleness" in options else 14)
+        assert np.float32(1 / eligible) == info.probabilities[0]
+        observed = np.array(list(starts.values()), float)
+        expected = observed.sum() / eligible
+        critical = {12: 32.9, 13: 34.5}[eligible - 1]  # chi-square at p = 1e-3 by degrees of freedom
+        assert ((observed - expected) ** 2 / expected).sum() < critical
+        fast.close()
+        slow.close()
