@@ -7,13 +7,14 @@ One Ray session for the module (started by the fixture, shut down after its last
 from __future__ import annotations
 
 import sys
+import time
 from collections import Counter
 
 import numpy as np
 import pytest
 
 import replaybuf
-from replaybuf.errors import ArgumentError, EmptyBufferError
+from replaybuf.errors import ArgumentError, EmptyBufferError, RateLimiterTimeout
 
 ray = pytest.importorskip("ray")
 import replaybuf.ray as rb_ray  # noqa: E402
@@ -106,7 +107,7 @@ def test_ray_writers_tag_versions_consume_twice_at_most_and_never_staler_than_th
         SPEC, shards=2, batch_size=4, max_length=400, seed=6, max_times_sampled=times, max_staleness=bound
     )
     try:
-        done = [ray_writer.remote(buffer.writer(k), 0, 40, 4) for k in range(2)]
+        done = [ray_writer.remote(buffer.writer(k), 0, 24, 4) for k in range(2)]
         drawn: Counter = Counter()
         while True:
             finished = len(ray.wait(done, num_returns=2, timeout=0)[0]) == 2
@@ -115,15 +116,16 @@ def test_ray_writers_tag_versions_consume_twice_at_most_and_never_staler_than_th
             except EmptyBufferError:
                 if finished:
                     break
+                time.sleep(0.05)  # leave the CPUs to the writers
                 continue
             assert items["policy_version"].min() >= buffer.policy_version - bound
             assert len(set(info.ids.tolist())) == 6  # distinct within a batch
             np.testing.assert_array_equal(np.float32(info.probabilities), info.probabilities)
             drawn.update(items["id"].tolist())
             buffer.policy_version = max(buffer.policy_version, int(items["policy_version"].max()))
-        assert ray.get(done) == [40, 40]
+        assert ray.get(done) == [24, 24]
         assert max(drawn.values()) <= times
-        assert buffer.num_eligible() < 6 and buffer.num_frames() == 160
+        assert buffer.num_eligible() < 6 and buffer.num_frames() == 96
     finally:
         buffer.shutdown()
 
@@ -143,12 +145,20 @@ def test_bad_rules_are_refused_by_name(options, match):
         ShardedReplayBuffer(SPEC, shards=1, max_length=4, **options)
 
 
-def test_bad_policy_version_and_sequences_under_rules_are_refused():
-    buffer = ShardedReplayBuffer(SPEC, shards=1, max_length=4, max_staleness=0)
+def test_a_rate_limited_sample_waits_for_eligible_items_and_bad_calls_are_refused():
+    buffer = ShardedReplayBuffer(
+        SPEC, shards=1, max_length=4, max_staleness=0, rate_limiter=replaybuf.MinSize(1), rate_limiter_timeout=0.3
+    )
     try:
+        buffer.add_batch({"id": np.array([7]), "policy_version": np.array([0])})
+        buffer.policy_version = 1  # the only item is stale now
+        with pytest.raises(RateLimiterTimeout, match="eligible items"):
+            buffer.get_next(1)
+        assert buffer.rate_limiter_state()["samples"] == 0  # the grant was given back
         with pytest.raises(ArgumentError, match="policy_version"):
             buffer.policy_version = "3"
         with pytest.raises(ArgumentError, match="burn_in"):
             buffer.get_next(2, 2, burn_in=1)
+        assert buffer.policy_version == 1
     finally:
         buffer.shutdown()
