@@ -38,6 +38,8 @@ def split_counts(rng: np.random.Generator, n: int, eligible: np.ndarray, distinc
             "add more items"
             + (" or sample fewer (a batch's items are distinct under max_times_sampled)" if distinct else "")
         )
+    if eligible.size == 1:
+        return np.array([n], np.int64)
     if distinct:
         return rng.multivariate_hypergeometric(eligible, n)
     return rng.multinomial(n, eligible / total)

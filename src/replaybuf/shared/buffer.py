@@ -393,9 +393,11 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         rules = self._rules
         rules.take_in(self._commits, self._records)
         ids, probability, epoch = rules.draw(self._rng, count, num_steps)
-        rows = read_rows(self._records, self._slots(*self._split(ids)), self._read_threads)
+        writer, step, stream = self._split(ids)
+        rows = read_rows(self._records, self._slots(writer, step, stream), self._read_threads)
         first = ids if num_steps is None else ids[:, 0]
-        writer, step, _ = self._split(first)
+        if num_steps is not None:
+            writer, step = writer[:, 0], step[:, 0]
         torn = self._commits.torn(writer, step)  # read after the copy
         if torn.any():  # a writer overwrote them while they were read: they are gone, draw others
             if tries == _MAX_REDRAWS:

@@ -84,7 +84,7 @@ class SegmentRules:
         None)`` with the buffer's ids (fewer at an epoch's end)."""
         if not self.rules.replacement:
             return self._epoch_draw(rng, count, num_steps)
-        eligible = np.array([part.mass(ring, num_steps)[0] for part, ring in self._pairs()], np.int64)
+        eligible = np.array([self._eligible(part, ring, num_steps) for part, ring in self._pairs()], np.int64)
         distinct = self.rules.max_times_sampled is not None or self.rules.fifo
         if self.rules.fifo:
             counts = self._oldest(count, num_steps, eligible)
@@ -93,9 +93,20 @@ class SegmentRules:
         ids = self._take(rng, counts, num_steps)
         if self.rules.fifo:  # oldest first
             ids = ids[np.argsort(ids if num_steps is None else ids[:, 0], kind="stable")]
-        else:
+        elif np.count_nonzero(counts) > 1:  # writer by writer: mixed, so each position is any writer's
             ids = ids[rng.permutation(ids.shape[0])]
         return ids, 1.0 / int(eligible.sum()), None
+
+    def _eligible(self, part: RuledSampler, ring: StreamRing, num_steps: int | None) -> int:
+        """The part's eligible starts of windows of ``num_steps``: its eligible items less those
+        of its newest ``num_steps - 1`` steps (no window fits there), without a pass over them all."""
+        count = part.num_eligible()
+        if num_steps is not None and num_steps > 1:
+            first = max(ring.steps - num_steps + 1, ring.first_valid_step())
+            count -= int(
+                np.count_nonzero(part.live.contains(np.arange(first * self.batch_size, ring.steps * self.batch_size)))
+            )
+        return count
 
     def _epoch_draw(self, rng: np.random.Generator, count: int, num_steps: int | None) -> tuple:
         def begin() -> list[int]:
@@ -107,7 +118,9 @@ class SegmentRules:
 
         found, size, epoch = self.epochs.batch(rng, count, begin, take, self.rules.drop_remainder)
         ids = np.concatenate(found)
-        return ids[rng.permutation(ids.shape[0])], 1.0 / size, epoch
+        if self.writers > 1:  # writer by writer: mixed, so each position is any writer's
+            ids = ids[rng.permutation(ids.shape[0])]
+        return ids, 1.0 / size, epoch
 
     def _take(self, rng: np.random.Generator, counts: np.ndarray, num_steps: int | None) -> np.ndarray:
         """Each part's draw of ``counts[w]`` starts, as the buffer's ids, writer by writer."""
