@@ -103,8 +103,7 @@ def state_of(parts: SharedParts) -> dict:
     if masses is not None:
         mass = np.concatenate(masses) if "segments" in state else _interleave(parts, [[m] for m in masses])["0"]
         state["priorities"] = {"mass": mass, "max_priority": float(parts.priorities.max_priority)}
-    if parts.rules is not None:  # the rules of the items saved, as one ring's or per writer
-        parts.rules.take_in(parts.commits, parts.records)
+    if parts.rules is not None:  # the rules of the items saved (steps not taken in yet: unsampled)
         rules = [parts.rules.writer_state(w, stop - len(rows[0]), stop) for w, (stop, rows) in enumerate(segments)]
         if "segments" in state:
             for w, writer_rules in enumerate(rules):
@@ -158,7 +157,7 @@ def _check_rules(parts: SharedParts, state: dict, segments: list) -> list | None
     elif state.get("sample_rules") is not None:
         rules = state["sample_rules"]
         keys = {"times", "policy_version", "epoch", "order", "cursor"}
-        if not isinstance(rules, dict) or set(rules) != keys or not isinstance(rules["order"], np.ndarray):
+        if not isinstance(rules, dict) or not keys <= set(rules) or not isinstance(rules["order"], np.ndarray):
             raise CheckpointError(f"state['sample_rules']: expected the keys {sorted(keys)} with arrays")
         total = sum(count for _, count, _ in segments) * parts.batch_size
         if not isinstance(rules["times"], np.ndarray) or rules["times"].shape != (total,):

@@ -173,7 +173,7 @@ class SegmentRules:
         ``sample_rules`` over local ids (steps it took in later count as unsampled)."""
         part, ring = self.parts[w], self.rings[w]
         ids = (np.arange(first, stop)[:, None] * self.batch_size + np.arange(self.batch_size)).ravel()
-        times = np.where(ids < ring.steps * self.batch_size, part.times[ids % ring.capacity], 0)
+        times = np.where(ids < ring.steps * self.batch_size, part.times[ids % ring.capacity], 0).astype(np.int64)
         order, cursor = part.order, part.cursor
         kept = (order >= first * self.batch_size) & (order < stop * self.batch_size)
         return {
@@ -201,10 +201,11 @@ class SegmentRules:
         writer, stream = np.divmod(column, self.batch_size)
         local = step * self.batch_size + stream
         drawn = np.arange(order.size) < cursor
-        return [
+        return [  # (a NumPy buffer's "live", the order of its live ids, has no meaning per writer)
             {
-                **rules,
                 "times": times[:, w].ravel(),
+                "policy_version": rules["policy_version"],
+                "epoch": rules["epoch"],
                 "order": local[writer == w],
                 "cursor": int((drawn & (writer == w)).sum()),
             }
