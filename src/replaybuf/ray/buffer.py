@@ -202,10 +202,11 @@ class ShardedReplayBuffer(ReplayBuffer):
                     f"buffer_options: {reserved!r} is set by ShardedReplayBuffer itself, got "
                     f"buffer_options[{reserved!r}]={buffer_options[reserved]!r}"
                 )
-        if rules.active:
-            if "max_times_sampled" not in inspect.signature(buffer_class).parameters:
+        if rules.active:  # the split draws uniformly over eligible counts: uniform shards only
+            uniform = not hasattr(buffer_class, "update_priorities")
+            if not uniform or "max_times_sampled" not in inspect.signature(buffer_class).parameters:
                 raise ArgumentError(
-                    f"buffer_class: the sample-count rules need shards that keep them (UniformReplayBuffer, "
+                    f"buffer_class: the sample-count rules need uniform shards that keep them (UniformReplayBuffer, "
                     f"FrameStackReplayBuffer), got {buffer_class.__name__}"
                 )
             buffer_options.update(  # an epoch's last batch is the driver's to drop, not a shard's
