@@ -188,3 +188,26 @@ def test_draws_over_unequal_writers_are_uniform_over_every_eligible_window(optio
         assert ((observed - expected) ** 2 / expected).sum() < critical
         fast.close()
         slow.close()
+
+
+def test_epochs_of_windows_and_a_writer_that_laps_the_learner():
+    """Writer 0 wraps its 4 steps twice before the learner looks (restarted at its oldest whole
+    step), writer 1 holds 3 steps: an epoch of windows of 2 draws every start that fits once
+    (3 + 2), and items added after it (overwriting two of its starts) join the next one."""
+    with SharedReplayBuffer(SPEC, writers=2, batch_size=1, max_length=4, seed=1, replacement=False) as rb:
+        fast, slow = rb.writer(0), rb.writer(1)
+        for step in range(10):
+            fast.add_batch({"id": fast.ids(step), "policy_version": np.zeros(1, np.int64)})
+        for step in range(3):
+            slow.add_batch({"id": slow.ids(step), "policy_version": np.zeros(1, np.int64)})
+        starts = []
+        for _ in range(2):
+            _, info = rb.get_next(3, num_steps=2)
+            starts += info.ids[:, 0].tolist()
+        assert info.epoch == 1 and sorted(starts) == [1, 3, 12, 14, 16]  # writer 0: steps 6-8; writer 1: 0-1
+        for step in range(10, 12):  # steps 10, 11 overwrite 6, 7
+            fast.add_batch({"id": fast.ids(step), "policy_version": np.zeros(1, np.int64)})
+        _, info = rb.get_next(8, num_steps=2)
+        assert info.epoch == 2 and sorted(info.ids[:, 0].tolist()) == [1, 3, 16, 18, 20]
+        fast.close()
+        slow.close()
