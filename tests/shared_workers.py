@@ -211,3 +211,12 @@ class Episodes:
     def close(self):
         for handle in self.handles.values():
             handle.close()
+
+
+def write_versioned(writer, start: int, count: int, per_version: int) -> None:
+    """Add steps ``start .. start + count - 1`` of ``{"id", "policy_version": step // per_version}``:
+    an actor whose policy moves to a new version every ``per_version`` steps tags its adds."""
+    with writer:
+        for step in range(start, start + count):
+            ids = writer.ids(step)
+            writer.add_batch({"id": ids, "policy_version": np.full(ids.shape, step // per_version)})

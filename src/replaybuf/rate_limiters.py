@@ -171,6 +171,14 @@ class RateLimiter:
                 self._extremes[1] = min(self._extremes[1], diff)
             self._cond.notify_all()
 
+    def wait_change(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds (at most 0.1: a multiprocessing condition's wait cannot
+        be interrupted) for the counts to change: an insert, a delete, a reset or ``close``. What
+        a sample waiting for eligible items (sample-count rules) blocks on between looks."""
+        with self._cond:
+            if not self._counts[_CLOSED]:
+                self._cond.wait(max(0.0, min(timeout, 0.1)))
+
     def undo_sample(self, n: int) -> None:
         """Uncount a granted sample of ``n`` items whose read then failed."""
         self._add(_SAMPLES, -n)

@@ -478,6 +478,25 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
             if setter is not None:
                 setter(self._policy_version)
 
+    def begin_epoch(self, num_steps: int | None = None) -> int:
+        """Begin a new epoch now (``replacement=False``) over the eligible starts of windows of
+        ``num_steps``; returns its size. A Ray driver begins every shard's at once, so that one
+        epoch spans them all (replaybuf.samplers.parts). ArgumentError without epochs."""
+        with self._lock:
+            return self._epoch_sampler().begin_epoch(self._rng, self._ring, num_steps)
+
+    def epoch_position(self) -> tuple[int, int, int]:
+        """``(epoch, its size, starts left in it)`` (``replacement=False``; ArgumentError without)."""
+        with self._lock:
+            sampler = self._epoch_sampler()
+            return sampler.epoch, sampler.order.shape[0], sampler.epoch_left()
+
+    def _epoch_sampler(self) -> Any:
+        rules = getattr(self._sampler, "rules", None)
+        if rules is None or rules.replacement:
+            raise ArgumentError("replacement: epochs need a buffer built with replacement=False, got True")
+        return self._sampler
+
     def read_ids(self, ids: np.ndarray) -> tuple[Any, BufferInfo]:
         """The items stored under ``ids`` (logical ids, NumPy int64; stored ones only) and
         ``BufferInfo(ids, ())``: what a deterministic pass, a Ray shard or replaybuf.sb3 reads."""

@@ -23,9 +23,11 @@ over every live shard.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import tempfile
+import time
 import uuid
 import warnings
 from pathlib import Path
@@ -40,12 +42,19 @@ from replaybuf.buffers.stream import StreamBuffer
 from replaybuf.buffers.uniform import UniformReplayBuffer
 from replaybuf.dataset import (
     DeterministicPass,
+    RandomDataset,
     by_stream,
     check_sample_arguments,
     plan_deterministic_pass,
     plan_sequence_pass,
 )
-from replaybuf.errors import ArgumentError, CheckpointError, ReplayBufferError
+from replaybuf.errors import (
+    ArgumentError,
+    CheckpointError,
+    EmptyBufferError,
+    RateLimiterTimeout,
+    ReplayBufferError,
+)
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.folder import POINTER, read_state, write_state
 from replaybuf.persistence.header import describe
@@ -58,13 +67,16 @@ from replaybuf.ray.writer import ShardWriter
 from replaybuf.refusals import bad_priorities, empty, no_episode_window, unknown_ids, window_too_long
 from replaybuf.ring import Geometry, StreamRing
 from replaybuf.samplers.choice import check_sampler
+from replaybuf.samplers.parts import EpochSplit, split_counts
 from replaybuf.samplers.prioritized import priorities_of_add, priority_update
+from replaybuf.samplers.rules import check_policy_version, check_sample_rules
 from replaybuf.samplers.sequences import SequenceRule, check_sequence_arguments
 from replaybuf.samplers.split import MassSplit
 
 __all__ = ["ShardedReplayBuffer"]
 
 MANIFEST = "manifest.json"
+RULES = ("replacement", "max_times_sampled", "sampler", "max_staleness", "version_field", "drop_remainder")
 FORMAT = "replaybuf-sharded-checkpoint"
 
 
@@ -106,6 +118,12 @@ class ShardedReplayBuffer(ReplayBuffer):
             ``dataset_draw_ahead - 1`` elements older than a synchronous get_next).
         actor_options: extra ``ray.remote`` options for the shard actors (resources,
             ``scheduling_strategy``...); default ``num_cpus=0``.
+        replacement, drop_remainder, max_times_sampled, max_staleness, version_field: the
+            sample-count rules (docs/sample_rules.md): each shard keeps them for its items and
+            this object splits each batch so that they hold over all of them (one epoch over
+            every shard, each item counted once, staleness against ``buffer.policy_version``,
+            pushed to the shards; writers tag their adds in ``version_field``). Shards of
+            ``UniformReplayBuffer`` or ``FrameStackReplayBuffer``; not with ``burn_in`` / ``period``.
 
     Raises:
         ArgumentError: a bad size or option (the shard's own argument errors included).
@@ -132,6 +150,11 @@ class ShardedReplayBuffer(ReplayBuffer):
         max_in_flight: int = 8,
         dataset_draw_ahead: int = 2,
         actor_options: dict | None = None,
+        replacement: bool = True,
+        max_times_sampled: int | None = None,
+        max_staleness: int | None = None,
+        version_field: str = "policy_version",
+        drop_remainder: bool = False,
     ):
         check_positive("shards", shards, allow_none=False)
         batch_size = shards if batch_size is None else batch_size
@@ -162,12 +185,36 @@ class ShardedReplayBuffer(ReplayBuffer):
                 f"PrioritizedReplayBuffer, ...), got {buffer_class!r}"
             )
         buffer_options = dict(buffer_options or {})
-        for reserved in ("data_spec", "batch_size", "max_length", "seed", "rate_limiter", "rate_limiter_timeout"):
+        rules = check_sample_rules(
+            FlatSpec(data_spec), replacement, max_times_sampled, None, max_staleness, version_field, drop_remainder
+        )
+        for reserved in (
+            "data_spec",
+            "batch_size",
+            "max_length",
+            "seed",
+            "rate_limiter",
+            "rate_limiter_timeout",
+            *RULES,
+        ):
             if reserved in buffer_options:
                 raise ArgumentError(
                     f"buffer_options: {reserved!r} is set by ShardedReplayBuffer itself, got "
                     f"buffer_options[{reserved!r}]={buffer_options[reserved]!r}"
                 )
+        if rules.active:  # the split draws uniformly over eligible counts: uniform shards only
+            uniform = not hasattr(buffer_class, "update_priorities")
+            if not uniform or "max_times_sampled" not in inspect.signature(buffer_class).parameters:
+                raise ArgumentError(
+                    f"buffer_class: the sample-count rules need uniform shards that keep them (UniformReplayBuffer, "
+                    f"FrameStackReplayBuffer), got {buffer_class.__name__}"
+                )
+            buffer_options.update(  # an epoch's last batch is the driver's to drop, not a shard's
+                replacement=bool(replacement),
+                max_times_sampled=max_times_sampled,
+                max_staleness=max_staleness,
+                version_field=version_field,
+            )
         with tempfile.TemporaryDirectory() as scratch:  # the options' errors, here (a memmap in scratch)
             local = {**buffer_options, **({"path": scratch} if "path" in buffer_options else {})}
             buffer_class(data_spec, batch_size=1, max_length=1, **local)
@@ -188,6 +235,9 @@ class ShardedReplayBuffer(ReplayBuffer):
         self._episodes = bool(buffer_options.get("respect_episodes", False))
         self._prioritized = hasattr(buffer_class, "update_priorities")
         self._rng = np.random.default_rng(seed)
+        self._rules = rules if rules.active else None
+        self._epochs = EpochSplit(shards)
+        self._policy_version = 0
         shard_seeds = np.random.SeedSequence(seed).generate_state(shards, np.uint32)
         name = f"replaybuf-{uuid.uuid4().hex[:12]}"
         namespace = ray.get_runtime_context().namespace
@@ -345,6 +395,7 @@ class ShardedReplayBuffer(ReplayBuffer):
         get([a.clear.remote() for a in self._actors], timeout=self._call_timeout)
         if self._limiter is not None:
             call(self._limiter.reset, retry_timeout=self._retry_timeout)
+        self._epochs.cleared()
         self._masses.clear()
         self._fresh = False
 
@@ -387,6 +438,8 @@ class ShardedReplayBuffer(ReplayBuffer):
         """
         check_sample_arguments(sample_batch_size, num_steps)  # also at most 2**31 - 1 items
         rule = self._sequence_rule(burn_in, period, num_steps)
+        if self._rules is not None:
+            return self._ruled_sample(sample_batch_size, num_steps, time_stacked)
         return self._collect(self._submit(sample_batch_size, num_steps, rule), time_stacked)
 
     def _sequence_rule(self, burn_in: Any, period: Any, num_steps: Any) -> SequenceRule | None:
@@ -394,6 +447,11 @@ class ShardedReplayBuffer(ReplayBuffer):
         checked here as every shard's buffer would."""
         if burn_in is None and period is None:
             return None
+        if self._rules is not None:
+            raise ArgumentError(
+                "burn_in / period: sequences under sample-count rules are not split over shards yet; "
+                f"got burn_in={burn_in!r}, period={period!r}"
+            )
         pad = bool(self._buffer_options.get("pad_episode_ends", False))
         return check_sequence_arguments(burn_in, period, num_steps, self._max_length, self._episodes, pad)
 
@@ -553,6 +611,107 @@ class ShardedReplayBuffer(ReplayBuffer):
             return items, SampleInfo(ids, probabilities, **extras)
         return items, BufferInfo(ids, probabilities)
 
+    # -- sample-count rules (replaybuf.samplers.parts) ------------------------------------------
+    def _ruled_sample(self, sample_batch_size: int | None, num_steps: int | None, time_stacked: bool) -> Any:
+        """``get_next`` under the rules. Too few eligible items: EmptyBufferError, or under a rate
+        limiter a wait for adds (looked at every 0.05 s) up to ``rate_limiter_timeout``."""
+        n = sample_batch_size or 1
+        if self._limiter is not None:
+            call(self._limiter.await_sample, n, self._limiter_timeout, retry_timeout=self._retry_timeout)
+        deadline = None if self._limiter_timeout is None else time.monotonic() + self._limiter_timeout
+        try:
+            while True:
+                try:
+                    taken, probability, epoch = self._ruled_draw(n, num_steps)
+                    break
+                except EmptyBufferError as err:
+                    if self._limiter is None:
+                        raise
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise RateLimiterTimeout(
+                            f"get_next waited {self._limiter_timeout} s for eligible items "
+                            f"(rate_limiter_timeout): {err}"
+                        ) from err
+                    time.sleep(0.05)
+        except BaseException:
+            self._undo({"n": n})
+            raise
+        order = self._rng.permutation(sum(len(result["ids"]) for _, result in taken))
+        leaves = [np.concatenate([r["leaves"][i] for _, r in taken])[order] for i in range(len(self._flat.leaves))]
+        ids = np.concatenate([self._global(k, r["ids"]) for k, r in taken])[order]
+        probabilities = np.full(ids.shape[0], probability, np.float32)
+        extras: dict = {} if epoch is None else {"epoch": epoch}
+        if taken[0][1]["mask"] is not None:
+            extras["mask"] = np.concatenate([r["mask"] for _, r in taken])[order]
+        if sample_batch_size is None:
+            leaves, ids, probabilities = [leaf[0] for leaf in leaves], ids[0], probabilities[0]
+            extras = {key: value if key == "epoch" else value[0] for key, value in extras.items()}
+        if time_stacked or num_steps is None:
+            items = self._flat.unflatten(leaves)
+        else:
+            items = unstack_time(self._flat.unflatten, leaves, num_steps, batched=sample_batch_size is not None)
+        return items, (SampleInfo(ids, probabilities, **extras) if extras else BufferInfo(ids, probabilities))
+
+    def _ruled_draw(self, n: int, num_steps: int | None) -> tuple[list, float, int | None]:
+        """``([(shard, its sample's result)], probability, epoch or None)`` of ``n`` starts."""
+
+        def take(counts: np.ndarray) -> tuple[list, int, np.ndarray]:
+            shards = [int(k) for k in np.flatnonzero(counts)]
+            results = self._shard_call(
+                "sample", [self._actors[k].sample.remote(int(counts[k]), num_steps) for k in shards]
+            )
+            for result in results:
+                if "error" in result:
+                    raise EmptyBufferError(result["error"])
+            taken = list(zip(shards, results, strict=True))
+            left = self._epochs.left.copy()
+            for k, result in taken:
+                left[k] = result.get("left", 0)
+            return taken, sum(len(r["ids"]) for r in results), left
+
+        if not self._rules.replacement:
+            begin = lambda: self._shard_call("epoch", [a.begin_epoch.remote(num_steps) for a in self._actors])  # noqa: E731
+            found, size, epoch = self._epochs.batch(self._rng, n, begin, take, self._rules.drop_remainder)
+            return [pair for taken in found for pair in taken], 1.0 / size, epoch
+        eligible = np.array(
+            [r["mass"] for r in self._shard_call("mass", [a.sample.remote(0, num_steps) for a in self._actors])],
+            np.int64,
+        )
+        counts = split_counts(self._rng, n, eligible, self._rules.max_times_sampled is not None)
+        return take(counts)[0], 1.0 / int(eligible.sum()), None
+
+    @property
+    def policy_version(self) -> int:
+        """The learner's policy version (``max_staleness``: docs/sample_rules.md); setting it
+        pushes it to every shard (ArgumentError for a non-int)."""
+        return self._policy_version
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        version = check_policy_version(version)
+        self._shard_call("policy_version", [a.set_policy_version.remote(version) for a in self._actors])
+        self._policy_version = version
+        self._fresh = False
+
+    def num_eligible(self) -> int:
+        """Items a sample may still draw on all shards: ``num_frames()`` less the consumed or
+        stale ones (docs/sample_rules.md)."""
+        return int(
+            sum(info["num_eligible"] for info in self._shard_call("info", [a.info.remote() for a in self._actors]))
+        )
+
+    def _restore_rules(self, epoch: int | None = None) -> None:
+        """After a load: the shards' policy version and epoch become this object's (the epoch's
+        number from a sharded checkpoint's manifest when it has one)."""
+        if self._rules is None:
+            return
+        found = self._shard_call("load", [a.rules_position.remote() for a in self._actors])
+        self._policy_version = int(found[0]["policy_version"])
+        if not self._rules.replacement:
+            sizes = sum(f["size"] for f in found)
+            number = max(f["epoch"] for f in found) if epoch is None else epoch
+            self._epochs.restore(number, sizes, [f["left"] for f in found])
+
     def _raise_empty(self, num_steps: int | None, errors: list[str]) -> None:
         if len(self._down) == self._shards:
             raise ShardUnavailableError(f"every shard missed the call deadline of {self._call_timeout} s")
@@ -594,6 +753,8 @@ class ShardedReplayBuffer(ReplayBuffer):
             return DeterministicPass(plan, lambda starts: self._read_sequences(starts, rule))
         if single_deterministic_pass:
             return DeterministicPass(lambda: self._plan(sample_batch_size, num_steps), self._read_ids)
+        if self._rules is not None:  # each draw changes the shards' counts: no fan-outs ahead
+            return RandomDataset(lambda: self.get_next(sample_batch_size, num_steps), num_parallel_calls)
         depth = num_parallel_calls or self.dataset_draw_ahead
         submit = lambda size, steps: self._submit(size, steps, rule)  # noqa: E731
         return ShardedRandomDataset(submit, self._collect, self._undo, sample_batch_size, num_steps, depth)
@@ -725,6 +886,7 @@ class ShardedReplayBuffer(ReplayBuffer):
             "max_length": self._max_length,
             "versions": [os.path.relpath(v, root) for v in versions],
             "rate_limiter": self.rate_limiter_state(),
+            "epoch": self._epochs.epoch,  # the shards count epochs begun, some refused (too few items)
         }
         temp = root / (MANIFEST + ".tmp")
         with open(temp, "w") as f:
@@ -766,6 +928,7 @@ class ShardedReplayBuffer(ReplayBuffer):
         get([a.load.remote(str(root / f"shard-{k:03d}")) for k, a in enumerate(self._actors)])
         if self._limiter is not None:
             call(self._limiter.load_state, manifest["rate_limiter"], retry_timeout=self._retry_timeout)
+        self._restore_rules(manifest.get("epoch"))
         self._masses.clear()
         self._fresh = False
 
@@ -798,6 +961,7 @@ class ShardedReplayBuffer(ReplayBuffer):
             self._rng.bit_generator.state = checked["rng"]
         if limiter is not None:
             call(self._limiter.load_state, limiter, retry_timeout=self._retry_timeout)
+        self._restore_rules()
         self._masses.clear()
         self._fresh = False
 

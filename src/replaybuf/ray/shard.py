@@ -73,6 +73,7 @@ class Shard:
         if self.buffer.single_stream:
             raise ArgumentError(f"buffer_class: expected a buffer of batch_size streams, got {buffer_class.__name__}")
         self.flat = FlatSpec(data_spec)
+        self.epochs = options.get("replacement") is False  # the driver walks one epoch over every shard
         self.lock = threading.RLock()  # the shard's bookkeeping; the buffer has its own lock
         self.cond = threading.Condition(self.lock)
         self.saving = threading.RLock()
@@ -224,7 +225,25 @@ class Shard:
                 self.counts["samples"] += count
         with buffer.lock:
             result["mass"], result["smallest"] = buffer.mass(num_steps, rule)
+            if self.epochs:
+                result["left"] = buffer.epoch_position()[2]
         return result
+
+    # -- sample-count rules (the driver's side: replaybuf.samplers.parts) ---------------------
+    def begin_epoch(self, num_steps: int | None) -> int:
+        """Begin this shard's part of a new epoch now; its size."""
+        return self.buffer.begin_epoch(num_steps)
+
+    def rules_position(self) -> dict:
+        """The policy version and, with epochs, ``(epoch, size, left)``: what the driver
+        restores after a load."""
+        found = {"policy_version": self.buffer.policy_version}
+        if self.epochs:
+            found["epoch"], found["size"], found["left"] = self.buffer.epoch_position()
+        return found
+
+    def set_policy_version(self, version: int) -> None:
+        self.buffer.policy_version = version
 
     def sequence_starts(self, rule: SequenceRule) -> np.ndarray:
         """The local ids of ``rule``'s eligible learning starts now, in id order."""
@@ -257,6 +276,7 @@ class Shard:
         ring = self.buffer.ring
         return {
             "num_frames": self.buffer.num_frames(),
+            "num_eligible": self.buffer.num_eligible(),
             "steps": ring.steps,
             "first": ring.first_valid_step(),
             "restored": self.restored,

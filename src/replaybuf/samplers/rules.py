@@ -33,7 +33,7 @@ from replaybuf.samplers.rule_draws import rule_draws
 from replaybuf.samplers.sequences import SequenceRule, eligible
 from replaybuf.samplers.uniform import filled_probabilities
 
-__all__ = ["RuledSampler", "SampleRules", "check_sample_rules"]
+__all__ = ["RuledSampler", "SampleRules", "check_policy_version", "check_sample_rules"]
 
 
 class SampleRules:
@@ -119,6 +119,14 @@ def check_sample_rules(
                 f"with max_staleness, got {version_field!r:.80}"
             )
     return SampleRules(bool(replacement), times, sampler == "fifo", staleness, version, bool(drop_remainder))
+
+
+def check_policy_version(version: Any) -> int:
+    """A learner's ``policy_version`` as an int (ArgumentError naming it otherwise): what the
+    shared and Ray buffers' setters take, as ``StreamBuffer.policy_version`` does."""
+    if isinstance(version, (bool, np.bool_)) or not isinstance(version, (int, np.integer)):
+        raise ArgumentError(f"policy_version: expected an int, got {version!r:.80}")
+    return int(version)
 
 
 class RuledSampler:
@@ -285,6 +293,20 @@ class RuledSampler:
             found.append(taken)
             need -= taken.shape[0]
         return found[0] if len(found) == 1 else np.concatenate(found), self.order.shape[0], self.epoch
+
+    # -- epochs driven from outside (a batch split over parts: replaybuf.samplers.parts) --------
+    def epoch_left(self) -> int:
+        """Starts left in the epoch's order (at most: some may have stopped being eligible)."""
+        return self.order.shape[0] - self.cursor
+
+    def begin_epoch(self, rng: np.random.Generator, ring: StreamRing, shape: int | SequenceRule | None) -> int:
+        """Begin a new epoch now over the eligible starts that fit ``shape``; returns its size.
+        Draws of at most ``epoch_left()`` starts then stay inside it (coming short, never
+        beginning another, when starts stopped being eligible)."""
+        live = self.live.ids()
+        order = live.copy() if shape is None or shape == 1 else live[self._fits(ring, live, shape)]
+        self.order, self.cursor, self.epoch = order, 0, self.epoch + 1  # drawn lazily, batch by batch
+        return order.shape[0]
 
     def _sampled(self, ring: StreamRing, starts: np.ndarray) -> None:
         """Count a draw of ``starts`` (distinct); those drawn K times are consumed."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from replaybuf.dataset import (
     plan_deterministic_pass,
     plan_sequence_pass,
 )
-from replaybuf.errors import ArgumentError, BufferClosedError, EmptyBufferError
+from replaybuf.errors import ArgumentError, BufferClosedError, EmptyBufferError, RateLimiterTimeout, WritersGoneError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.front import Checkpoints
 from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
@@ -31,12 +32,14 @@ from replaybuf.ring import STEPS, Geometry, WriterCursors
 from replaybuf.samplers.choice import check_sampler
 from replaybuf.samplers.episodes import episode_markers, pad_windows
 from replaybuf.samplers.prioritized import priority_update
+from replaybuf.samplers.rules import check_policy_version, check_sample_rules
 from replaybuf.samplers.sequences import SequenceRule, check_sequence_arguments
 from replaybuf.samplers.split import MassSplit
 from replaybuf.shared import checkpoint
 from replaybuf.shared.episodes import SegmentEpisodes
 from replaybuf.shared.layout import HELD, OWNER, Layout, pid_alive
 from replaybuf.shared.priorities import SegmentPriorities
+from replaybuf.shared.rules import SegmentRules
 from replaybuf.shared.windows import SegmentWindows
 from replaybuf.shared.writer import SharedWriter
 from replaybuf.storages.row_copy import read_rows
@@ -90,6 +93,11 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         pad_episode_ends: with respect_episodes, windows are drawn as without episodes and
             steps past the first step's episode repeat its last real step, ``info.mask`` True
             on real steps (as the NumPy buffers); sequences draw padded starts too.
+        replacement, drop_remainder, max_times_sampled, max_staleness, version_field: the
+            learner's sample-count rules (docs/sample_rules.md, "Many writers"): epochs over every
+            writer's items, consumption, staleness against ``buffer.policy_version`` (writers
+            tag their adds in ``version_field``); ``sampler="fifo"``: the oldest items first
+            (by step). Uniform draws without episodes only.
 
     The shared memory is released by ``close()`` (or a ``with`` block), or when this
     object is collected or its process exits.
@@ -116,6 +124,11 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         respect_episodes: bool = False,
         pad_episode_ends: bool = False,
         episode_end_field: str | None = None,
+        replacement: bool = True,
+        max_times_sampled: int | None = None,
+        max_staleness: int | None = None,
+        version_field: str = "policy_version",
+        drop_remainder: bool = False,
     ):
         for name, value in (("writers", writers), ("batch_size", batch_size), ("max_length", max_length)):
             check_positive(name, value, allow_none=False)
@@ -125,7 +138,18 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
             raise ArgumentError(f"flush_every: expected at most max_length ({max_length}), got {flush_every}")
         check_rate_limiter(rate_limiter)
         self._timeout = check_timeout(rate_limiter_timeout, "rate_limiter_timeout")
-        sampler = check_sampler(sampler)
+        fifo = sampler == "fifo"
+        sampler = "uniform" if fifo else check_sampler(sampler)
+        flat = FlatSpec(data_spec)
+        rules = check_sample_rules(
+            flat, replacement, max_times_sampled, "fifo" if fifo else None, max_staleness, version_field, drop_remainder
+        )
+        if rules.active and (sampler == "prioritized" or respect_episodes):
+            raise ArgumentError(
+                "replacement / max_times_sampled / max_staleness / sampler='fifo': the shared learner's rules "
+                "draw uniformly over items and windows; expected sampler='uniform' without respect_episodes, got "
+                f"sampler={sampler!r}, respect_episodes={respect_episodes!r}"
+            )
         if sampler == "uniform":
             why = "only used with sampler='prioritized'"
             reject_unused(alpha=(alpha, 0.6, why), beta=(beta, 0.4, why), epsilon=(epsilon, 1e-6, why))
@@ -140,7 +164,7 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
                     f"context: expected one of {multiprocessing.get_all_start_methods()}, got {context!r}"
                 )
             context = multiprocessing.get_context(context)
-        self._flat = FlatSpec(data_spec)
+        self._flat = flat
         self._writers, self._batch_size, self._max_length = int(writers), int(batch_size), int(max_length)
         self._streams = self._writers * self._batch_size
         self._geometry = Geometry(self._batch_size, self._max_length, self._streams * self._max_length)
@@ -175,6 +199,12 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
             markers = episode_markers(self._flat, episode_end_field)  # raises ArgumentError
             self._episodes = SegmentEpisodes(markers, self._names, self._writers, self._batch_size, self._max_length)
         self._windows = None if self._episodes is None else SegmentWindows(self._priorities, self._episodes)
+        self._rules = None
+        if rules.active:
+            self._rules = SegmentRules(
+                rules, self._names, self._writers, self._batch_size, self._max_length, type(self).__name__
+            )
+        self._policy_version = 0
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -298,7 +328,9 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         extras: dict = {}
         try:
             with self._lock:
-                if rule is not None:
+                if self._rules is not None:
+                    ids, probabilities, rows, extras = self._draw_ruled(count, num_steps)
+                elif rule is not None:
                     ids, probabilities, rows, extras = self._draw_sequences(count, rule)
                     num_steps = rule.burn_in + rule.num_steps
                 elif self._priorities is not None:
@@ -318,7 +350,7 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         if sample_batch_size is None:
             ids, rows = ids[0], rows[0]
             probabilities = probabilities.reshape(())
-            extras = {key: value[0] if value.ndim > 1 else value.reshape(()) for key, value in extras.items()}
+            extras = {key: _first(value) for key, value in extras.items()}
         leaves = [rows[name] for name in self._names]
         if not time_stacked and num_steps is not None:
             lead = (slice(None),) if sample_batch_size is not None else ()
@@ -328,6 +360,79 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         if extras:
             return items, SampleInfo(ids, probabilities, **extras)
         return items, BufferInfo(ids, probabilities)
+
+    def _draw_ruled(self, count: int, num_steps: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+        """``_draw`` under the sample-count rules (replaybuf.shared.rules), with ``{"epoch"}`` for
+        epochs. Too few eligible items: EmptyBufferError, or with a rate limiter a wait for
+        writers' adds (up to ``rate_limiter_timeout``: RateLimiterTimeout). The lock is let go
+        while it waits."""
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while True:
+            try:
+                return self._draw_rules_once(count, num_steps)
+            except EmptyBufferError as err:
+                if self._limiter is None:
+                    raise
+                left = None if deadline is None else deadline - time.monotonic()
+                if self._limiter.closed:
+                    raise BufferClosedError("the buffer was closed while a sample waited for eligible items") from err
+                if left is not None and left <= 0:
+                    raise RateLimiterTimeout(
+                        f"get_next waited {self._timeout} s for eligible items (rate_limiter_timeout): {err}"
+                    ) from err
+                gone = self._writers_gone()
+                if gone is not None:
+                    raise WritersGoneError(f"get_next waits for eligible items, but {gone}") from err
+                self._lock.release()
+                try:
+                    self._limiter.wait_change(0.1 if left is None else left)
+                finally:
+                    self._lock.acquire()
+
+    def _draw_rules_once(self, count: int, num_steps: int | None, tries: int = 0) -> tuple:
+        rules = self._rules
+        rules.take_in(self._commits, self._records)
+        ids, probability, epoch = rules.draw(self._rng, count, num_steps)
+        writer, step, stream = self._split(ids)
+        rows = read_rows(self._records, self._slots(writer, step, stream), self._read_threads)
+        first = ids if num_steps is None else ids[:, 0]
+        if num_steps is not None:
+            writer, step = writer[:, 0], step[:, 0]
+        torn = self._commits.torn(writer, step)  # read after the copy
+        if torn.any():  # a writer overwrote them while they were read: they are gone, draw others
+            if tries == _MAX_REDRAWS:
+                raise overwritten_while_read("draws", _MAX_REDRAWS)
+            self.torn_redraws += int(torn.sum())
+            rules.forget(first[torn])
+            keep = ~torn
+            again, _, more, _ = self._draw_rules_once(int(torn.sum()), num_steps, tries + 1)
+            ids, rows = np.concatenate([ids[keep], again]), np.concatenate([rows[keep], more])
+        probabilities = np.full(ids.shape[0], probability, np.float32)
+        return ids, probabilities, rows, ({} if epoch is None else {"epoch": epoch})
+
+    @property
+    def policy_version(self) -> int:
+        """The learner's policy version (``max_staleness``: docs/sample_rules.md); set it after
+        each policy update (ArgumentError for a non-int)."""
+        return self._policy_version
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        version = check_policy_version(version)
+        with self._lock:
+            self._policy_version = version
+            if self._rules is not None:
+                self._rules.set_policy_version(self._policy_version)
+
+    def num_eligible(self) -> int:
+        """Stored items a sample may still draw: ``num_frames()`` less the items consumed
+        (``max_times_sampled``) or stale (``max_staleness``); docs/sample_rules.md."""
+        self._check_open()
+        if self._rules is None:
+            return self.num_frames()
+        with self._lock:
+            self._rules.take_in(self._commits, self._records)
+            return self._rules.num_eligible()
 
     def _sequence_rule(self, burn_in: Any, period: Any, num_steps: Any) -> SequenceRule | None:
         """The checked ``SequenceRule`` of a sample with ``burn_in`` or ``period``; None without
@@ -664,6 +769,8 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
                 self._episodes.cleared()
             if self._windows is not None:
                 self._windows.cleared()
+            if self._rules is not None:
+                self._rules.cleared()
 
     # -- checkpoints (replaybuf.shared.checkpoint) ----------------------------------------
     def state_dict(self) -> dict:
@@ -686,6 +793,8 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         plan = checkpoint.check_state(parts, state)
         with self._lock:
             checkpoint.load_state(parts, plan)
+            if self._rules is not None:
+                self._policy_version = self._rules.policy_version
 
     def _checkpoint_parts(self) -> checkpoint.SharedParts:
         return checkpoint.SharedParts(
@@ -702,6 +811,7 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
             priorities=self._priorities,
             episodes=self._episodes,
             windows=self._windows,
+            rules=self._rules,
             limiter=self._limiter,
             rng=self._rng,
             bounds=self._bounds,
@@ -758,6 +868,13 @@ class _SegmentRing:
 
     def first_valid_step(self) -> int:
         return self.low
+
+
+def _first(value: Any) -> Any:
+    """An extra of a one-element sample without its batch axis (``epoch``, an int, as it is)."""
+    if not isinstance(value, np.ndarray):
+        return value
+    return value[0] if value.ndim > 1 else value.reshape(())
 
 
 def _release(shm: shared_memory.SharedMemory, limiter: RateLimiter | None) -> None:

@@ -43,6 +43,7 @@ class SharedParts(NamedTuple):
     priorities: Any
     episodes: Any
     windows: Any
+    rules: Any
     limiter: Any
     rng: np.random.Generator
     bounds: Any
@@ -52,12 +53,14 @@ class SharedParts(NamedTuple):
 class LoadPlan(NamedTuple):
     """A checked state: per writer ``(steps, count, leaves [count, batch_size, ...])``, the
     masses per writer and the max priority (None: every item gets a new item's priority),
-    the generator state (None: keep this buffer's) and the limiter's counters."""
+    the generator state (None: keep this buffer's), the limiter's counters and each writer's
+    checked sample-count rules (None without rules)."""
 
     segments: list[tuple[int, int, list[np.ndarray]]]
     masses: tuple[list[np.ndarray], float] | None
     rng: dict | None
     limiter: Any
+    rules: list | None
 
 
 def holds(parts: SharedParts) -> Holds:
@@ -100,6 +103,13 @@ def state_of(parts: SharedParts) -> dict:
     if masses is not None:
         mass = np.concatenate(masses) if "segments" in state else _interleave(parts, [[m] for m in masses])["0"]
         state["priorities"] = {"mass": mass, "max_priority": float(parts.priorities.max_priority)}
+    if parts.rules is not None:  # the rules of the items saved (steps not taken in yet: unsampled)
+        rules = [parts.rules.writer_state(w, stop - len(rows[0]), stop) for w, (stop, rows) in enumerate(segments)]
+        if "segments" in state:
+            for w, writer_rules in enumerate(rules):
+                state["segments"][str(w)]["sample_rules"] = writer_rules
+        else:
+            state["sample_rules"] = parts.rules.joined(rules)
     return state
 
 
@@ -134,7 +144,28 @@ def check_state(parts: SharedParts, state: Any) -> LoadPlan:
             masses = ([per[:, w].ravel() for w in range(parts.writers)], largest)
     limiter = parts.limiter.check_state(state.get("rate_limiter")) if parts.limiter is not None else None
     rng = check_rng_state(parts.rng, state.get("rng")) if same_rng else None
-    return LoadPlan(segments, masses, rng, limiter)
+    return LoadPlan(segments, masses, rng, limiter, _check_rules(parts, state, segments))
+
+
+def _check_rules(parts: SharedParts, state: dict, segments: list) -> list | None:
+    """Each writer's checked sample-count rules (replaybuf.shared.rules); a state saved without
+    them loads with every item uncounted, and rules in a state are ignored by a buffer without."""
+    if parts.rules is None:
+        return None
+    if "segments" in state:
+        per_writer = [state["segments"][str(w)].get("sample_rules") for w in range(parts.writers)]
+    elif state.get("sample_rules") is not None:
+        rules = state["sample_rules"]
+        keys = {"times", "policy_version", "epoch", "order", "cursor"}
+        if not isinstance(rules, dict) or not keys <= set(rules) or not isinstance(rules["order"], np.ndarray):
+            raise CheckpointError(f"state['sample_rules']: expected the keys {sorted(keys)} with arrays")
+        total = sum(count for _, count, _ in segments) * parts.batch_size
+        if not isinstance(rules["times"], np.ndarray) or rules["times"].shape != (total,):
+            raise CheckpointError(f"state['sample_rules']['times']: expected {total} counts")
+        per_writer = parts.rules.split(rules)
+    else:
+        per_writer = [None] * parts.writers
+    return parts.rules.check_state(per_writer, [(steps, count) for steps, count, _ in segments])
 
 
 def _split(parts: SharedParts, state: dict, steps: int) -> list[tuple[int, int, list[np.ndarray]]]:
@@ -210,3 +241,5 @@ def load_state(parts: SharedParts, plan: LoadPlan) -> None:
         parts.episodes.cleared()
     if parts.windows is not None:
         parts.windows.cleared()
+    if parts.rules is not None:
+        parts.rules.load_state(plan.rules, [(steps, count) for steps, count, _ in plan.segments], parts.records)
