@@ -50,6 +50,20 @@ def test_ids_wrap_onto_slots_as_take_wraps_them(split_everything):
     assert row_copy.read_rows(store, ids, 2).tobytes() == store.take([0, 0, 3, 9, (2**62 + 3) % 10]).tobytes()
 
 
+def test_a_window_read_copies_runs_byte_for_byte_as_take():
+    pytest.importorskip("numba")
+    assert row_copy._copy_runs() is not None  # else window reads would quietly stay on take
+    rng = np.random.default_rng(1)
+    for capacity in (1, 2, 7, 100):
+        store = records(capacity, seed=capacity)
+        for lap in (0, 2**40):  # ids many laps on: the same slots
+            starts = rng.integers(0, 3 * capacity, (5, 1)) + lap * capacity
+            steps = np.clip(np.arange(9) - rng.integers(0, 4, (5, 1)), 0, 6)  # clamped: repeats at both ends
+            for ids in (starts + steps, starts + 3 * steps, (starts + steps)[:, ::-1]):  # runs, strides, backwards
+                got = row_copy.read_rows(store, ids, 1)
+                assert got.shape == ids.shape and got.tobytes() == store.take(ids % capacity).tobytes()
+
+
 def test_small_reads_and_one_thread_stay_on_take(monkeypatch):
     calls = []
     monkeypatch.setattr(row_copy, "run_split", lambda *args: calls.append(args))

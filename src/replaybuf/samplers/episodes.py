@@ -406,13 +406,14 @@ class EpisodeSampler:
     def _inside_starts(
         self, rng: np.random.Generator, low: int, high: int, wanted: int, steps: int, rate: float
     ) -> np.ndarray:
-        batch, found, need = self.index.ring.batch_size, [], wanted
-        while need:
+        batch, found, need = self.index.ring.batch_size, None, wanted
+        while True:  # one round almost always (the round is sized for 1.2x the acceptance)
             candidates = self._integers(rng, low * batch, high * batch, int(need / rate * 1.2) + 8)
             kept = candidates[self.index.inside(candidates, steps)][:need]
-            found.append(kept)
-            need -= kept.shape[0]
-        return np.concatenate(found)
+            found = kept if found is None else np.concatenate((found, kept))
+            need = wanted - found.shape[0]
+            if not need:
+                return found
 
     # -- the rest of the sampler protocol (replaybuf.samplers) -----------------------------------
     def mass(self, ring: StreamRing, num_steps: int | None) -> tuple[float, float]:

@@ -23,6 +23,7 @@ import numpy as np
 
 from replaybuf.errors import ArgumentError
 from replaybuf.ring import StreamRing
+from replaybuf.samplers.compiled import load_kernel
 
 __all__ = ["SequenceRule", "StartList", "check_sequence_arguments", "eligible", "sequence_windows"]
 
@@ -93,11 +94,39 @@ def eligible(position: np.ndarray, ring: StreamRing, ids: np.ndarray, rule: Sequ
     return ok & (last_step < ring.steps) & inside
 
 
+_windows: Any = False  # not looked up yet; then the compiled kernel, or None without numba
+
+
+def _kernel() -> Any:
+    """``_sequence_kernels.windows`` (compiled or loaded from the disk cache once), or None without numba."""
+    global _windows
+    if _windows is False:
+        _windows = load_kernel("_sequence_kernels", "windows")
+    return _windows
+
+
 def sequence_windows(
     position: np.ndarray, ring: StreamRing, starts: np.ndarray, burn_in: int, num_steps: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(ids, mask, learn)`` of the sequences with learning starts ``starts`` (stored ids,
-    any shape S): each ``S + [burn_in + num_steps]``; see the module for what is real."""
+    any shape S): each ``S + [burn_in + num_steps]``; see the module for what is real.
+    Compiled (replaybuf.samplers._sequence_kernels) with numba, else ``numpy_windows``."""
+    kernel = _kernel()
+    if kernel is None:
+        return numpy_windows(position, ring, starts, burn_in, num_steps)
+    flat = np.asarray(starts, np.int64).reshape(-1)
+    rows = (flat.size, burn_in + num_steps)
+    ids, mask, learn = np.empty(rows, np.int64), np.empty(rows, bool), np.empty(rows, bool)
+    first_step = ring.first_valid_step()
+    kernel(position, ring.capacity, ring.batch_size, first_step, ring.steps, flat, burn_in, ids, mask, learn)
+    shape = (*np.shape(starts), rows[1])
+    return ids.reshape(shape), mask.reshape(shape), learn.reshape(shape)
+
+
+def numpy_windows(
+    position: np.ndarray, ring: StreamRing, starts: np.ndarray, burn_in: int, num_steps: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``sequence_windows`` in NumPy passes over the whole batch (without numba)."""
     batch = ring.batch_size
     step = starts // batch
     here = position[starts % ring.capacity]
