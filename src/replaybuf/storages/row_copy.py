@@ -81,16 +81,25 @@ def _copy_runs() -> Callable[..., None] | None:
     return copy
 
 
+RUN_STEPS = 16  # windows at least this long are copied by runs (a memcpy call costs ~ several rows of take)
+
+
+def _runs(ids: np.ndarray) -> bool:
+    """Whether ``ids`` look like windows of consecutive ids (``[..., T]``, T >= ``RUN_STEPS``, the
+    first window's first two ids consecutive or equal: one stream's, maybe clamped)."""
+    return ids.ndim > 1 and ids.shape[-1] >= RUN_STEPS and ids.size > 0 and 0 <= int(ids.flat[1] - ids.flat[0]) <= 1
+
+
 def read_rows(records: np.ndarray, ids: np.ndarray, threads: int) -> np.ndarray:
     """The records at ``ids`` (slot = id % len(records)) of a 1-D C-contiguous ``records``: one
     ``take``, split over up to ``threads`` threads (the idle cores' worth) when it copies at
-    least ``PARALLEL_BYTES``; windows (``ids`` ``[..., T]``, T > 1) below that, by runs of
-    consecutive ids (``_copy_runs``: a window of a single-stream buffer is one run, where
-    ``take`` copies row by row). (Ids wrap by ``%``: ``take(mode="wrap")`` subtracts the length
-    once per lap, so an id of a long-lived buffer would cost its number of laps.)"""
+    least ``PARALLEL_BYTES``; long windows of one stream below that (``_runs``), by runs of
+    consecutive ids (``_copy_runs``: one ``memcpy`` a run, where ``take`` copies row by row).
+    (Ids wrap by ``%``: ``take(mode="wrap")`` subtracts the length once per lap, so an id of a
+    long-lived buffer would cost its number of laps.)"""
     row_bytes = records.dtype.itemsize
     small = threads <= 1 or ids.size * row_bytes < PARALLEL_BYTES
-    if small and ids.ndim > 1 and ids.shape[-1] > 1 and records.flags.c_contiguous:
+    if small and _runs(ids) and records.flags.c_contiguous:
         copy = _copy_runs()
         if copy is not None:
             flat = np.ascontiguousarray(ids, np.int64).reshape(-1)
