@@ -99,7 +99,8 @@ class EpisodeIndex:
 
     ``counts[T]`` (the number of stored windows of T items inside one episode and before
     the write head) is computed once when T is first asked for and then kept up to date
-    by every add in O(batch_size). The eligible learning starts of a sequence rule
+    by every add in O(batch_size) (one stream: every T - 1 adds in one pass over them, and
+    whenever asked for; ``_catch_up``). The eligible learning starts of a sequence rule
     (``starts``, replaybuf.samplers.sequences) are listed when first asked for, then
     extended by the starts the adds decided each time they are looked at.
     """
