@@ -194,3 +194,29 @@ def test_bad_episode_options():
         UniformReplayBuffer(SPEC, respect_episodes=True, episode_end_field="nope")
     with pytest.raises(ArgumentError, match="step_type"):
         UniformReplayBuffer({"x": ArraySpec((), np.int64)}, respect_episodes=True)
+
+
+def test_one_streams_window_counts_caught_up_late_equal_a_recount():
+    """A single stream's window counts take in the adds many at a time (EpisodeIndex._catch_up):
+    at any moment they equal counting the stored windows again, for windows of 1 to longer
+    than the ring, through wraps."""
+    from replaybuf.ring import StreamRing
+    from replaybuf.samplers.episodes import EpisodeIndex
+
+    rng = np.random.default_rng(0)
+    for _ in range(150):
+        length = int(rng.integers(1, 30))
+        ring = StreamRing(1, length)
+        index = EpisodeIndex(ring, lambda leaves: (None, np.asarray(leaves[0]) != 0))
+        sizes = rng.integers(1, length + 3, 3).tolist()
+        end = rng.choice([0.0, 0.1, 0.5])
+        for _ in range(int(rng.integers(1, 5 * length + 10))):
+            ring.steps += 1
+            index.record([np.array([rng.random() < end])], ring.steps - 1)
+            if rng.random() < 0.15:
+                index.count(sizes[rng.integers(3)])
+                fresh = EpisodeIndex(ring, index.markers)
+                fresh.position = index.position
+                assert {size: index.count(size) for size in index._counts} == {
+                    size: fresh.count(size) for size in index._counts
+                }

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 from scipy import stats
 
 import replaybuf
@@ -275,3 +278,63 @@ def test_a_sequence_sample_lowered_for_a_gpu_has_no_loop(prioritized):
     sample = jax.jit(lambda state, key: core.sample_sequences(state, key, 16, 3, 2, 2))
     traced = sample.trace(core.init(), jax.random.key(0))
     assert "stablehlo.while" not in traced.lower(lowering_platforms=("cuda",)).as_text()
+
+
+class JaxSequenceMachine(RuleBasedStateMachine):
+    """Adds, wraps, clears, checkpoint round trips, priority updates and samples of one fixed
+    rule (so each sample shape compiles once) on the prioritized JAX buffer, against the model."""
+
+    BURN_IN, STEPS, PERIOD, BATCH, LENGTH = 2, 3, 2, 2, 10
+
+    def __init__(self):
+        super().__init__()
+        self.buffer = self._new(0)
+        self.model = Model(self.BATCH, self.LENGTH, np.random.default_rng(0))
+
+    def _new(self, seed):
+        return JaxReplayBuffer(
+            SPEC, batch_size=self.BATCH, max_length=self.LENGTH, seed=seed, sampler="prioritized", alpha=0.7, **EPISODES
+        )
+
+    @rule(count=st.integers(1, 8), end=st.sampled_from([0.0, 0.3, 0.8]))
+    def add(self, count, end):
+        for _ in range(count):
+            self.buffer.add_batch(self.model.add(end))
+
+    @rule()
+    def clear(self):
+        self.buffer.clear()
+        self.model.clear()
+
+    @rule(seed=st.integers(0, 3))
+    def reload(self, seed):
+        again = self._new(seed)
+        again.load_state_dict(self.buffer.state_dict())
+        self.buffer = again
+
+    @precondition(lambda self: self.model.steps > 0)
+    @rule(data=st.data())
+    def update(self, data):
+        first = max(0, self.model.steps - self.LENGTH) * self.BATCH
+        uid = data.draw(st.integers(first, self.model.steps * self.BATCH - 1))
+        value = data.draw(st.floats(0.1, 10))
+        self.buffer.update_priorities(np.array([uid]), np.array([value]))
+        self.model.priority[uid] = value
+        self.model.max_priority = max(self.model.max_priority, value)
+
+    @precondition(lambda self: self.model.steps > 0)
+    @rule()
+    def sample(self):
+        keywords = {"num_steps": self.STEPS, "burn_in": self.BURN_IN, "period": self.PERIOD}
+        if not self.model.eligible(self.BURN_IN, self.STEPS, self.PERIOD, False):
+            with pytest.raises(EmptyBufferError):
+                self.buffer.get_next(8, **keywords)
+            return
+        items, info = self.buffer.get_next(8, **keywords)
+        check_sample(self.model, items, info, self.BURN_IN, self.STEPS, self.PERIOD, False, 0.7)
+
+
+TestJaxSequenceMachine = JaxSequenceMachine.TestCase
+TestJaxSequenceMachine.settings = settings(
+    max_examples=6, stateful_step_count=15, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)

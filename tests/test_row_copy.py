@@ -50,6 +50,31 @@ def test_ids_wrap_onto_slots_as_take_wraps_them(split_everything):
     assert row_copy.read_rows(store, ids, 2).tobytes() == store.take([0, 0, 3, 9, (2**62 + 3) % 10]).tobytes()
 
 
+def test_a_window_read_copies_runs_byte_for_byte_as_take(monkeypatch):
+    pytest.importorskip("numba")
+    assert row_copy._copy_runs() is not None  # else window reads would quietly stay on take
+    copy, copied = row_copy._copy_runs(), []
+    monkeypatch.setattr(row_copy, "_copy_runs", lambda: lambda *args: copied.append(args) or copy(*args))
+    monkeypatch.setattr(row_copy, "RUN_STEPS", 2)  # short windows too, to see wraps and repeats
+    rng = np.random.default_rng(1)
+    for capacity in (1, 2, 7, 100):
+        store = records(capacity, seed=capacity)
+        for lap in (0, 2**40):  # ids many laps on: the same slots
+            starts = rng.integers(0, 3 * capacity, (5, 1)) + lap * capacity
+            steps = np.clip(np.arange(9) - rng.integers(0, 4, (5, 1)), 0, 6)  # clamped: repeats at both ends
+            for ids in (starts + steps, starts + 3 * steps, (starts + steps)[:, ::-1]):  # runs, strides, backwards
+                got = row_copy.read_rows(store, ids, 1)
+                assert got.shape == ids.shape and got.tobytes() == store.take(ids % capacity).tobytes()
+    assert len(copied) >= 4 * 2  # every window of consecutive ids went by runs (others too, when clamped first)
+
+
+def test_short_or_strided_windows_stay_on_take(monkeypatch):
+    monkeypatch.setattr(row_copy, "_copy_runs", lambda: pytest.fail("copied by runs"))
+    store = records()
+    for ids in (np.arange(20).reshape(2, 10), np.arange(0, 80, 2).reshape(2, 20), np.empty((0, 20), np.int64)):
+        assert row_copy.read_rows(store, ids, 1).tobytes() == store.take(ids).tobytes()
+
+
 def test_small_reads_and_one_thread_stay_on_take(monkeypatch):
     calls = []
     monkeypatch.setattr(row_copy, "run_split", lambda *args: calls.append(args))

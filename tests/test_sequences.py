@@ -13,6 +13,8 @@ from scipy import stats
 import replaybuf
 from replaybuf import ArraySpec
 from replaybuf.errors import ArgumentError, EmptyBufferError
+from replaybuf.ring import StreamRing
+from replaybuf.samplers import sequences
 from sequence_model import BAD_SEQUENCE_ARGUMENTS, SPEC, Model, assert_refused, check_sample, numpy_of
 
 
@@ -214,6 +216,46 @@ def test_no_eligible_start_is_an_empty_buffer_error():
         )
     with pytest.raises(EmptyBufferError, match="num_steps=3"):
         buffer.get_next(2, num_steps=3, burn_in=1, period=2)
+
+
+def _random_ring(rng):
+    """A ring of 1-3 streams after some adds (wrapped or not, sometimes a floor), and the
+    positions an episode index keeps for it (episodes ending at random)."""
+    batch, length = int(rng.integers(1, 4)), int(rng.integers(2, 24))
+    ring = StreamRing(batch, length)
+    steps = int(rng.integers(1, 3 * length))
+    ring.reset(steps, int(rng.integers(0, steps)) if rng.random() < 0.3 else 0)
+    position, last = np.zeros((length, batch), np.int64), np.full(batch, -1)
+    for t in range(steps):
+        last = np.where((rng.random(batch) < 0.2) | (last < 0), 0, last + 1)
+        position[t % length] = last
+    return ring, position.reshape(-1)
+
+
+def test_the_compiled_windows_equal_the_numpy_ones():
+    pytest.importorskip("numba")
+    assert sequences._kernel() is not None, "numba is installed but the compiled sequence windows were not chosen"
+    rng = np.random.default_rng(0)
+    for _ in range(400):
+        ring, position = _random_ring(rng)
+        steps = int(rng.integers(1, ring.max_length + 1))
+        burn_in = int(rng.integers(0, ring.max_length - steps + 1))
+        shape = tuple(rng.integers(0, 4, rng.integers(0, 3)))  # a batch of any shape, or one start
+        starts = rng.integers(ring.first_valid_step() * ring.batch_size, ring.steps * ring.batch_size, shape)
+        got = sequences.sequence_windows(position, ring, starts, burn_in, steps)
+        expected = sequences.numpy_windows(position, ring, starts, burn_in, steps)
+        for a, b in zip(got, expected, strict=True):
+            assert a.shape == b.shape == (*shape, burn_in + steps) and a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(("burn_in", "steps", "period", "pad"), [(2, 3, 1, False), (1, 4, 3, True)])
+def test_sequences_without_numba_equal_the_reference_model(monkeypatch, burn_in, steps, period, pad):
+    monkeypatch.setattr(sequences, "_windows", None)  # NumPy's passes, as without numba
+    buffer, model = filled("numpy", batch=3, length=16, adds=40, pad=pad, seed=7)
+    for _ in range(3):
+        items, info = buffer.get_next(32, num_steps=steps, burn_in=burn_in, period=period)
+        check_sample(model, items, info, burn_in, steps, period, pad, None)
 
 
 class SequenceMachine(RuleBasedStateMachine):

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from replaybuf.samplers.compiled import load_kernel
+
 __all__ = ["SPAN_LIMIT", "BoundedIntegers", "pointers", "raw_pointer"]
 
 SPAN_LIMIT = 0xFFFFFFFF  # spans (high - low - 1) below it: the 32-bit draw
@@ -37,13 +39,7 @@ def _kernel() -> Any:
     """``_bounded_kernels.fill`` (compiled or loaded from the disk cache once), or None without numba."""
     global _fill
     if _fill is False:
-        try:
-            from replaybuf.samplers import _bounded_kernels
-
-            _bounded_kernels.warm_up()
-            _fill = _bounded_kernels.fill
-        except ImportError:
-            _fill = None
+        _fill = load_kernel("_bounded_kernels", "fill")
     return _fill
 
 

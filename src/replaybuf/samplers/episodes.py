@@ -99,8 +99,10 @@ class EpisodeIndex:
 
     ``counts[T]`` (the number of stored windows of T items inside one episode and before
     the write head) is computed once when T is first asked for and then kept up to date
-    by every add in O(batch_size); so are the eligible learning starts of a sequence rule
-    (``starts``, replaybuf.samplers.sequences).
+    by every add in O(batch_size) (one stream: every T - 1 adds in one pass over them, and
+    whenever asked for; ``_catch_up``). The eligible learning starts of a sequence rule
+    (``starts``, replaybuf.samplers.sequences) are listed when first asked for, then
+    extended by the starts the adds decided each time they are looked at.
     """
 
     def __init__(self, ring: StreamRing, markers: Markers):
@@ -113,6 +115,8 @@ class EpisodeIndex:
         self._last = np.full(self.ring.batch_size, -1, np.int64)  # position of each stream's last item
         self._ended = np.ones(self.ring.batch_size, bool)  # its episode ended with it
         self._counts: dict[int, int] = {}
+        self._counted = 0  # one stream: the counts take in the adds of the steps before this one
+        self._due = 1  # ... and are caught up once this many adds wait (see _catch_up)
         self._starts: dict[tuple, StartList] = {}
 
     def _end_slots(self, step: int) -> slice:
@@ -124,17 +128,13 @@ class EpisodeIndex:
         starts, ends = self.markers(leaves)
         begins = self._ended if starts is None else self._ended | starts
         new = np.where(begins, 0, self._last + 1)
-        length = self.ring.max_length
-        oldest, next_oldest = max(0, steps - length), max(0, steps + 1 - length)
-        leaves_ring = next_oldest > oldest
-        if self.ring.batch_size == 1:  # scalars: a NumPy call per window length costs more than the add
-            newest, position = int(new[0]), self.position
-            for size in self._counts:
-                if leaves_ring and oldest + size - 1 <= steps - 1:  # that window's start leaves
-                    self._counts[size] -= int(position[(oldest + size - 1) % length] >= size - 1)
-                if steps >= next_oldest + size - 1:
-                    self._counts[size] += newest >= size - 1
+        if self.ring.batch_size == 1:  # one stream: counted late, many adds at once (_catch_up)
+            if self._counts and steps - self._counted >= self._due:
+                self._catch_up(steps)
         else:
+            length = self.ring.max_length
+            oldest, next_oldest = max(0, steps - length), max(0, steps + 1 - length)
+            leaves_ring = next_oldest > oldest
             for size in self._counts:
                 if leaves_ring and oldest + size - 1 <= steps - 1:
                     self._counts[size] -= int((self.position[self._end_slots(oldest + size - 1)] >= size - 1).sum())
@@ -142,8 +142,6 @@ class EpisodeIndex:
                     self._counts[size] += int((new >= size - 1).sum())
         self.position[self._end_slots(steps)] = new
         self._last, self._ended = new, np.asarray(ends, bool)
-        for starts in self._starts.values():
-            starts.decided()
 
     @property
     def ended(self) -> np.ndarray:
@@ -152,12 +150,52 @@ class EpisodeIndex:
 
     def count(self, size: int) -> int:
         """How many stored windows of ``size`` items lie inside one episode."""
+        ring = self.ring
+        if ring.batch_size == 1 and self._counts:
+            self._catch_up(ring.steps)
         if size not in self._counts:
-            ring = self.ring
             ends = np.arange(ring.first_valid_step() + size - 1, ring.steps)
             slots = ((ends % ring.max_length) * ring.batch_size)[:, None] + np.arange(ring.batch_size)
             self._counts[size] = int((self.position[slots] >= size - 1).sum())
+            self._counted = ring.steps
+            self._due = min([ring.max_length] + [s - 1 for s in self._counts if s > 1])
         return self._counts[size]
+
+    def _catch_up(self, stop: int) -> None:
+        """Take the adds of steps ``[counted, stop)`` of one stream into the counts: the add of
+        step t brings the window of each size ending at t, and takes away the one that started
+        at the step it overwrote (t - L), read at its last step t - L + size - 1. That step is
+        overwritten by the add of t + size - 1, so ``record`` catches up before that add
+        (``_due``); then one NumPy pass per size covers every waiting add."""
+        done, length, item = self._counted, self.ring.max_length, self.position.item
+        self._counted = stop
+        for size in self._counts:
+            if size > length:  # never a window (count() found none)
+                continue
+            if stop - done < 4:  # a few adds: scalars cost less than NumPy calls
+                for t in range(done, stop):
+                    if t >= length:
+                        self._counts[size] -= item((t - length + size - 1) % length) >= size - 1
+                    if t >= size - 1:
+                        self._counts[size] += item(t % length) >= size - 1
+                continue
+            gone = max(done, length) - length + size - 1
+            self._counts[size] += self._at_least(max(done, size - 1), stop, size) - self._at_least(
+                gone, stop - length + size - 1, size
+            )
+
+    def _at_least(self, first: int, stop: int, size: int) -> int:
+        """How many of one stream's steps ``[first, stop)`` (at most L of them) are at
+        position >= ``size - 1``."""
+        if first >= stop:
+            return 0
+        length = self.ring.max_length
+        low, high = first % length, (stop - 1) % length + 1
+        if low < high:
+            return int(np.count_nonzero(self.position[low:high] >= size - 1))
+        return int(np.count_nonzero(self.position[low:] >= size - 1)) + int(
+            np.count_nonzero(self.position[:high] >= size - 1)
+        )
 
     def starts(self, rule: SequenceRule) -> StartList:
         """The eligible learning starts of ``rule``, listed once (O(capacity)) when first asked for."""
@@ -406,13 +444,14 @@ class EpisodeSampler:
     def _inside_starts(
         self, rng: np.random.Generator, low: int, high: int, wanted: int, steps: int, rate: float
     ) -> np.ndarray:
-        batch, found, need = self.index.ring.batch_size, [], wanted
-        while need:
+        batch, found, need = self.index.ring.batch_size, None, wanted
+        while True:  # one round almost always (the round is sized for 1.2x the acceptance)
             candidates = self._integers(rng, low * batch, high * batch, int(need / rate * 1.2) + 8)
             kept = candidates[self.index.inside(candidates, steps)][:need]
-            found.append(kept)
-            need -= kept.shape[0]
-        return np.concatenate(found)
+            found = kept if found is None else np.concatenate((found, kept))
+            need = wanted - found.shape[0]
+            if not need:
+                return found
 
     # -- the rest of the sampler protocol (replaybuf.samplers) -----------------------------------
     def mass(self, ring: StreamRing, num_steps: int | None) -> tuple[float, float]:

@@ -23,6 +23,7 @@ import numpy as np
 
 from replaybuf.errors import ArgumentError
 from replaybuf.ring import StreamRing
+from replaybuf.samplers.compiled import load_kernel
 
 __all__ = ["SequenceRule", "StartList", "check_sequence_arguments", "eligible", "sequence_windows"]
 
@@ -93,11 +94,39 @@ def eligible(position: np.ndarray, ring: StreamRing, ids: np.ndarray, rule: Sequ
     return ok & (last_step < ring.steps) & inside
 
 
+_windows: Any = False  # not looked up yet; then the compiled kernel, or None without numba
+
+
+def _kernel() -> Any:
+    """``_sequence_kernels.windows`` (compiled or loaded from the disk cache once), or None without numba."""
+    global _windows
+    if _windows is False:
+        _windows = load_kernel("_sequence_kernels", "windows")
+    return _windows
+
+
 def sequence_windows(
     position: np.ndarray, ring: StreamRing, starts: np.ndarray, burn_in: int, num_steps: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(ids, mask, learn)`` of the sequences with learning starts ``starts`` (stored ids,
-    any shape S): each ``S + [burn_in + num_steps]``; see the module for what is real."""
+    any shape S): each ``S + [burn_in + num_steps]``; see the module for what is real.
+    Compiled (replaybuf.samplers._sequence_kernels) with numba, else ``numpy_windows``."""
+    kernel = _kernel()
+    if kernel is None:
+        return numpy_windows(position, ring, starts, burn_in, num_steps)
+    flat = np.asarray(starts, np.int64).reshape(-1)
+    rows = (flat.size, burn_in + num_steps)
+    ids, mask, learn = np.empty(rows, np.int64), np.empty(rows, bool), np.empty(rows, bool)
+    first_step = ring.first_valid_step()
+    kernel(position, ring.capacity, ring.batch_size, first_step, ring.steps, flat, burn_in, ids, mask, learn)
+    shape = (*np.shape(starts), rows[1])
+    return ids.reshape(shape), mask.reshape(shape), learn.reshape(shape)
+
+
+def numpy_windows(
+    position: np.ndarray, ring: StreamRing, starts: np.ndarray, burn_in: int, num_steps: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``sequence_windows`` in NumPy passes over the whole batch (without numba)."""
     batch = ring.batch_size
     step = starts // batch
     here = position[starts % ring.capacity]
@@ -123,8 +152,9 @@ def sequence_windows(
 
 
 class StartList:
-    """The eligible starts of one ``(num_steps, period, pad)``, in id order: the starts an add
-    decides are appended (ids only grow), the overwritten ones dropped from the front.
+    """The eligible starts of one ``(num_steps, period, pad)``, in id order: the starts the adds
+    since the last look decided are appended when the list is looked at (ids only grow; an
+    add does no work for it), the overwritten ones dropped from the front.
 
     A uniform draw picks an index into the live run: O(1) per draw however sparse the
     starts are (a period as long as an episode keeps one start per episode).
@@ -132,39 +162,30 @@ class StartList:
 
     def __init__(self, position: np.ndarray, ring: StreamRing, rule: SequenceRule):
         self.position, self.ring, self.rule = position, ring, rule
-        stored = ring.stream_ids().T.ravel()  # id order
-        found = stored[eligible(position, ring, stored, rule)]
-        self._ids = np.empty(max(64, 2 * found.size), np.int64)
-        self._ids[: found.size] = found
-        self._front, self._stop = 0, found.size
+        self._ids = np.empty(64, np.int64)
+        self._front = self._stop = 0
+        self._next = 0  # the first step whose starts are not listed yet
 
-    def decided(self) -> None:
-        """After an add: append the starts its step decided (its own, or the start of the
-        window of ``num_steps`` ending at it when unpadded)."""
+    def _decide(self) -> None:
+        """Append the starts decided since the last look: each step's own (padded), or that
+        of the window of ``num_steps`` ending at an added step (unpadded). A start's
+        positions never change while it is stored, so deciding late decides alike."""
         ring, rule = self.ring, self.rule
-        step = ring.steps - 1 if rule.pad else ring.steps - rule.num_steps
-        if step < ring.first_valid_step():
-            return
-        if ring.batch_size == 1:  # one stream: the id is the step; scalars, as ``eligible`` decides
-            position, capacity, steps = self.position, ring.capacity, rule.num_steps
-            if position[step % capacity] % rule.period or (
-                not rule.pad and position[(step + steps - 1) % capacity] < steps - 1
-            ):
-                return
-            self._room(1)
-            self._ids[self._stop] = step
-            self._stop += 1
-            return
-        ids = step * ring.batch_size + np.arange(ring.batch_size, dtype=np.int64)
-        new = ids[eligible(self.position, ring, ids, rule)]
-        self._room(new.size)
-        self._ids[self._stop : self._stop + new.size] = new
-        self._stop += new.size
+        newest = ring.steps - (1 if rule.pad else rule.num_steps)  # the newest decided step
+        first = max(self._next, ring.first_valid_step())
+        if first <= newest:
+            batch = ring.batch_size
+            ids = np.arange(first * batch, (newest + 1) * batch, dtype=np.int64)
+            new = ids[eligible(self.position, ring, ids, rule)]
+            self._room(new.size)
+            self._ids[self._stop : self._stop + new.size] = new
+            self._stop += new.size
+        self._next = max(self._next, newest + 1)
 
     def _room(self, count: int) -> None:
         """Make room for ``count`` more ids: when full, drop the overwritten prefix, grow if need be."""
         if self._stop + count > self._ids.size:
-            live = self.live()
+            live = self._ids[self._front : self._stop]
             grown = np.empty(max(64, 2 * (live.size + count)), np.int64)
             grown[: live.size] = live
             self._ids, self._front, self._stop = grown, 0, live.size
@@ -175,4 +196,5 @@ class StartList:
         ids = self._ids[: self._stop]
         if self._front < self._stop and ids[self._front] < oldest:
             self._front += int(np.searchsorted(ids[self._front :], oldest))
-        return ids[self._front :]
+        self._decide()  # appends stored starts only
+        return self._ids[self._front : self._stop]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 from functools import cache, partial
+from typing import Any
 
 import numpy as np
 
@@ -25,18 +26,28 @@ PARALLEL_BYTES = 4 << 20
 
 
 @cache
-def _copy_rows() -> Callable[..., None] | None:
-    """``copy(source, row_bytes, slots, destination, start, stop)``: rows ``slots[start:stop]``
-    of the records at address ``source`` into rows ``start:stop`` at ``destination``; None
-    without numba or a C library exporting ``memcpy``. Compiled once per process."""
+def _memcpy() -> Any:
+    """The C library's ``memcpy`` as numba calls it, or None without numba or a C library exporting it."""
     try:
-        import numba
+        import numba  # noqa: F401
 
         memcpy = ctypes.CDLL(None).memcpy
     except (ImportError, OSError, AttributeError):
         return None
     memcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
     memcpy.restype = ctypes.c_void_p
+    return memcpy
+
+
+@cache
+def _copy_rows() -> Callable[..., None] | None:
+    """``copy(source, row_bytes, slots, destination, start, stop)``: rows ``slots[start:stop]``
+    of the records at address ``source`` into rows ``start:stop`` at ``destination``; None
+    without numba or a C library exporting ``memcpy``. Compiled once per process."""
+    memcpy = _memcpy()
+    if memcpy is None:
+        return None
+    import numba
 
     @numba.njit(nogil=True)
     def copy(source, row_bytes, slots, destination, start, stop):  # pragma: no cover - compiled
@@ -46,14 +57,57 @@ def _copy_rows() -> Callable[..., None] | None:
     return copy
 
 
+@cache
+def _copy_runs() -> Callable[..., None] | None:
+    """``copy(source, row_bytes, capacity, ids, destination)``: the records at ``ids``
+    (slot = id % capacity) of the ``capacity`` records at address ``source`` into
+    ``destination``, each run of consecutive ids (not passing the last slot) by one
+    ``memcpy``; None as for ``_copy_rows``. Compiled once per process."""
+    memcpy = _memcpy()
+    if memcpy is None:
+        return None
+    import numba
+
+    @numba.njit(nogil=True)
+    def copy(source, row_bytes, capacity, ids, destination):  # pragma: no cover - compiled
+        i, count = 0, ids.shape[0]
+        while i < count:
+            slot, stop = ids[i] % capacity, i + 1
+            while stop < count and ids[stop] == ids[stop - 1] + 1 and slot + (stop - i) < capacity:
+                stop += 1
+            memcpy(destination + np.uint64(i * row_bytes), source + np.uint64(slot * row_bytes), (stop - i) * row_bytes)
+            i = stop
+
+    return copy
+
+
+RUN_STEPS = 16  # windows at least this long are copied by runs (a memcpy call costs ~ several rows of take)
+
+
+def _runs(ids: np.ndarray) -> bool:
+    """Whether ``ids`` look like windows of consecutive ids (``[..., T]``, T >= ``RUN_STEPS``, the
+    first window's first two ids consecutive or equal: one stream's, maybe clamped)."""
+    return ids.ndim > 1 and ids.shape[-1] >= RUN_STEPS and ids.size > 0 and 0 <= int(ids.flat[1] - ids.flat[0]) <= 1
+
+
 def read_rows(records: np.ndarray, ids: np.ndarray, threads: int) -> np.ndarray:
     """The records at ``ids`` (slot = id % len(records)) of a 1-D C-contiguous ``records``: one
     ``take``, split over up to ``threads`` threads (the idle cores' worth) when it copies at
-    least ``PARALLEL_BYTES``. (Ids wrap by ``%``: ``take(mode="wrap")`` subtracts the length
-    once per lap, so an id of a long-lived buffer would cost its number of laps.)"""
-    slots = ids % records.shape[0]
+    least ``PARALLEL_BYTES``; long windows of one stream below that (``_runs``), by runs of
+    consecutive ids (``_copy_runs``: one ``memcpy`` a run, where ``take`` copies row by row).
+    (Ids wrap by ``%``: ``take(mode="wrap")`` subtracts the length once per lap, so an id of a
+    long-lived buffer would cost its number of laps.)"""
     row_bytes = records.dtype.itemsize
-    if threads <= 1 or slots.size * row_bytes < PARALLEL_BYTES or not records.flags.c_contiguous:
+    small = threads <= 1 or ids.size * row_bytes < PARALLEL_BYTES
+    if small and _runs(ids) and records.flags.c_contiguous:
+        copy = _copy_runs()
+        if copy is not None:
+            flat = np.ascontiguousarray(ids, np.int64).reshape(-1)
+            rows = np.empty(ids.shape, records.dtype)
+            copy(records.ctypes.data, row_bytes, records.shape[0], flat, rows.ctypes.data)
+            return rows
+    slots = ids % records.shape[0]
+    if small or not records.flags.c_contiguous:
         return records.take(slots)
     threads = idle_threads(threads)
     copy = _copy_rows()
