@@ -56,10 +56,19 @@ def test_the_same_episodes_are_kept_and_evicted_as_rllib_keeps_them(ours_cls, st
         ours.add(chunks[i : i + 4])
         stock.add(chunks[i : i + 4])
         assert_same_counters(ours, stock)
-    metrics, stock_metrics = ours.get_metrics(), stock.get_metrics()
-    assert metrics.keys() == stock_metrics.keys()
-    for key in ("num_env_steps_added_lifetime", "num_episodes_evicted_lifetime", "num_env_steps_stored"):
-        assert metrics[key] == stock_metrics[key], key
+    assert_same_metrics(ours.get_metrics(), stock.get_metrics())
+
+
+def assert_same_metrics(mine, theirs, skip=()):
+    """The same metric tree (RLlib's names), the same values (ours are logged when read)."""
+    assert mine.keys() == theirs.keys()
+    for key, value in theirs.items():
+        if key in skip:
+            continue
+        if isinstance(value, dict):
+            assert_same_metrics(mine[key], value, skip)
+        else:  # Stats objects (the buffer's logger is not a root one): their current values
+            assert mine[key].peek() == pytest.approx(value.peek(), rel=1e-9, nan_ok=True), key
 
 
 def _assert_same_transition(mine, theirs, *, weights=True, infos=True, extras=False):
@@ -101,8 +110,13 @@ def test_prioritized_draws_give_rllibs_transitions_returns_and_weights(space):
         priorities = np.random.default_rng(round_).uniform(0.1, 5.0, 16)
         ours.update_priorities(priorities, "default_policy")
         stock.update_priorities(priorities, "default_policy")
+        # ours may have drawn again where an n-step passed an episode's end; RLlib was scripted not to
+        assert_same_metrics(
+            ours.get_metrics(),
+            stock.get_metrics(),
+            skip={"num_resamples", "num_agent_resamples", "num_module_resamples"},
+        )
     assert_same_counters(ours, stock)
-    assert ours.get_metrics()["num_resamples"] >= 0
 
 
 def test_uniform_episode_draws_give_rllibs_n_step_transitions():
@@ -227,3 +241,99 @@ def test_a_seed_repeats_the_draws_and_a_state_restores_them(cls, tmp_path):
         buffer.add(more)
     assert draws(a) == draws(from_disk)
     assert a.get_num_episodes_evicted() == from_disk.get_num_episodes_evicted()
+
+
+def _snapshot(buffer):
+    return buffer.get_state(), buffer.get_num_timesteps(), buffer.get_added_timesteps(), buffer.episode_ids()
+
+
+def _assert_unchanged(buffer, before):
+    state, *counters = before
+    after_state, *after = _snapshot(buffer)
+    assert after == counters
+    for key in ("lengths", "rows", "free", "mass"):
+        assert np.array_equal(after_state["store"][key], state["store"][key]), key
+
+
+@pytest.mark.parametrize("cls", [EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer])
+def test_bad_episodes_are_refused_whole_with_a_clear_error(cls):
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    from replaybuf.errors import ArgumentError, SpecMismatchError
+    from rllib_episodes import ACTIONS, chunk, episode_data
+
+    buffer = cls(100, seed=0)
+    good = stream(9, 4, lanes=1)
+    buffer.add(good[:-1])
+    before = _snapshot(buffer)
+    rng = np.random.default_rng(0)
+    other_space = episode_data(rng, 3, DICT, 99)
+    cases = {
+        # a new space mid-stream: the batch's good first episode must not be written either
+        "observation_space": [stream(10, 1)[0], chunk(other_space, "x", 0, 3, DICT, True)],
+        "observations": [
+            SingleAgentEpisode(observations=[np.zeros(4, np.float32)] * 3, actions=[0, 1], rewards=[0.0, 1.0])
+        ],
+        "t_started": [chunk(episode_data(rng, 4, BOX, 5), good[-1].id_, 2, 4, BOX, True)],
+    }
+    for expected, episodes in cases.items():
+        with pytest.raises((SpecMismatchError, ArgumentError), match=expected):
+            buffer.add(episodes)
+        _assert_unchanged(buffer, before)
+    done = good[0].id_  # a stored, terminated episode takes no further chunk
+    data = episode_data(rng, 2, BOX, 7)
+    follow = SingleAgentEpisode(
+        id_=done, observations=data["observations"], actions=data["actions"], rewards=data["rewards"],
+        observation_space=BOX, action_space=ACTIONS, t_started=buffer.episode_length(done), len_lookback_buffer=0,
+    )  # fmt: skip
+    if next(e for e in good if e.id_ == done).is_done:
+        with pytest.raises(ArgumentError, match="done"):
+            buffer.add(follow)
+        _assert_unchanged(buffer, before)
+    with pytest.raises(ArgumentError, match="SingleAgentEpisode"):
+        buffer.add([{"obs": 1}])
+    _assert_unchanged(buffer, before)
+
+
+def test_bad_priorities_and_module_ids_are_refused_before_any_change():
+    from replaybuf.errors import ArgumentError, PriorityError
+
+    buffer = PrioritizedEpisodeReplayBuffer(100, seed=0)
+    buffer.add(stream(11, 6))
+    buffer.sample(8, n_step=1)
+    before = _snapshot(buffer)
+    with pytest.raises(PriorityError, match="expected 8"):
+        buffer.update_priorities(np.ones(7))
+    with pytest.raises(PriorityError, match="finite"):
+        buffer.update_priorities(np.r_[np.ones(7), np.nan])
+    with pytest.raises(ArgumentError, match="module_id"):
+        buffer.update_priorities(np.ones(8), "not_a_module")
+    _assert_unchanged(buffer, before)
+    buffer.update_priorities(np.full(8, 3.0), "default_policy")  # the last sample is still there
+    with pytest.raises(PriorityError, match="expected 0"):  # and used up
+        buffer.update_priorities(np.ones(8))
+    with pytest.raises(ArgumentError, match="n_step"):
+        buffer.sample(4, n_step=(3, 3))
+    with pytest.raises(ArgumentError, match="beta"):
+        buffer.sample(4, n_step=1, beta=-1.0)
+
+
+def test_install_points_the_stock_names_at_ours():
+    from ray.rllib.utils.from_config import from_config
+    from ray.rllib.utils.replay_buffers import ReplayBuffer
+
+    import replaybuf.rllib
+
+    config = {"type": "PrioritizedEpisodeReplayBuffer", "capacity": 64, "alpha": 0.6, "beta": 0.4}
+    assert type(from_config(ReplayBuffer, dict(config))) is StockPrioritized
+    replaybuf.rllib.install()
+    try:
+        built = from_config(ReplayBuffer, dict(config))
+        assert type(built) is PrioritizedEpisodeReplayBuffer and built.capacity == 64
+        assert type(from_config(ReplayBuffer, {"type": "EpisodeReplayBuffer"})) is EpisodeReplayBuffer
+    finally:
+        replaybuf.rllib.uninstall()
+    assert type(from_config(ReplayBuffer, dict(config))) is StockPrioritized
+    dotted = {**config, "type": "replaybuf.rllib.PrioritizedEpisodeReplayBuffer"}  # DQN's spelling
+    assert type(from_config(ReplayBuffer, dotted)) is PrioritizedEpisodeReplayBuffer
+    assert isinstance(from_config(ReplayBuffer, dotted), StockPrioritized)

@@ -13,6 +13,7 @@ from ray.rllib.utils.replay_buffers.episode_replay_buffer import EpisodeReplayBu
 
 from replaybuf.errors import ArgumentError, CheckpointError
 from replaybuf.rllib._episodes import discounted, n_step_draws, one_step_episode, sequence_episode, tag
+from replaybuf.rllib._metrics import DeferredMetrics
 from replaybuf.rllib._store import EpisodeStore, StoredEpisode
 
 __all__ = ["EpisodeReplayBuffer"]
@@ -48,7 +49,7 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         self._num_timesteps_added = 0
         self.sampled_timesteps = 0
         self.rng = np.random.default_rng(seed)
-        self.metrics = MetricsLogger(root=False)
+        self.metrics = DeferredMetrics(MetricsLogger(root=False))  # logged when read (_metrics.py)
         self._metrics_num_episodes_for_smoothing = metrics_num_episodes_for_smoothing
 
     # -- adding --------------------------------------------------------------------------------
