@@ -64,17 +64,30 @@ $(ZOO)/.installed: $(STAMP)
 	$(ZOO)/bin/python -m pip install -q --no-deps $(ZOO_PINS)
 	touch $@
 
+# RLlib (ray[rllib] 2.60.0) pins gymnasium 1.2.2 and needs dm-tree: a venv like .venv-gym029
+# holds those and what else ray[rllib] pulls (pinned), the rest (ray itself) from .venv;
+# replaybuf.rllib's tests (tests/test_rllib*.py) and docs/rllib.md's examples run there.
+RLLIB := .venv-rllib
+RLLIB_PINS := gymnasium==1.2.2 dm-tree==0.1.10 ormsgpack==1.13.1 pyarrow==26.0.1 tensorboardX==2.6.5
+
+$(RLLIB)/.installed: $(STAMP)
+	test -x $(RLLIB)/bin/python || $(PYTHON) -m venv $(RLLIB)
+	$(RLLIB)/bin/python -c "import site, sys; open(site.getsitepackages()[0] + '/replaybuf-main-venv.pth', 'w').write(sys.argv[1] + '\n')" "$$($(PY) -c 'import site; print(site.getsitepackages()[0])')"
+	$(RLLIB)/bin/python -m pip install -q --no-deps $(RLLIB_PINS)
+	touch $@
+
 # make test also runs TF-Agents 0.19.0's own test files and example scripts
 # (tests/tf_agents_suite) with replaybuf's classes swapped in, in .venv-tf-agents, and
 # SB3's (tests/sb3_suite) with replaybuf.sb3's. Every run is strict about skips: one whose
 # reason is not in tests/skip_gate.py's ALLOWED (a missing extra, a broken import) fails it.
 test: export REPLAYBUF_STRICT_SKIPS := 1
-test: $(STAMP) $(TFA)/.installed $(SB3_SDIST) $(GYM029)/.installed $(ZOO)/.installed
+test: $(STAMP) $(TFA)/.installed $(SB3_SDIST) $(GYM029)/.installed $(ZOO)/.installed $(RLLIB)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(TFA)/bin/python -m pytest -q -c tests/tf_agents_suite/pytest.ini tests/tf_agents_suite
 	$(PY) -m pytest -q -c tests/sb3_suite/pytest.ini tests/sb3_suite
 	PYTHONPATH=src $(GYM029)/bin/python -m pytest -q -p no:cacheprovider tests/test_sb3.py tests/test_sb3_next_obs.py tests/test_sb3_cleanrl.py
 	PYTHONPATH=src $(ZOO)/bin/python -m pytest -q -p no:cacheprovider tests/test_sb3_zoo.py
+	PYTHONPATH=src $(RLLIB)/bin/python -m pytest -q -p no:cacheprovider tests/test_rllib*.py docs/rllib.md
 
 # make lint: ruff's checks and its formatter (configured in pyproject.toml) over the code,
 # tests, benchmarks and examples.
@@ -110,4 +123,4 @@ bench-quick: $(STAMP)
 	$(PY) -m bench --quick
 
 clean:
-	rm -rf $(VENV) $(TFA) $(GYM029) build src/*.egg-info
+	rm -rf $(VENV) $(TFA) $(GYM029) $(ZOO) $(RLLIB) build src/*.egg-info

@@ -1,0 +1,113 @@
+"""Sampled items as the ``SingleAgentEpisode`` objects RLlib's learner connectors read, and the
+n-step return they carry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
+
+from replaybuf.errors import ArgumentError
+from replaybuf.rllib._store import EpisodeStore, StoredEpisode
+
+__all__ = ["discounted", "n_step_draws", "one_step_episode", "sequence_episode", "tag"]
+
+
+def n_step_draws(rng: np.random.Generator, n_step: Any, count: int) -> np.ndarray:
+    """``count`` n-steps: ``n_step`` itself (an int, None for 1), or drawn from ``[low, high)``
+    when it is a tuple (RLlib's range convention: the high end is never drawn)."""
+    if isinstance(n_step, (tuple, list)):
+        if len(n_step) != 2 or not 1 <= int(n_step[0]) < int(n_step[1]):
+            raise ArgumentError(
+                f"n_step: expected an int >= 1 or a range (low, high) with 1 <= low < high, got {n_step!r}"
+            )
+        return rng.integers(int(n_step[0]), int(n_step[1]), size=count)
+    n = 1 if n_step is None else n_step
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ArgumentError(f"n_step: expected an int >= 1 or a range (low, high), got {n_step!r}")
+    return np.full(count, int(n), np.int64)
+
+
+def discounted(rewards: np.ndarray, lengths: np.ndarray, gamma: float) -> np.ndarray:
+    """Per row of ``rewards`` ([B, n]), the sum of ``gamma ** k * r_k`` over its first
+    ``lengths`` entries, computed back to front as RLlib's ``lfilter`` does (same rounding)."""
+    total = np.zeros(rewards.shape[0])
+    for k in range(rewards.shape[1] - 1, -1, -1):
+        total = np.where(k < lengths, rewards[:, k] + gamma * total, total)
+    return total
+
+
+def tag(episode: SingleAgentEpisode, n_step: int, weight: float, lookback: int = 0) -> None:
+    """The ``n_step`` and ``weights`` columns RLlib's learners read from a sampled episode."""
+    size = len(episode) + lookback
+    episode.extra_model_outputs["n_step"] = InfiniteLookbackBuffer(np.full((size,), n_step), lookback=lookback)
+    episode.extra_model_outputs["weights"] = InfiniteLookbackBuffer(np.full((size,), weight), lookback=lookback)
+
+
+def _identity(store: EpisodeStore, stored: StoredEpisode) -> dict[str, Any]:
+    """What a sampled episode takes from the stored one: its ids and the spaces."""
+    return {
+        "id_": stored.id_,
+        "agent_id": stored.agent_id,
+        "module_id": stored.module_id,
+        "observation_space": store.observation_space,
+        "action_space": store.action_space,
+    }
+
+
+def _info(stored: StoredEpisode, t: int) -> Any:
+    return stored.infos.get(t, {})
+
+
+def one_step_episode(
+    store: EpisodeStore,
+    stored: StoredEpisode,
+    t: int,
+    n: int,
+    observations: tuple[Any, Any],
+    action: Any,
+    reward: float,
+    done: bool,
+    infos: bool,
+    extras: dict[str, Any],
+) -> SingleAgentEpisode:
+    """The transition ``(o_t, a_t, n-step return, o_(t+n))`` as a one-step episode."""
+    return SingleAgentEpisode(
+        **_identity(store, stored),
+        observations=list(observations),
+        actions=[action],
+        rewards=[reward],
+        infos=[_info(stored, t), _info(stored, t + n)] if infos else None,
+        terminated=stored.terminated and done,
+        truncated=stored.truncated and done,
+        extra_model_outputs=extras,
+        t_started=t,
+        len_lookback_buffer=0,
+    )
+
+
+def sequence_episode(
+    store: EpisodeStore, stored: StoredEpisode, start: int, stop: int, lookback: int
+) -> SingleAgentEpisode:
+    """Steps ``[start, stop)`` of a stored episode with up to ``lookback`` steps before them
+    (RLlib's ``episode.slice(slice(start, stop), len_lookback_buffer=lookback)``)."""
+    lookback = min(lookback, start)
+    first = start - lookback
+    rows = stored.rows[first : stop + 1]
+    obs, actions, rewards = store.read(rows)
+    steps = stop - first
+    done = stop == stored.length
+    return SingleAgentEpisode(
+        **_identity(store, stored),
+        observations=[store.observation(obs, i) for i in range(steps + 1)],
+        actions=[store.action(actions, i) for i in range(steps)],
+        rewards=rewards[:steps].tolist(),
+        infos=[_info(stored, t) for t in range(first, stop + 1)],
+        terminated=stored.terminated and done,
+        truncated=stored.truncated and done,
+        extra_model_outputs={key: values[first:stop] for key, values in stored.extras.items()},
+        t_started=stored.t_started + start,
+        len_lookback_buffer=lookback,
+    )
