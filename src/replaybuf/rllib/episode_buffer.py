@@ -214,10 +214,19 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         )
         return sampled
 
-    def _transitions(self, draws: list, gamma: float, infos: bool, extras: bool, weights: list[float]) -> list:
-        """One-step episodes ``(o_t, a_t, R, o_(t+k))`` of draws ``(episode, t, n, ...)``; k is
-        n cut at the episode's stored end (a uniform buffer's clipped n-step)."""
-        store = self._store
+    def _transitions(
+        self,
+        draws: list,
+        gamma: float,
+        infos: bool,
+        extras: bool,
+        weights: list[float],
+        store: EpisodeStore | None = None,
+    ) -> list:
+        """One-step episodes ``(o_t, a_t, R, o_(t+k))`` of draws ``(episode, t, n, ...)`` from
+        ``store`` (this buffer's; a multi-agent buffer passes a module's); k is n cut at the
+        episode's stored end (a uniform buffer's clipped n-step)."""
+        store = self._store if store is None else store
         ks = np.array([min(n, s.length - t) for s, t, n, *_ in draws], np.int64)
         kmax = int(ks.max())
         first = np.array([s.rows[t] for s, t, *_ in draws], np.int64)
