@@ -229,7 +229,6 @@ class EpisodeStore:
         whether it is new, and the rows of its new steps (given ``mass``)."""
         self._ensure_columns()
         eps, n = chunk.episode, chunk.length
-        fields = self.columns.fields
         nobs, nact = len(self.obs_flat.leaves), len(chunk.actions)
         ordinal = self.ordinals.get(eps.id_)
         new = ordinal is None
@@ -257,6 +256,7 @@ class EpisodeStore:
                 stored.extras.setdefault(key, [None] * first_t).extend(values)
             stored.length += n
             stored.terminated, stored.truncated = eps.is_terminated, eps.is_truncated
+        fields = self.columns.fields  # after _alloc, which may have grown the columns
         for leaf, values in zip(fields[:nobs], chunk.observations, strict=True):
             leaf[obs_rows] = values
         for leaf, values in zip(fields[nobs : nobs + nact], chunk.actions, strict=True):
