@@ -24,7 +24,7 @@ from ray.rllib.utils.replay_buffers import (  # noqa: E402
     MultiAgentPrioritizedEpisodeReplayBuffer as StockPrioritized,
 )
 
-from replaybuf.errors import ArgumentError, CheckpointError, PriorityError, SpecMismatchError  # noqa: E402
+from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError, SpecMismatchError  # noqa: E402
 from replaybuf.persistence import read_state, write_state  # noqa: E402
 from replaybuf.rllib import MultiAgentEpisodeReplayBuffer, MultiAgentPrioritizedEpisodeReplayBuffer  # noqa: E402
 
@@ -350,12 +350,27 @@ def test_bad_input_is_refused_and_nothing_is_written():
         buffer.add([good, "not an episode"])
     with pytest.raises(PriorityError, match="weight"):
         buffer.add(good, weight=-1.0)
-    # a chunk added twice: the second time it does not start where its stored episode ends
+    with pytest.raises(ArgumentError, match=f"episode '{good.id_}' is stored as done"):
+        buffer.add([good, good])
+    assert buffer.get_num_episodes() == count
+    # chunks: one that does not start where its stored episode ends, an agent episode of another id
+    chunks = MultiAgentEpisodeReplayBuffer(500)
     first, second = cartpole_chunks(3, 2, lanes=1)
-    buffer.add([first, second])
-    with pytest.raises(ArgumentError, match=f"episode '{second.id_}'"):
-        buffer.add(second)
-    assert buffer.get_num_episodes() == count + 1 and buffer.get_module_ids() == MODULES
+    chunks.add([first, second])
+    with pytest.raises(ArgumentError, match=f"episode '{second.id_}' must start at env t={second.env_t}"):
+        chunks.add(second)
+    third = second.cut()
+    third.agent_episodes[0].id_ = "someone else"
+    with pytest.raises(ArgumentError, match="agent_episodes\\[0\\]: expected the stored agent episode"):
+        chunks.add(third)
+    assert chunks.get_num_episodes() == 1 and chunks.get_num_timesteps() == len(first) + len(second)
+    with pytest.raises(ArgumentError, match="weight"):
+        chunks.add(third, weight=1.0)
+    # draws that cannot be made
+    with pytest.raises(EmptyBufferError, match="no timestep"):
+        MultiAgentEpisodeReplayBuffer(10).sample(2)
+    with pytest.raises(EmptyBufferError, match="n_step=50"):
+        chunks.sample(2, n_step=50)
 
 
 def test_multi_agent_dqn_trains_on_the_prioritized_buffer():

@@ -26,6 +26,7 @@ from ray.rllib.utils.replay_buffers.multi_agent_episode_buffer import (
 
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError
 from replaybuf.rllib._episodes import discounted, n_step_draws
+from replaybuf.rllib._metrics import DeferredMetrics
 from replaybuf.rllib._store import EpisodeStore, StoredEpisode
 from replaybuf.rllib.episode_buffer import EpisodeReplayBuffer, _copied
 
@@ -88,7 +89,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibMultiAgentEpisode
         for name in _MODULE_COUNTERS:
             setattr(self, name, defaultdict(int))
         self.rng = np.random.default_rng(seed)
-        self.metrics = MetricsLogger(root=False)
+        self.metrics = DeferredMetrics(MetricsLogger(root=False))  # logged when read (_metrics.py)
         self._metrics_num_episodes_for_smoothing = metrics_num_episodes_for_smoothing
 
     # -- adding --------------------------------------------------------------------------------
@@ -444,8 +445,8 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibMultiAgentEpisode
                 if module_id not in stores or record.agent_episodes[agent_id] not in stores[module_id].ordinals:
                     raise CheckpointError(f"state: episode {record.id_!r} names an agent episode the state lacks")
         self._stores, self._records = stores, {r.id_: r for r in records}
-        self.__dict__.update(counters)
-        self.__dict__.update(module_counters)
+        for name, value in {**counters, **module_counters}.items():
+            setattr(self, name, value)  # not __dict__: RLlib's classes may hold some as slots
         self.rng = rng
 
 
