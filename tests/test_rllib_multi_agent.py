@@ -396,12 +396,19 @@ def test_multi_agent_dqn_trains_on_the_prioritized_buffer():
             },
             num_steps_sampled_before_learning_starts=50,
             train_batch_size=32,
-            n_step=(1, 3),
+            n_step=2,
         )
         .reporting(min_sample_timesteps_per_iteration=100)
         .debugging(seed=0)
     )
-    algorithm = config.build_algo()
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False)  # what build_algo would start itself, shut down below
+    try:
+        algorithm = config.build_algo()
+    except BaseException:
+        ray.shutdown()
+        raise
     try:
         buffer = algorithm.local_replay_buffer
         assert isinstance(buffer, MultiAgentPrioritizedEpisodeReplayBuffer) and isinstance(buffer, StockPrioritized)
@@ -418,3 +425,4 @@ def test_multi_agent_dqn_trains_on_the_prioritized_buffer():
         assert all(np.isfinite(learners[m]["qf_loss"]) for m in MODULES)
     finally:
         algorithm.stop()
+        ray.shutdown()

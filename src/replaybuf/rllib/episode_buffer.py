@@ -38,16 +38,20 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         seed: int | None = None,
         **kwargs: Any,  # what algorithms put in replay_buffer_config for other buffers (beta, ...)
     ):
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-            raise ArgumentError(f"capacity: expected a number of timesteps >= 1, got {capacity!r}")
-        self.capacity = int(capacity)
-        self.batch_size_B = batch_size_B
-        self.batch_length_T = batch_length_T
+        self._setup(capacity, batch_size_B, batch_length_T, metrics_num_episodes_for_smoothing, seed)
         self._store = EpisodeStore(self.capacity + self.capacity // 4 + 16, prioritized=self._prioritized)
         self._num_episodes_evicted = 0
         self._num_timesteps = 0  # RLlib's running count, which drives eviction
         self._num_timesteps_added = 0
         self.sampled_timesteps = 0
+
+    def _setup(self, capacity, batch_size_B, batch_length_T, metrics_num_episodes_for_smoothing, seed) -> None:
+        """What every replaybuf.rllib buffer (the multi-agent ones too) sets first: capacity, sizes, rng, metrics."""
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
+            raise ArgumentError(f"capacity: expected a number of timesteps >= 1, got {capacity!r}")
+        self.capacity = int(capacity)
+        self.batch_size_B = batch_size_B
+        self.batch_length_T = batch_length_T
         self.rng = np.random.default_rng(seed)
         self.metrics = DeferredMetrics(MetricsLogger(root=False))  # logged when read (_metrics.py)
         self._metrics_num_episodes_for_smoothing = metrics_num_episodes_for_smoothing

@@ -19,21 +19,19 @@ from typing import Any
 import numpy as np
 from ray.rllib.core.columns import Columns
 from ray.rllib.utils import force_list
-from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 from ray.rllib.utils.replay_buffers.multi_agent_episode_buffer import (
     MultiAgentEpisodeReplayBuffer as _RLlibMultiAgentEpisodeReplayBuffer,
 )
 
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError
 from replaybuf.rllib._episodes import discounted, n_step_draws
-from replaybuf.rllib._metrics import DeferredMetrics
 from replaybuf.rllib._store import EpisodeStore, StoredEpisode
 from replaybuf.rllib.episode_buffer import EpisodeReplayBuffer, _copied
+from replaybuf.rllib.prioritized_buffer import _MAX_RESAMPLES
 
 __all__ = ["MultiAgentEpisodeReplayBuffer"]
 
 _STATE_FORMAT = "replaybuf.rllib.multi_agent/1"
-_MAX_RESAMPLES = 1000  # draws in a row per item that cannot cover their n-step before sample gives up
 _MODES = ("independent", "synchronized")
 _COUNTERS = (
     "_num_timesteps",
@@ -77,20 +75,13 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibMultiAgentEpisode
         seed: int | None = None,
         **kwargs: Any,
     ):
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-            raise ArgumentError(f"capacity: expected a number of timesteps >= 1, got {capacity!r}")
-        self.capacity = int(capacity)
-        self.batch_size_B = batch_size_B
-        self.batch_length_T = batch_length_T
+        self._setup(capacity, batch_size_B, batch_length_T, metrics_num_episodes_for_smoothing, seed)
         self._stores: dict[Any, EpisodeStore] = {}  # module id -> its agents' episodes
         self._records: dict[Any, _MultiAgentRecord] = {}  # multi-agent episode id -> record, oldest first
         for name in _COUNTERS:
             setattr(self, name, 0)
         for name in _MODULE_COUNTERS:
             setattr(self, name, defaultdict(int))
-        self.rng = np.random.default_rng(seed)
-        self.metrics = DeferredMetrics(MetricsLogger(root=False))  # logged when read (_metrics.py)
-        self._metrics_num_episodes_for_smoothing = metrics_num_episodes_for_smoothing
 
     # -- adding --------------------------------------------------------------------------------
     def add(self, episodes: Any, weight: Any = None) -> None:
@@ -324,10 +315,12 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibMultiAgentEpisode
                 continue
             picked = []
             for agent_id, steps in record.env_to_agent.items():
-                first, last = steps[t - n], steps[t]
                 store = self._stores[record.modules[agent_id]]
                 stored = store.episodes[store.ordinals[record.agent_episodes[agent_id]]]
-                if first < 0 or last < 0 or first >= stored.length:
+                if steps[t - n] < 0 or steps[t] < 0:
+                    continue
+                first, last = steps[t - n] - stored.t_started, steps[t] - stored.t_started  # the map holds agent t
+                if first < 0 or first >= stored.length:
                     continue
                 picked.append((record.modules[agent_id], stored, first, last))
             if not picked:

@@ -16,10 +16,9 @@ from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, P
 from replaybuf.rllib._episodes import n_step_draws
 from replaybuf.rllib._store import EpisodeStore
 from replaybuf.rllib.multi_agent_buffer import MultiAgentEpisodeReplayBuffer, _check_resamples, _fits
+from replaybuf.rllib.prioritized_buffer import _MIN_PRIORITY
 
 __all__ = ["MultiAgentPrioritizedEpisodeReplayBuffer"]
-
-_MIN_PRIORITY = 1e-12  # RLlib's floor for a priority given to update_priorities
 
 
 def _priority(value: Any, path: str) -> float:
