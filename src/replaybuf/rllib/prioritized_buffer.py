@@ -93,6 +93,10 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibPrioritizedEpiso
                 continue
             _, new, _ = self._store.append(_copied(chunk), mass)
             counts.added(chunk.length, new)
+        # one add of more than capacity steps emptied the store above (RLlib's raises IndexError
+        # there): the oldest incoming episodes go until it fits, one episode staying
+        while self._num_timesteps > self.capacity and len(self._store.episodes) > 1:
+            counts.evicted(self._evict().length)
         self._update_add_metrics(**counts.metrics())
 
     # -- sampling ------------------------------------------------------------------------------
