@@ -426,3 +426,24 @@ def test_multi_agent_dqn_trains_on_the_prioritized_buffer():
     finally:
         algorithm.stop()
         ray.shutdown()
+
+
+def test_one_add_of_more_than_capacity_keeps_the_newest_and_install_names_ours():
+    import ray.rllib.utils.replay_buffers as stock_names
+
+    import replaybuf.rllib
+
+    buffer = MultiAgentEpisodeReplayBuffer(20)
+    episodes = lockstep_episodes(7, 6)
+    buffer.add(episodes)  # RLlib's: IndexError (it evicts from its empty deque)
+    kept = buffer.episode_ids()
+    assert kept == [e.id_ for e in episodes[-len(kept) :]] and buffer.get_num_timesteps() <= 20
+    assert buffer.get_num_episodes_evicted() == 6 - len(kept)
+    assert buffer.get_num_timesteps("p0") == sum(len(e) for e in episodes[-len(kept) :])
+    replaybuf.rllib.install()
+    try:
+        assert stock_names.MultiAgentEpisodeReplayBuffer is MultiAgentEpisodeReplayBuffer
+        assert stock_names.MultiAgentPrioritizedEpisodeReplayBuffer is MultiAgentPrioritizedEpisodeReplayBuffer
+    finally:
+        replaybuf.rllib.uninstall()
+    assert stock_names.MultiAgentPrioritizedEpisodeReplayBuffer is StockPrioritized

@@ -111,6 +111,10 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibMultiAgentEpisode
                 self._num_timesteps_added -= len(dropped)
         for eps, agent_chunks in chunks:
             self._append(eps, agent_chunks, weights, counts)
+        # one add of more than capacity env steps into an empty buffer (RLlib's raises IndexError
+        # there): the oldest incoming episodes go until it fits, one episode staying
+        while self._num_timesteps > self.capacity and len(self._records) > 1:
+            self._evict(counts)
         self._update_add_metrics(**counts.add_metrics())
 
     def _weights(self, weight: Any) -> Any:
