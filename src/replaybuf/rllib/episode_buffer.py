@@ -41,11 +41,15 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         **kwargs: Any,  # what algorithms put in replay_buffer_config for other buffers (beta, ...)
     ):
         self._setup(capacity, batch_size_B, batch_length_T, metrics_num_episodes_for_smoothing, seed)
-        self._store = EpisodeStore(self.capacity + self.capacity // 4 + 16, prioritized=self._prioritized)
+        # rows: one per step and one per episode (its last observation); more come when needed
+        self._store = EpisodeStore(self.capacity + self.capacity // 32 + 16, prioritized=self._prioritized)
         self._num_episodes_evicted = 0
         self._num_timesteps = 0  # RLlib's running count, which drives eviction
         self._num_timesteps_added = 0
         self.sampled_timesteps = 0
+        self.metrics.before_flush = self._flush_add_metrics
+        self._pending_adds = _AddCounts()  # the adds since the metrics were last read, summed
+        self._stored_history: deque = deque(maxlen=_window(metrics_num_episodes_for_smoothing))
 
     def _setup(self, capacity, batch_size_B, batch_length_T, metrics_num_episodes_for_smoothing, seed) -> None:
         """What every replaybuf.rllib buffer (the multi-agent ones too) sets first: capacity, sizes, rng, metrics."""
@@ -56,10 +60,7 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         self.batch_length_T = batch_length_T
         self.rng = np.random.default_rng(seed)
         self.metrics = DeferredMetrics(MetricsLogger(root=False))  # logged when read (_metrics.py)
-        self.metrics.before_flush = self._flush_add_metrics
         self._metrics_num_episodes_for_smoothing = metrics_num_episodes_for_smoothing
-        self._pending_adds = _AddCounts()  # the adds since the metrics were last read, summed
-        self._stored_history: deque = deque(maxlen=_window(metrics_num_episodes_for_smoothing))
 
     # -- adding --------------------------------------------------------------------------------
     def add(self, episodes: Any) -> None:
