@@ -300,7 +300,10 @@ class EpisodeStore:
 
     def evict_oldest(self) -> StoredEpisode:
         """Drop the oldest episode, freeing its rows."""
-        ordinal = next(iter(self.episodes))
+        return self.remove(next(iter(self.episodes)))
+
+    def remove(self, ordinal: int) -> StoredEpisode:
+        """Drop one episode (a multi-agent buffer evicts a module's episodes by id), freeing its rows."""
         stored = self.episodes.pop(ordinal)
         del self.ordinals[stored.id_]
         rows = stored.rows[: stored.length + 1]

@@ -40,23 +40,27 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         seed: int | None = None,
         **kwargs: Any,  # what algorithms put in replay_buffer_config for other buffers (beta, ...)
     ):
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-            raise ArgumentError(f"capacity: expected a number of timesteps >= 1, got {capacity!r}")
-        self.capacity = int(capacity)
-        self.batch_size_B = batch_size_B
-        self.batch_length_T = batch_length_T
+        self._setup(capacity, batch_size_B, batch_length_T, metrics_num_episodes_for_smoothing, seed)
         # rows: one per step and one per episode (its last observation); more come when needed
         self._store = EpisodeStore(self.capacity + self.capacity // 32 + 16, prioritized=self._prioritized)
         self._num_episodes_evicted = 0
         self._num_timesteps = 0  # RLlib's running count, which drives eviction
         self._num_timesteps_added = 0
         self.sampled_timesteps = 0
-        self.rng = np.random.default_rng(seed)
-        self.metrics = DeferredMetrics(MetricsLogger(root=False))  # logged when read (_metrics.py)
         self.metrics.before_flush = self._flush_add_metrics
-        self._metrics_num_episodes_for_smoothing = metrics_num_episodes_for_smoothing
         self._pending_adds = _AddCounts()  # the adds since the metrics were last read, summed
         self._stored_history: deque = deque(maxlen=_window(metrics_num_episodes_for_smoothing))
+
+    def _setup(self, capacity, batch_size_B, batch_length_T, metrics_num_episodes_for_smoothing, seed) -> None:
+        """What every replaybuf.rllib buffer (the multi-agent ones too) sets first: capacity, sizes, rng, metrics."""
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
+            raise ArgumentError(f"capacity: expected a number of timesteps >= 1, got {capacity!r}")
+        self.capacity = int(capacity)
+        self.batch_size_B = batch_size_B
+        self.batch_length_T = batch_length_T
+        self.rng = np.random.default_rng(seed)
+        self.metrics = DeferredMetrics(MetricsLogger(root=False))  # logged when read (_metrics.py)
+        self._metrics_num_episodes_for_smoothing = metrics_num_episodes_for_smoothing
 
     # -- adding --------------------------------------------------------------------------------
     def add(self, episodes: Any) -> None:
@@ -244,10 +248,19 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         )
         return sampled
 
-    def _transitions(self, draws: list, gamma: float, infos: bool, extras: bool, weights: list[float]) -> list:
-        """One-step episodes ``(o_t, a_t, R, o_(t+k))`` of draws ``(episode, t, n, ...)``; k is
-        n cut at the episode's stored end (a uniform buffer's clipped n-step)."""
-        store = self._store
+    def _transitions(
+        self,
+        draws: list,
+        gamma: float,
+        infos: bool,
+        extras: bool,
+        weights: list[float],
+        store: EpisodeStore | None = None,
+    ) -> list:
+        """One-step episodes ``(o_t, a_t, R, o_(t+k))`` of draws ``(episode, t, n, ...)`` from
+        ``store`` (this buffer's; a multi-agent buffer passes a module's); k is n cut at the
+        episode's stored end (a uniform buffer's clipped n-step)."""
+        store = self._store if store is None else store
         ks = np.array([min(n, s.length - t) for s, t, n, *_ in draws], np.int64)
         kmax = int(ks.max())
         first = np.array([s.rows[t] for s, t, *_ in draws], np.int64)

@@ -17,11 +17,13 @@ _saved: dict[str, type] = {}  # the stock classes while installed
 
 def _ours() -> dict[str, type]:
     rllib = importlib.import_module("replaybuf.rllib")
-    return {name: getattr(rllib, name) for name in ("EpisodeReplayBuffer", "PrioritizedEpisodeReplayBuffer")}
+    names = ("EpisodeReplayBuffer", "PrioritizedEpisodeReplayBuffer")
+    return {name: getattr(rllib, name) for name in (*names, *(f"MultiAgent{name}" for name in names))}
 
 
 def install() -> None:
-    """Make the stock names (``"EpisodeReplayBuffer"``, ``"PrioritizedEpisodeReplayBuffer"``)
+    """Make the stock names (``"EpisodeReplayBuffer"``, ``"PrioritizedEpisodeReplayBuffer"`` and
+    their ``"MultiAgent..."`` versions)
     in an algorithm's ``replay_buffer_config`` build replaybuf's classes, in this process
     (the driver, where RLlib's algorithms keep their buffer). Calling it twice is harmless."""
     package = importlib.import_module(_PACKAGE)
