@@ -82,7 +82,7 @@ $(RLLIB)/.installed: $(STAMP)
 # reason is not in tests/skip_gate.py's ALLOWED (a missing extra, a broken import) fails it.
 test: export REPLAYBUF_STRICT_SKIPS := 1
 test: $(STAMP) $(TFA)/.installed $(SB3_SDIST) $(GYM029)/.installed $(ZOO)/.installed $(RLLIB)/.installed
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=30
 	$(TFA)/bin/python -m pytest -q -c tests/tf_agents_suite/pytest.ini tests/tf_agents_suite
 	$(PY) -m pytest -q -c tests/sb3_suite/pytest.ini tests/sb3_suite
 	PYTHONPATH=src $(GYM029)/bin/python -m pytest -q -p no:cacheprovider tests/test_sb3.py tests/test_sb3_next_obs.py tests/test_sb3_cleanrl.py

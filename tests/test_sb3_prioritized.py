@@ -37,9 +37,10 @@ def test_samples_carry_weights_and_ids_that_steer_later_draws():
     assert sample.weights.shape == (32, 1) and sample.weights.dtype == th.float32
     assert ((sample.weights > 0) & (sample.weights <= 1)).all()
     assert sample.ids.shape == (32,) and sample.discounts is None
-    # one transition gets a huge priority: it is then (nearly) all that is drawn
-    priorities = np.full(32, 1e-3)
-    priorities[0] = 1e6
+    # one transition gets a huge priority: it is then (nearly) all that is drawn (every copy of
+    # its id in the batch gets it: a draw with replacement may repeat it, and the last one wins)
+    ids = np.asarray(sample.ids)
+    priorities = np.where(ids == ids[0], 1e6, 1e-3)
     buffer.update_priorities(sample.ids, th.as_tensor(priorities))
     again = buffer.sample(256)
     favourite = sample.observations[0, 0].item()
