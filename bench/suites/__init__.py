@@ -33,6 +33,7 @@ SUITES = (
     "sequences",
     "gpu",
     "jax_gpu",
+    "rllib",
 )
 
 
