@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import time
 
+import torch
+
 OURS = "replaybuf.rllib.PrioritizedEpisodeReplayBuffer"
 STOCK = "PrioritizedEpisodeReplayBuffer"
 
@@ -74,6 +76,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stock", action="store_true", help="RLlib's own buffer instead of replaybuf's")
     args = parser.parse_args()
+    torch.set_num_threads(1)  # one learner thread: steadier on a shared machine
 
     algo = dqn_config(STOCK if args.stock else OURS, seed=args.seed).build_algo()
     start_wall, start_cpu = time.time(), time.process_time()
@@ -82,7 +85,9 @@ def main() -> None:
         result = algo.train()
         steps, mean = env_steps(result), return_mean(result)
         best = max(best, mean) if mean == mean else best
-        print(f"env steps {steps:6d}  return mean {mean:6.1f}", flush=True)
+        print(
+            f"env steps {steps:6d}  return mean {mean:6.1f}  ({time.process_time() - start_cpu:.0f} s CPU)", flush=True
+        )
         if steps >= args.steps:
             break
     buffer = algo.local_replay_buffer
