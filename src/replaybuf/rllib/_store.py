@@ -151,6 +151,7 @@ class EpisodeStore:
         obs_space, act_space = self.observation_space, self.action_space
         obs_flat, act_flat = self.obs_flat, self.act_flat
         ends: dict[Any, tuple[int, list]] = {}  # id -> (t, last observation leaves) of earlier chunks
+        done: dict[Any, bool] = {}
         chunks = []
         for i, eps in enumerate(episodes):
             where = f"{path}[{i}]"
@@ -191,6 +192,8 @@ class EpisodeStore:
             start = ends.get(eps.id_)
             if start is None and eps.id_ in self.ordinals:
                 stored = self.episodes[self.ordinals[eps.id_]]
+                if stored.terminated or stored.truncated:
+                    raise ArgumentError(f"{where}: episode {eps.id_!r} is stored as done; no chunk can follow it")
                 row = stored.rows[stored.length : stored.length + 1]
                 start = (
                     stored.t_started + stored.length,
@@ -206,7 +209,12 @@ class EpisodeStore:
                     raise ArgumentError(
                         f"{where}.observations[0]: a chunk of episode {eps.id_!r} must start with its last observation"
                     )
+            if start is not None and done.get(eps.id_):
+                raise ArgumentError(
+                    f"{where}: an earlier chunk of episode {eps.id_!r} ended it; no chunk can follow it"
+                )
             ends[eps.id_] = (eps.t_started + length, [leaf[-1] for leaf in obs_leaves])
+            done[eps.id_] = eps.is_terminated or eps.is_truncated
             infos = {t: info for t, info in enumerate(eps.get_infos(slice(0, None))) if not _is_empty_info(info)}
             extras = (
                 {k: list(eps.get_extra_model_outputs(k, slice(0, None))) for k in eps.extra_model_outputs}
@@ -229,7 +237,6 @@ class EpisodeStore:
         whether it is new, and the rows of its new steps (given ``mass``)."""
         self._ensure_columns()
         eps, n = chunk.episode, chunk.length
-        fields = self.columns.fields
         nobs, nact = len(self.obs_flat.leaves), len(chunk.actions)
         ordinal = self.ordinals.get(eps.id_)
         new = ordinal is None
@@ -251,12 +258,14 @@ class EpisodeStore:
             stored.rows = np.concatenate([stored.rows[: first_t + 1], added])
             obs_rows, step_rows = added, stored.rows[first_t : first_t + n]
             chunk.observations = [leaf[1:] for leaf in chunk.observations]
+            stored.infos.pop(first_t, None)  # the chunk's first info replaces the stored last one
             for t, info in chunk.infos.items():
                 stored.infos[first_t + t] = info
             for key, values in chunk.extras.items():
                 stored.extras.setdefault(key, [None] * first_t).extend(values)
             stored.length += n
             stored.terminated, stored.truncated = eps.is_terminated, eps.is_truncated
+        fields = self.columns.fields  # after _alloc, which may have grown the columns
         for leaf, values in zip(fields[:nobs], chunk.observations, strict=True):
             leaf[obs_rows] = values
         for leaf, values in zip(fields[nobs : nobs + nact], chunk.actions, strict=True):
@@ -323,7 +332,8 @@ class EpisodeStore:
 
     # -- state ---------------------------------------------------------------------------------
     def state(self) -> dict:
-        """Plain state (arrays, numbers, one pickled blob for what has no fixed spec)."""
+        """Plain state (arrays, numbers, one pickled blob for what has no fixed spec). Rows,
+        ordinals and the free list are kept as they are, so a restored buffer draws what this one would."""
         episodes = list(self.episodes.values())
         rows = np.concatenate([e.rows[: e.length + 1] for e in episodes]) if episodes else np.zeros(0, np.int64)
         columns = self.columns.read(rows) if self.columns is not None else []
@@ -335,53 +345,67 @@ class EpisodeStore:
             "episodes": [tuple(getattr(e, name) for name in _RECORD) for e in episodes],
         }
         return {
+            "size": self.size,
+            "next_ordinal": self.next_ordinal,
+            "ordinals": np.array([e.ordinal for e in episodes], np.int64),
             "lengths": np.array([e.length for e in episodes], np.int64),
+            "rows": rows,
+            "free": self.free[: self.n_free].copy(),
             "columns": {str(i): leaf for i, leaf in enumerate(columns)},
             "mass": self.sums.values(rows).copy() if self.prioritized else np.zeros(0),
             "objects": np.frombuffer(pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL), np.uint8).copy(),
         }
 
     def load(self, state: dict) -> None:
-        """Replace everything with a ``state()``'s episodes (checked first)."""
+        """Replace everything with a ``state()``'s episodes (checked first: CheckpointError, nothing changed)."""
         try:
             objects = pickle.loads(np.asarray(state["objects"], np.uint8).tobytes())
-            lengths = np.asarray(state["lengths"], np.int64)
+            size, next_ordinal = int(state["size"]), int(state["next_ordinal"])
+            ordinals, lengths, rows, free = (
+                np.asarray(state[k], np.int64) for k in ("ordinals", "lengths", "rows", "free")
+            )
             columns = [np.asarray(state["columns"][str(i)]) for i in range(len(state["columns"]))]
             mass = np.asarray(state["mass"], np.float64)
             records = objects["episodes"]
         except (KeyError, TypeError, ValueError, pickle.UnpicklingError) as err:
             raise CheckpointError(f"state: not a replaybuf.rllib buffer state ({err!r})") from None
         total = int((lengths + 1).sum())
-        rows_mass = total if self.prioritized else 0
-        if len(records) != len(lengths) or mass.shape != (rows_mass,) or any(c.shape[0] != total for c in columns):
-            raise CheckpointError(f"state: {len(lengths)} episodes of {total} rows, but the arrays disagree")
-        fresh = EpisodeStore(max(total, 16), self.prioritized)
+        every = np.concatenate([rows, free])
+        if (
+            len(records) != len(lengths) != len(ordinals)
+            or rows.shape != (total,)
+            or mass.shape != ((total,) if self.prioritized else (0,))
+            or any(c.shape[0] != total for c in columns)
+            or every.shape != (size,)
+            or not np.array_equal(np.sort(every), np.arange(size))
+            or len(set(ordinals.tolist())) != len(ordinals)
+            or (len(ordinals) and (ordinals.min() < 0 or ordinals.max() >= next_ordinal))
+        ):
+            raise CheckpointError(f"state: {len(lengths)} episodes of {total} rows in {size}, but the arrays disagree")
+        fresh = EpisodeStore(size, self.prioritized)
         fresh.observation_space, fresh.action_space = objects["observation_space"], objects["action_space"]
         if objects["obs_spec"] is not None:
             fresh.obs_flat = FlatSpec(objects["obs_spec"])
             fresh.act_flat = FlatSpec(objects["act_spec"])
             fresh._ensure_columns()
             for leaf, values in zip(fresh.columns.fields, columns, strict=True):
-                leaf[:total] = values
-        fresh.n_free = fresh.size - total
-        fresh.free = np.arange(fresh.size - 1, total - 1, -1, dtype=np.int64)
-        fresh.free = np.concatenate([fresh.free, np.zeros(total, np.int64)])
+                leaf[rows] = values
+        fresh.free[: len(free)], fresh.n_free = free, len(free)
+        fresh.next_ordinal = next_ordinal
         start = 0
-        for length, record in zip(lengths.tolist(), records, strict=True):
-            rows = np.arange(start, start + length + 1, dtype=np.int64)
-            ordinal = fresh.next_ordinal
-            fresh.next_ordinal += 1
-            stored = StoredEpisode(None, ordinal, rows, length)
+        for ordinal, length, record in zip(ordinals.tolist(), lengths.tolist(), records, strict=True):
+            own = rows[start : start + length + 1]
+            stored = StoredEpisode(None, ordinal, own, length)
             for name, value in zip(_RECORD, record, strict=True):
                 setattr(stored, name, value)
             fresh.episodes[ordinal] = stored
             fresh.ordinals[stored.id_] = ordinal
-            fresh.row_owner[rows] = ordinal
-            fresh.row_t[rows] = np.arange(length + 1)
-            fresh.is_step[rows[:-1]] = True
+            fresh.row_owner[own] = ordinal
+            fresh.row_t[own] = np.arange(length + 1)
+            fresh.is_step[own[:-1]] = True
             fresh.steps += length
             start += length + 1
-        fresh.set_mass(np.arange(total, dtype=np.int64), mass)
+        fresh.set_mass(rows, mass)
         self.__dict__.update(fresh.__dict__)
 
 

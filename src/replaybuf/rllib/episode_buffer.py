@@ -13,6 +13,7 @@ from ray.rllib.utils.replay_buffers.episode_replay_buffer import EpisodeReplayBu
 
 from replaybuf.errors import ArgumentError, CheckpointError
 from replaybuf.rllib._episodes import discounted, n_step_draws, one_step_episode, sequence_episode, tag
+from replaybuf.rllib._metrics import DeferredMetrics
 from replaybuf.rllib._store import EpisodeStore, StoredEpisode
 
 __all__ = ["EpisodeReplayBuffer"]
@@ -48,7 +49,7 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         self._num_timesteps_added = 0
         self.sampled_timesteps = 0
         self.rng = np.random.default_rng(seed)
-        self.metrics = MetricsLogger(root=False)
+        self.metrics = DeferredMetrics(MetricsLogger(root=False))  # logged when read (_metrics.py)
         self._metrics_num_episodes_for_smoothing = metrics_num_episodes_for_smoothing
 
     # -- adding --------------------------------------------------------------------------------
@@ -186,18 +187,19 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         if batch_length_T and n_step != 1:
             raise ArgumentError(f"sample: sequences (batch_length_T={batch_length_T}) need n_step=1, got {n_step!r}")
         store = self._store
-        draws: list[tuple[StoredEpisode, int, int, int]] = []  # (episode, t, n, steps kept)
+        draws: list[tuple[StoredEpisode, int, int, int]] = []  # (episode, t, n, end of the steps kept)
         counted = 0
-        while counted < B:
-            rows = store.draw_uniform(self.rng, 1)
-            ns = n_step_draws(self.rng, n_step, 1)
-            (stored,), (t,) = self._locate(rows)
-            n = int(ns[0])
-            if min_batch_length_T > 0 and t + min_batch_length_T >= stored.length:
-                continue
-            end = min(t + (batch_length_T or 0) + n - 1, stored.length)
-            draws.append((stored, t, n, end))
-            counted += max(end - t - (n - 1) + 1, 1)
+        while counted < B:  # draws in blocks; a sequence counts its steps + 1, as RLlib's B does
+            rows = store.draw_uniform(self.rng, B - counted)
+            ns = n_step_draws(self.rng, n_step, len(rows)).tolist()
+            for stored, t, n in zip(*self._locate(rows), ns, strict=True):
+                if min_batch_length_T > 0 and t + min_batch_length_T >= stored.length:
+                    continue
+                end = min(t + (batch_length_T or 0) + n - 1, stored.length)
+                draws.append((stored, t, n, end))
+                counted += max(end - t - (n - 1) + 1, 1)
+                if counted >= B:
+                    break
         if batch_length_T:
             sampled = [sequence_episode(store, s, t, end, lookback) for s, t, _, end in draws]
             for episode in sampled:
@@ -222,9 +224,9 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         kmax = int(ks.max())
         first = np.array([s.rows[t] for s, t, *_ in draws], np.int64)
         last = np.array([s.rows[t + k] for (s, t, *_), k in zip(draws, ks.tolist(), strict=True)], np.int64)
-        reward_rows = np.array(
-            [np.pad(s.rows[t : t + k], (0, kmax - k)) for (s, t, *_), k in zip(draws, ks.tolist(), strict=True)]
-        ).reshape(len(draws), kmax)
+        reward_rows = np.zeros((len(draws), kmax), np.int64)  # rows past k: any row, not summed
+        for i, ((s, t, *_), k) in enumerate(zip(draws, ks.tolist(), strict=True)):
+            reward_rows[i, :k] = s.rows[t : t + k]
         obs0, action_leaves, _ = store.read(first)
         obs1, _, _ = store.read(last)
         returns = discounted(store.read(reward_rows)[2], ks, gamma).tolist()
@@ -284,6 +286,20 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
 
     def get_added_timesteps(self, module_id: Any = None) -> int:
         return self._num_timesteps_added
+
+    def episode_ids(self) -> list:
+        """The stored episodes' ids, oldest (next to be evicted) first."""
+        return [e.id_ for e in self._store.episodes.values()]
+
+    def episode_length(self, episode_id: Any) -> int:
+        """The stored length (timesteps) of an episode."""
+        return self._stored(episode_id).length
+
+    def _stored(self, episode_id: Any) -> StoredEpisode:
+        ordinal = self._store.ordinals.get(episode_id)
+        if ordinal is None:
+            raise ArgumentError(f"episode_id: no stored episode has id {episode_id!r}")
+        return self._store.episodes[ordinal]
 
     # -- state ---------------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

@@ -175,33 +175,37 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibPrioritizedEpiso
             self._max_priority = max(self._max_priority, float(values.max()))
         self._last_rows, self._last_owners = np.zeros(0, np.int64), np.zeros(0, np.int64)
 
+    def priority(self, episode_id: Any, t: int) -> float:
+        """The priority of step ``t`` of a stored episode (its mass ** (1 / alpha))."""
+        stored = self._stored(episode_id)
+        if not 0 <= t < stored.length:
+            raise ArgumentError(f"t: expected a step of episode {episode_id!r} in [0, {stored.length}), got {t!r}")
+        mass = float(self._store.sums.values(stored.rows[t : t + 1])[0])
+        return mass ** (1.0 / self._alpha) if self._alpha else 1.0
+
     def _module_ids(self) -> set:
         return {e.module_id for e in self._store.episodes.values() if e.module_id is not None}
 
     # -- state ---------------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
-        # the last sample as (episode position, t), rows being renumbered by a restore; -1: evicted since
-        position = {ordinal: i for i, ordinal in enumerate(self._store.episodes)}
-        live = self._store.row_owner[self._last_rows] == self._last_owners
-        last = np.full((len(self._last_rows), 2), -1, np.int64)
-        for i in np.flatnonzero(live).tolist():
-            last[i] = (position[int(self._last_owners[i])], self._store.row_t[self._last_rows[i]])
-        state.update({"_alpha": self._alpha, "_max_priority": self._max_priority, "_last_sampled": last})
+        state.update(
+            {
+                "_max_priority": self._max_priority,
+                "_last_rows": self._last_rows.copy(),
+                "_last_owners": self._last_owners.copy(),
+            }
+        )
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         try:
-            max_priority, last = (
-                float(state["_max_priority"]),
-                np.asarray(state["_last_sampled"], np.int64).reshape(-1, 2),
-            )
+            max_priority = float(state["_max_priority"])
+            rows, owners = (np.asarray(state[k], np.int64).reshape(-1) for k in ("_last_rows", "_last_owners"))
+            size = int(state["store"]["size"])
         except (KeyError, TypeError, ValueError) as err:
             raise CheckpointError(f"state: not a PrioritizedEpisodeReplayBuffer state ({err!r})") from None
+        if rows.shape != owners.shape or ((rows < 0) | (rows >= size)).any():
+            raise CheckpointError(f"state: _last_rows must be {len(owners)} rows below {size}")
         super().set_state(state)
-        episodes = list(self._store.episodes.values())
-        if ((last[:, 0] >= len(episodes)) | (last[:, 0] < -1)).any():
-            raise CheckpointError("state: _last_sampled names an episode the state does not hold")
-        rows = np.array([episodes[p].rows[t] if p >= 0 else 0 for p, t in last.tolist()], np.int64)
-        owners = np.array([episodes[p].ordinal if p >= 0 else -2 for p, _ in last.tolist()], np.int64)
         self._max_priority, self._last_rows, self._last_owners = max_priority, rows, owners
