@@ -47,7 +47,7 @@ RAW = "raw"
 CLOCK = time.process_time
 #: add capacities (``rllib_add_50k``, ``rllib_add_200k``), timed adds, stored steps, DQN prefill
 SIZES = {
-    "full": {"capacities": (50_000, 200_000), "add_calls": 4000, "add_reps": 5, "stored": 50_000, "prefill": 20_000},
+    "full": {"capacities": (50_000, 200_000), "add_calls": 2000, "add_reps": 3, "stored": 50_000, "prefill": 20_000},
     "quick": {"capacities": (10_000, 40_000), "add_calls": 1000, "add_reps": 3, "stored": 10_000, "prefill": 4_000},
     "tiny": {"capacities": (500, 2000), "add_calls": 50, "add_reps": 1, "stored": 500, "prefill": 200},
 }
@@ -198,7 +198,8 @@ def bytes_figures(workload: Workload, steps: int) -> None:
             chunks = stream.chunks(8, 500)
             if raw is None:
                 e = chunks[0]
-                raw = (e.get_observations(slice(1, None)).nbytes + e.get_actions().nbytes + e.get_rewards().nbytes) / len(e)
+                step = e.get_observations(slice(1, None)).nbytes + e.get_actions().nbytes + e.get_rewards().nbytes
+                raw = step / len(e)
             buffer.add(chunks)
         del chunks, stream
         gc.collect()
