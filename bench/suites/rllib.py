@@ -148,6 +148,16 @@ class CartPoleStream:
         return out
 
 
+def fill(buffer, stream: CartPoleStream, steps: int, chunk_steps: int) -> None:
+    """Add ``steps`` steps of ``stream`` in chunks of up to ``chunk_steps`` steps, at most 256
+    steps or a 20th of ``steps`` an add (one chunk at least) (RLlib's buffer fails with 'pop from an empty deque'
+    on an add larger than its capacity). A buffer at capacity stays just under it after an add
+    (eviction takes whole episodes), so the count is of steps added."""
+    per_add = max(1, min(256, steps // 20) // chunk_steps)
+    while buffer.get_added_timesteps() < steps:
+        buffer.add(stream.chunks(per_add, chunk_steps))
+
+
 def add_figures(workload: Workload, capacity: int, settings: dict) -> None:
     """Each buffer filled to ``capacity`` with whole-ish chunks (untimed), then ``add`` of 1-step
     chunks timed in repetitions of ``add_calls`` calls; the median repetition's items/s."""
@@ -155,8 +165,7 @@ def add_figures(workload: Workload, capacity: int, settings: dict) -> None:
     for lib, cls in _classes().items():
         stream = CartPoleStream(seed=1)
         buffer = cls(capacity=capacity, alpha=0.6)
-        while buffer.get_num_timesteps() < capacity:
-            buffer.add(stream.chunks(64, 50))
+        fill(buffer, stream, capacity, 50)
         times = []
         for _ in range(reps):
             chunks = stream.chunks(calls, 1)
@@ -169,12 +178,10 @@ def add_figures(workload: Workload, capacity: int, settings: dict) -> None:
 
 
 def sample_figures(workload: Workload, stored: int, timing: harness.Timing) -> None:
-    stream = CartPoleStream(seed=2)
-    episodes = stream.chunks(max(1, stored // 25), 500)  # whole episodes of ~22 steps
     runs = {}
     for lib, cls in _classes().items():
         buffer = cls(capacity=stored, alpha=0.6)
-        buffer.add(episodes)
+        fill(buffer, CartPoleStream(seed=2), stored, 500)  # whole episodes of ~22 steps
 
         def run(n: int, buffer=buffer) -> None:
             for _ in range(n):
@@ -194,14 +201,12 @@ def bytes_figures(workload: Workload, steps: int) -> None:
         base = tracemalloc.get_traced_memory()[0]
         stream = CartPoleStream(seed=3)
         buffer = cls(capacity=steps, alpha=0.6)
-        while buffer.get_num_timesteps() < steps:
-            chunks = stream.chunks(8, 500)
-            if raw is None:
-                e = chunks[0]
-                step = e.get_observations(slice(1, None)).nbytes + e.get_actions().nbytes + e.get_rewards().nbytes
-                raw = step / len(e)
-            buffer.add(chunks)
-        del chunks, stream
+        if raw is None:
+            e = CartPoleStream(seed=3).chunks(1, 500)[0]
+            step = e.get_observations(slice(1, None)).nbytes + e.get_actions().nbytes + e.get_rewards().nbytes
+            raw = step / len(e)
+        fill(buffer, stream, steps, 500)
+        del stream
         gc.collect()
         used = tracemalloc.get_traced_memory()[0] - base
         tracemalloc.stop()
