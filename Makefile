@@ -66,7 +66,7 @@ $(ZOO)/.installed: $(STAMP)
 
 # RLlib (ray[rllib] 2.60.0) pins gymnasium 1.2.2 and needs dm-tree: a venv like .venv-gym029
 # holds those and what else ray[rllib] pulls (pinned), the rest (ray itself) from .venv;
-# replaybuf.rllib's tests (tests/test_rllib*.py) run there.
+# replaybuf.rllib's tests (tests/test_rllib*.py) and docs/rllib.md's examples run there.
 RLLIB := .venv-rllib
 RLLIB_PINS := gymnasium==1.2.2 dm-tree==0.1.10 ormsgpack==1.13.1 pyarrow==26.0.1 tensorboardX==2.6.5
 
@@ -87,7 +87,7 @@ test: $(STAMP) $(TFA)/.installed $(SB3_SDIST) $(GYM029)/.installed $(ZOO)/.insta
 	$(PY) -m pytest -q -c tests/sb3_suite/pytest.ini tests/sb3_suite
 	PYTHONPATH=src $(GYM029)/bin/python -m pytest -q -p no:cacheprovider tests/test_sb3.py tests/test_sb3_next_obs.py tests/test_sb3_cleanrl.py
 	PYTHONPATH=src $(ZOO)/bin/python -m pytest -q -p no:cacheprovider tests/test_sb3_zoo.py
-	PYTHONPATH=src $(RLLIB)/bin/python -m pytest -q -p no:cacheprovider tests/test_rllib*.py
+	PYTHONPATH=src $(RLLIB)/bin/python -m pytest -q -p no:cacheprovider tests/test_rllib*.py docs/rllib.md
 
 # make lint: ruff's checks and its formatter (configured in pyproject.toml) over the code,
 # tests, benchmarks and examples.

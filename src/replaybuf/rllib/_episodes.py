@@ -46,6 +46,17 @@ def tag(episode: SingleAgentEpisode, n_step: int, weight: float, lookback: int =
     episode.extra_model_outputs["weights"] = InfiniteLookbackBuffer(np.full((size,), weight), lookback=lookback)
 
 
+def _identity(store: EpisodeStore, stored: StoredEpisode) -> dict[str, Any]:
+    """What a sampled episode takes from the stored one: its ids and the spaces."""
+    return {
+        "id_": stored.id_,
+        "agent_id": stored.agent_id,
+        "module_id": stored.module_id,
+        "observation_space": store.observation_space,
+        "action_space": store.action_space,
+    }
+
+
 def _info(stored: StoredEpisode, t: int) -> Any:
     return stored.infos.get(t, {})
 
@@ -64,11 +75,7 @@ def one_step_episode(
 ) -> SingleAgentEpisode:
     """The transition ``(o_t, a_t, n-step return, o_(t+n))`` as a one-step episode."""
     return SingleAgentEpisode(
-        id_=stored.id_,
-        agent_id=stored.agent_id,
-        module_id=stored.module_id,
-        observation_space=store.observation_space,
-        action_space=store.action_space,
+        **_identity(store, stored),
         observations=list(observations),
         actions=[action],
         rewards=[reward],
@@ -93,11 +100,7 @@ def sequence_episode(
     steps = stop - first
     done = stop == stored.length
     return SingleAgentEpisode(
-        id_=stored.id_,
-        agent_id=stored.agent_id,
-        module_id=stored.module_id,
-        observation_space=store.observation_space,
-        action_space=store.action_space,
+        **_identity(store, stored),
         observations=[store.observation(obs, i) for i in range(steps + 1)],
         actions=[store.action(actions, i) for i in range(steps)],
         rewards=rewards[:steps].tolist(),

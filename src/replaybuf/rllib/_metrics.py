@@ -24,10 +24,14 @@ class DeferredMetrics:
 
     def __init__(self, logger: Any):
         self.logger = logger
+        self.before_flush: Any = None  # called first by flush (the buffer's pending add metrics)
+        self.dropped: frozenset = frozenset()  # keys whose values log_value ignores meanwhile
         self._sums: dict[Any, list] = {}  # key -> [value, reduce]
         self._series: dict[Any, tuple[dict, deque]] = {}  # key -> (options, values)
 
     def log_value(self, key: Any, value: Any, *, reduce: str | None = None, window: Any = None, **options: Any) -> None:
+        if key in self.dropped:
+            return
         if reduce in _SUMS and window is None and not options:
             entry = self._sums.get(key)
             if entry is None:
@@ -43,6 +47,8 @@ class DeferredMetrics:
 
     def flush(self) -> None:
         """Hand every waiting value to the logger."""
+        if self.before_flush is not None:
+            self.before_flush()
         sums, series = self._sums, self._series
         self._sums, self._series = {}, {}
         for key, (value, reduce) in sums.items():
@@ -56,7 +62,7 @@ class DeferredMetrics:
         return self.logger.reduce(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:  # peek, stats, ...: the logger's, up to date
-        if name.startswith("_") or name in ("logger", "flush"):
+        if name.startswith("_") or name in ("logger", "flush", "before_flush", "dropped"):
             raise AttributeError(name)
         self.flush()
         return getattr(self.logger, name)

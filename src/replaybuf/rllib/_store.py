@@ -47,7 +47,8 @@ _RECORD = (
 
 @dataclass(eq=False)
 class StoredEpisode:
-    """An episode's bookkeeping: its rows (``rows[t]`` for t = 0..length) and what has no fixed spec."""
+    """An episode's bookkeeping: its rows (``rows[t]`` for t = 0..length; the array has room to
+    grow, doubled when full, so 1-step chunks of a long episode cost O(1) each) and what has no fixed spec."""
 
     id_: Any
     ordinal: int
@@ -106,6 +107,7 @@ class EpisodeStore:
         self.ordinals: dict[Any, int] = {}  # episode id -> ordinal
         self.next_ordinal = 0
         self.steps = 0
+        self._equal_spaces: dict[tuple[int, int], tuple] = {}
         self._grow(max(int(rows), 16))
 
     # -- rows ----------------------------------------------------------------------------------
@@ -140,9 +142,22 @@ class EpisodeStore:
     def set_mass(self, rows: np.ndarray, mass: float | np.ndarray) -> None:
         """Sampling masses of step rows (0: not drawable), prioritized stores only."""
         if self.prioritized and len(rows):
-            mass = np.broadcast_to(np.asarray(mass, np.float64), rows.shape)
-            self.sums.update(rows, mass)
-            self.mins.update(rows, np.where(mass > 0, mass, np.inf))
+            if np.ndim(mass) == 0:
+                self.sums.update(rows, mass)  # the kernels broadcast one mass
+                self.mins.update(rows, mass if mass > 0 else np.inf)
+            else:
+                self.sums.update(rows, mass)
+                self.mins.update(rows, np.where(mass > 0, mass, np.inf))
+
+    def _same_spaces(self, space: Any, stored: Any) -> bool:
+        """``space == stored``, remembered per space object (a Box compares its bounds with
+        allclose: too slow for every add of an env runner's episodes, which share their spaces)."""
+        key = (id(space), id(stored))
+        if key not in self._equal_spaces:
+            if space != stored:
+                return False
+            self._equal_spaces[key] = (space, stored)  # held, so the ids stay theirs
+        return True
 
     # -- adding --------------------------------------------------------------------------------
     def prepare(self, episodes: list, path: str = "episodes") -> list[Chunk]:
@@ -151,6 +166,7 @@ class EpisodeStore:
         obs_space, act_space = self.observation_space, self.action_space
         obs_flat, act_flat = self.obs_flat, self.act_flat
         ends: dict[Any, tuple[int, list]] = {}  # id -> (t, last observation leaves) of earlier chunks
+        same = self._same_spaces
         done: dict[Any, bool] = {}
         chunks = []
         for i, eps in enumerate(episodes):
@@ -161,7 +177,7 @@ class EpisodeStore:
                 ("observation_space", eps.observation_space, obs_space),
                 ("action_space", eps.action_space, act_space),
             ):
-                if space is not None and have is not None and space != have:
+                if space is not None and have is not None and space is not have and not same(space, have):
                     raise SpecMismatchError(f"{where}.{name}: expected {have} (the stored episodes'), got {space}")
             length = len(eps)
             observations = eps.get_observations(slice(0, None))
@@ -194,10 +210,10 @@ class EpisodeStore:
                 stored = self.episodes[self.ordinals[eps.id_]]
                 if stored.terminated or stored.truncated:
                     raise ArgumentError(f"{where}: episode {eps.id_!r} is stored as done; no chunk can follow it")
-                row = stored.rows[stored.length : stored.length + 1]
+                row = stored.rows[stored.length]
                 start = (
                     stored.t_started + stored.length,
-                    [leaf[0] for leaf in self.columns.read(row)[: len(obs_flat.leaves)]],
+                    [f[row] for f in self.columns.fields[: len(obs_flat.leaves)]],
                 )
             if start is not None:
                 t, last = start
@@ -255,7 +271,11 @@ class EpisodeStore:
             stored = self.episodes[ordinal]
             added = self._alloc(n)
             first_t = stored.length
-            stored.rows = np.concatenate([stored.rows[: first_t + 1], added])
+            if len(stored.rows) < first_t + 1 + n:
+                grown = np.zeros(max(2 * len(stored.rows), first_t + 1 + n), np.int64)
+                grown[: first_t + 1] = stored.rows[: first_t + 1]
+                stored.rows = grown
+            stored.rows[first_t + 1 : first_t + 1 + n] = added
             obs_rows, step_rows = added, stored.rows[first_t : first_t + n]
             chunk.observations = [leaf[1:] for leaf in chunk.observations]
             stored.infos.pop(first_t, None)  # the chunk's first info replaces the stored last one

@@ -41,7 +41,8 @@ def _buffer_of(algorithm: Any) -> Any:
 def save_algorithm(algorithm: Any, path: str | os.PathLike | None = None) -> Path:
     """``algorithm.save_to_path(path)`` and its replay buffer beside it; returns the checkpoint path."""
     buffer = _buffer_of(algorithm)
-    checkpoint = Path(algorithm.save_to_path(path))
+    # RLlib's pyarrow filesystem takes absolute paths or URIs only
+    checkpoint = Path(algorithm.save_to_path(None if path is None else Path(path).resolve()))
     save_buffer(buffer, checkpoint)
     return checkpoint
 
@@ -49,5 +50,6 @@ def save_algorithm(algorithm: Any, path: str | os.PathLike | None = None) -> Pat
 def restore_algorithm(algorithm: Any, path: str | os.PathLike) -> None:
     """``algorithm.restore_from_path(path)`` and its replay buffer from beside it."""
     buffer = _buffer_of(algorithm)
+    path = Path(path).resolve()
     algorithm.restore_from_path(path)
     restore_buffer(buffer, path)

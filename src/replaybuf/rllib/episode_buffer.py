@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+from collections import deque
 from typing import Any
 
 import numpy as np
 from ray.rllib.core import DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
 from ray.rllib.utils import force_list
+from ray.rllib.utils.metrics import NUM_ENV_STEPS_STORED, NUM_EPISODES_STORED
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 from ray.rllib.utils.replay_buffers.episode_replay_buffer import EpisodeReplayBuffer as _RLlibEpisodeReplayBuffer
 
@@ -50,7 +52,10 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         self.sampled_timesteps = 0
         self.rng = np.random.default_rng(seed)
         self.metrics = DeferredMetrics(MetricsLogger(root=False))  # logged when read (_metrics.py)
+        self.metrics.before_flush = self._flush_add_metrics
         self._metrics_num_episodes_for_smoothing = metrics_num_episodes_for_smoothing
+        self._pending_adds = _AddCounts()  # the adds since the metrics were last read, summed
+        self._stored_history: deque = deque(maxlen=_window(metrics_num_episodes_for_smoothing))
 
     # -- adding --------------------------------------------------------------------------------
     def add(self, episodes: Any) -> None:
@@ -66,7 +71,29 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
             while self._num_timesteps > self.capacity and len(self._store.episodes) > 1:
                 evicted = self._evict()
                 counts.evicted(evicted.length)
-        self._update_add_metrics(**counts.metrics())
+        self._added(counts)
+
+    def _added(self, counts: _AddCounts) -> None:
+        """One add's metrics, kept until the metrics are read (``_flush_add_metrics``)."""
+        self._pending_adds.merge(counts)
+        self._stored_history.append((len(self._store.episodes), self._store.steps))
+
+    def _flush_add_metrics(self) -> None:
+        """RLlib's add metrics of every add since the last read, as if logged one by one: its
+        sums once with the totals, its windowed means of the stored counts with each add's."""
+        if not self._stored_history:
+            return
+        counts, history = self._pending_adds, list(self._stored_history)
+        self._pending_adds, self._stored_history = _AddCounts(), deque(maxlen=self._stored_history.maxlen)
+        self.metrics.dropped = frozenset((NUM_EPISODES_STORED, NUM_ENV_STEPS_STORED))
+        try:
+            self._update_add_metrics(**counts.metrics())
+        finally:
+            self.metrics.dropped = frozenset()
+        window = self._metrics_num_episodes_for_smoothing
+        for episodes, steps in history:
+            self.metrics.log_value(NUM_EPISODES_STORED, episodes, reduce="mean", window=window)
+            self.metrics.log_value(NUM_ENV_STEPS_STORED, steps, reduce="mean", window=window)
 
     def _evict(self) -> StoredEpisode:
         evicted = self._store.evict_oldest()
@@ -335,6 +362,10 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         self.rng = rng
 
 
+def _window(window: Any) -> int | None:
+    return int(window) if isinstance(window, int) and window > 0 else None
+
+
 class _AddCounts:
     """What one ``add`` added and evicted, for RLlib's add metrics."""
 
@@ -344,6 +375,12 @@ class _AddCounts:
     def added(self, steps: int, new: bool) -> None:
         self.steps += steps
         self.episodes += int(new)
+
+    def merge(self, other: _AddCounts) -> None:
+        self.steps += other.steps
+        self.episodes += other.episodes
+        self.evicted_steps += other.evicted_steps
+        self.evicted_episodes += other.evicted_episodes
 
     def evicted(self, steps: int) -> None:
         self.evicted_steps += steps

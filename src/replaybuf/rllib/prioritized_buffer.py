@@ -76,9 +76,11 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibPrioritizedEpiso
         self._num_timesteps_added += sum(c.length for c in chunks)
         counts = _AddCounts()
         evicted_ids: set = set()
+        arriving = set(incoming)
         while self._num_timesteps > self.capacity and self._store.episodes:
-            remaining = (set(self._store.ordinals) | set(incoming)) - evicted_ids
-            if len(remaining) == 1:
+            # the episodes that would remain: the stored ones and the new ones not evicted
+            stored = self._store.ordinals
+            if len(stored) + sum(1 for i in arriving if i not in stored and i not in evicted_ids) == 1:
                 break
             evicted = self._evict()
             evicted_ids.add(evicted.id_)
@@ -93,7 +95,11 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibPrioritizedEpiso
                 continue
             _, new, _ = self._store.append(_copied(chunk), mass)
             counts.added(chunk.length, new)
-        self._update_add_metrics(**counts.metrics())
+        # one add of more than capacity steps emptied the store above (RLlib's raises IndexError
+        # there): the oldest incoming episodes go until it fits, one episode staying
+        while self._num_timesteps > self.capacity and len(self._store.episodes) > 1:
+            counts.evicted(self._evict().length)
+        self._added(counts)
 
     # -- sampling ------------------------------------------------------------------------------
     def sample(
