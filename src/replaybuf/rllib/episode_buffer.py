@@ -45,7 +45,8 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         self.capacity = int(capacity)
         self.batch_size_B = batch_size_B
         self.batch_length_T = batch_length_T
-        self._store = EpisodeStore(self.capacity + self.capacity // 4 + 16, prioritized=self._prioritized)
+        # rows: one per step and one per episode (its last observation); more come when needed
+        self._store = EpisodeStore(self.capacity + self.capacity // 32 + 16, prioritized=self._prioritized)
         self._num_episodes_evicted = 0
         self._num_timesteps = 0  # RLlib's running count, which drives eviction
         self._num_timesteps_added = 0
