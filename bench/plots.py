@@ -69,6 +69,7 @@ FAMILIES = (
     Family("writers", "Many writer processes, one learner", ("writers",)),
     Family("ray", "Sharded on Ray", ("ray_shards",)),
     Family("sb3_her", "Stable-Baselines3 and hindsight relabelling", ("sb3", "her")),
+    Family("rllib", "RLlib's episode buffers", ("rllib",)),
     Family("offline", "Offline datasets", ("minari_load",)),
 )
 OTHER = Family("other", "Other workloads", ("*",))

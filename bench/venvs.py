@@ -34,13 +34,17 @@ ENVIRONMENTS = {
     "tfagents": ["tfagents.txt", "tfagents-nodeps.txt"],
 }
 
+#: environments the Makefile builds at the repository root (their pins are the tests' too):
+#: name -> folder; ``ensure`` only finds them
+MAKEFILE_VENVS = {"rllib": HERE.parent / ".venv-rllib"}
+
 
 class VenvError(RuntimeError):
     """An environment could not be built; the message says which step and where the log is."""
 
 
 def python_of(name: str) -> Path:
-    return VENVS / name / "bin" / "python"
+    return MAKEFILE_VENVS.get(name, VENVS / name) / "bin" / "python"
 
 
 def _stamp_text(name: str) -> str:
@@ -66,6 +70,11 @@ def ensure(name: str, base_python: str = sys.executable) -> Path:
     Raises:
         VenvError: venv creation, a pip install or a post-install step failed.
     """
+    if name in MAKEFILE_VENVS:
+        if not python_of(name).exists():
+            folder = MAKEFILE_VENVS[name].name
+            raise VenvError(f"{name}: {folder} is not built; run `make {folder}/.installed`")
+        return python_of(name)
     VENVS.mkdir(parents=True, exist_ok=True)
     with open(VENVS / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per environment, also across runs

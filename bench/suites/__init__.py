@@ -34,6 +34,7 @@ SUITES = (
     "sample_rules",
     "gpu",
     "jax_gpu",
+    "rllib",
 )
 
 
