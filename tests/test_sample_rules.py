@@ -346,16 +346,17 @@ def add_prioritized(buffer, step, version=0, batch=2, priorities=None):
 
 
 def eligible_masses(buffer, limit=None, staleness=None):
-    """``{id: mass}`` of the eligible items, from the checkpoint's masses and counts (a model)."""
+    """``{id: mass}`` of the eligible items, from the checkpoint's masses and counts (a model;
+    a torch buffer's tensors read as arrays)."""
     state = buffer.state_dict()
-    masses = state["priorities"]["mass"]
+    masses = np.asarray(state["priorities"]["mass"])
     head = state["steps"] * state["batch_size"]
     ids = np.arange(head - masses.shape[0], head)  # the items in id order
     keep = np.ones(ids.shape[0], bool)
     if limit is not None:
-        keep &= state["sample_rules"]["times"] < limit
+        keep &= np.asarray(state["sample_rules"]["times"]) < limit
     if staleness is not None:
-        keep &= buffer.read_ids(ids)[0]["policy_version"] >= buffer.policy_version - staleness
+        keep &= np.asarray(buffer.read_ids(ids)[0]["policy_version"]) >= buffer.policy_version - staleness
     return dict(zip(ids[keep].tolist(), masses[keep].tolist(), strict=True))
 
 

@@ -30,6 +30,10 @@ def jax_buffer(batch=2, length=8, **rules):
     return JaxReplayBuffer(SPEC, batch_size=batch, max_length=length, seed=0, **rules)
 
 
+def torch_prioritized(batch=2, length=8, **rules):
+    return TorchPrioritizedReplayBuffer(SPEC, batch_size=batch, max_length=length, seed=0, **rules)
+
+
 BACKENDS = {"torch": torch_buffer, "jax": jax_buffer}
 BOTH = [
     "test_an_epoch_draws_every_item_once_and_new_items_join_the_next",
@@ -56,14 +60,19 @@ def test_the_numpy_rule_tests_hold(backend, name, monkeypatch, tmp_path):
 
 
 BAD_RULES = [options for options, _ in rules_tests.test_bad_rules_are_refused.pytestmark[0].args[1]]
+BAD_PRIORITIZED = [options for options, _ in rules_tests.test_bad_prioritized_rules_are_refused.pytestmark[0].args[1]]
 
 
-@pytest.mark.parametrize("options", BAD_RULES)
-def test_torch_refuses_the_bad_rules_as_numpy_does(options):
+@pytest.mark.parametrize(
+    ("numpy_make", "torch_make", "options"),
+    [(rules_tests.buffer_of, torch_buffer, options) for options in BAD_RULES]
+    + [(rules_tests.prioritized_of, torch_prioritized, options) for options in BAD_PRIORITIZED],
+)
+def test_torch_refuses_the_bad_rules_as_numpy_does(numpy_make, torch_make, options):
     with pytest.raises(ArgumentError) as numpy_error:
-        rules_tests.buffer_of(**options)
+        numpy_make(**options)
     with pytest.raises(ArgumentError) as torch_error:
-        torch_buffer(**options)
+        torch_make(**options)
     assert str(torch_error.value) == str(numpy_error.value)
 
 
@@ -215,9 +224,116 @@ def test_torch_relabels_ruled_draws_as_numpy_does_and_an_epoch_continues_from_a_
             same(loaded, torch_buffer_)
 
 
-def test_torch_prioritized_does_not_take_the_rules():
-    with pytest.raises(TypeError, match="max_times_sampled"):
-        TorchPrioritizedReplayBuffer(SPEC, max_times_sampled=1)
+# -- TorchPrioritizedReplayBuffer: the NumPy prioritized buffer's rules, on the host trees ------------
+
+
+PRIORITIZED = [
+    "test_prioritized_consumption_draws_distinct_items_by_priority_and_takes_them_out",
+    "test_prioritized_draws_follow_the_probabilities_with_consumed_and_stale_items_excluded",
+    "test_prioritized_checkpoints_continue_exactly",
+    "test_a_rate_limited_prioritized_sample_waits_for_eligible_items",
+]
+
+
+@pytest.mark.parametrize("name", PRIORITIZED)
+def test_the_numpy_prioritized_rule_tests_hold_on_torch(name, monkeypatch):
+    monkeypatch.setattr(rules_tests, "prioritized_of", torch_prioritized)
+    getattr(rules_tests, name)()
+
+
+@pytest.mark.parametrize("rules", [{"max_times_sampled": 1}, {"max_times_sampled": 2}, {"max_staleness": 1}])
+def test_torch_prioritized_draws_what_numpy_draws(rules, device):
+    numpy_buffer = rules_tests.prioritized_of(length=6, **rules)
+    torch_buffer_ = TorchPrioritizedReplayBuffer(SPEC, batch_size=2, max_length=6, seed=0, device=device, **rules)
+    for step in range(9):  # wraps: ids 0-5 overwritten
+        for buffer in (numpy_buffer, torch_buffer_):
+            rules_tests.add_prioritized(buffer, step, version=step // 3, priorities=[1.0 + step, 2.0])
+            buffer.policy_version = step // 3
+    for draw in range(3):
+        (want, want_info), (items, info) = numpy_buffer.get_next(3), torch_buffer_.get_next(3)
+        assert items["id"].device == info.ids.device == torch_buffer_.device
+        np.testing.assert_array_equal(items["id"].cpu().numpy(), want["id"])
+        for key in ("probabilities", "weights"):
+            np.testing.assert_allclose(getattr(info, key).cpu().numpy(), getattr(want_info, key), rtol=1e-6)
+        assert torch_buffer_.num_eligible() == numpy_buffer.num_eligible()
+        new = np.array([3.0, 0.5, 7.0]) * (draw + 1)  # updates as tensors on the device, and arrays
+        torch_buffer_.update_priorities(info.ids, torch.as_tensor(new, device=torch_buffer_.device))
+        numpy_buffer.update_priorities(want_info.ids, new)
+
+
+@pytest.mark.parametrize("saver", ["numpy", "torch"])
+@pytest.mark.parametrize("loader", ["numpy", "torch"])
+def test_a_prioritized_checkpoint_with_rules_continues_exactly_in_either_backend(saver, loader, tmp_path):
+    make = {"numpy": rules_tests.prioritized_of, "torch": torch_prioritized}
+    rules = {"length": 10, "max_times_sampled": 2, "max_staleness": 1}
+    original = make[saver](**rules)
+    for step in range(7):
+        rules_tests.add_prioritized(original, step, version=step // 2, priorities=[1.0 + step, 0.5])
+    original.policy_version = 3
+    for _ in range(2):  # some items counted, some consumed
+        _, info = original.get_next(3)
+        original.update_priorities(info.ids, np.full(3, 4.0))
+    original.save(tmp_path / "ckpt")
+    loaded = make[loader](**rules)
+    loaded.load(tmp_path / "ckpt")
+    assert loaded.policy_version == 3 and loaded.num_eligible() == original.num_eligible() < 6
+    assert loaded.mass() == pytest.approx(original.mass())
+    for _ in range(2):  # what is left of the 6 items of versions 2 and 3, at most twice each
+        (a, a_info), (b, b_info) = original.get_next(2), loaded.get_next(2)
+        np.testing.assert_array_equal(np.asarray(a["id"]), np.asarray(b["id"]))
+        np.testing.assert_allclose(np.asarray(a_info.probabilities), np.asarray(b_info.probabilities), rtol=1e-6)
+
+
+def test_a_torch_prioritized_state_dict_with_rules_round_trips_through_torch_save(tmp_path):
+    original = torch_prioritized(length=10, max_times_sampled=1)
+    for step in range(5):
+        rules_tests.add_prioritized(original, step, priorities=[1.0 + step, 2.0])
+    original.get_next(3)
+    state = original.state_dict()
+    assert isinstance(state["sample_rules"]["times"], torch.Tensor) and int(state["sample_rules"]["times"].sum()) == 3
+    torch.save(state, tmp_path / "state.pt")
+    loaded = torch_prioritized(length=10, max_times_sampled=1)
+    loaded.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
+    assert loaded.num_eligible() == original.num_eligible() == 7
+    for _ in range(2):
+        assert _ids(loaded, 3) == _ids(original, 3)
+
+
+@pytest.mark.parametrize("saver", [TorchPrioritizedReplayBuffer, replaybuf.PrioritizedReplayBuffer])
+def test_torch_prioritized_windows_follow_the_rules_and_recover_the_episodes_on_load(saver, tmp_path):
+    options = {"batch_size": 1, "max_length": 20, "seed": 2, "max_times_sampled": 1, "respect_episodes": True}
+    made = [cls(SPEC, episode_end_field="done", **options) for cls in (saver, TorchPrioritizedReplayBuffer)]
+    for buffer in made:
+        for step in range(12):
+            buffer.add_batch({"id": [step], "policy_version": [0], "done": [step % 4 == 3]}, priorities=[1.0 + step])
+    original, other = made
+    assert _ids(other, 3, num_steps=2) == _ids(original, 3, num_steps=2)  # torch draws what the saver does
+    original.save(tmp_path / "ckpt")
+    loaded = TorchPrioritizedReplayBuffer(SPEC, episode_end_field="done", **options)
+    loaded.load(tmp_path / "ckpt")
+    windows = [_ids(loaded, 2, num_steps=2) for _ in range(3)]
+    assert windows == [_ids(original, 2, num_steps=2) for _ in range(3)]
+    starts = [w[0] for ids, _ in windows for w in ids] + [w[0] for w in _ids(other, 3, num_steps=2)[0]]
+    assert len(set(starts)) == 6 and not {3, 7, 11} & set(starts)  # distinct, inside episodes
+    with pytest.raises(EmptyBufferError):
+        loaded.get_next(1, num_steps=2)
+
+
+@pytest.mark.parametrize("rules", [{"max_times_sampled": 1}, {"max_staleness": 0}])
+def test_torch_prioritized_refuses_capture_with_the_rules(rules):
+    with pytest.raises(ArgumentError, match="capture: expected False"):
+        TorchPrioritizedReplayBuffer(SPEC, capture=True, **rules)
+
+
+class TorchPrioritizedRulesMachine(rules_tests.PrioritizedRulesMachine):
+    def _new(self):
+        return torch_prioritized(batch=self.BATCH, length=self.LENGTH, max_times_sampled=self.K, max_staleness=self.V)
+
+
+TestTorchPrioritizedRulesMachine = TorchPrioritizedRulesMachine.TestCase
+TestTorchPrioritizedRulesMachine.settings = settings(
+    max_examples=10, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @pytest.mark.parametrize(

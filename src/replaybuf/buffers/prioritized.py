@@ -28,12 +28,14 @@ def prioritized_sampler(
     pad_episode_ends: bool,
     episode_end_field: str | None,
     make: Callable[..., PrioritizedSampler] = PrioritizedSampler,
+    ruled: Callable[..., RuledPrioritizedSampler] = RuledPrioritizedSampler,
     **rules: Any,
 ) -> Callable[[FlatSpec, StreamRing], Any]:
     """The sampler part of the prioritized presets (plain, frame-stack and torch: ``make``
     builds the sampler from the capacity and the options), under the sample-count ``rules``
     (``replacement``, ``max_times_sampled``, ``max_staleness``, ``version_field``,
-    ``drop_remainder``: replaybuf.samplers.ruled_priorities) when any is set.
+    ``drop_remainder``: replaybuf.samplers.ruled_priorities; ``ruled`` wraps the sampler in
+    them) when any is set.
 
     Raises:
         ArgumentError: see ``episode_index`` and ``check_sample_rules``.
@@ -51,7 +53,7 @@ def prioritized_sampler(
             pad=bool(pad_episode_ends),
             compiled=compiled,
         )
-        return RuledPrioritizedSampler(sampler, checked, ring) if checked.active else sampler
+        return ruled(sampler, checked, ring) if checked.active else sampler
 
     return build
 

@@ -8,6 +8,12 @@ the device (ids, probabilities, weights, masks), copied without waiting for it. 
 the other way: priorities given as device tensors (``update_priorities``, ``add_batch(...,
 priorities=)``) and an add's episode markers are copied to the host, which on a GPU waits for
 the computation that made them (docs/gpu.md, "Prioritized replay on a GPU").
+
+Under the sample-count rules (``max_times_sampled``, ``max_staleness``) the same
+``RuledPrioritizedSampler`` as the NumPy buffer's wraps that sampler on the host
+(``TorchRuledPrioritizedSampler``): the same eligible items, distinct batches and draws, its
+bookkeeping in the checkpoints (``sample_rules``), so they continue in either buffer. An add's
+version field is read on the host, as its episode markers are.
 """
 
 from __future__ import annotations
@@ -23,11 +29,12 @@ from replaybuf.buffers.prioritized import PrioritizedReplayBuffer, prioritized_s
 from replaybuf.errors import ArgumentError
 from replaybuf.ring import StreamRing
 from replaybuf.samplers.prioritized import PrioritizedSampler, check_priority_state
+from replaybuf.samplers.ruled_priorities import RuledPrioritizedSampler
 from replaybuf.samplers.sequences import SequenceRule
 from replaybuf.torch.episodes import HostLeaves, draw_on_device, to_host
 from replaybuf.torch.uniform import TorchUniformReplayBuffer
 
-__all__ = ["TorchPrioritizedReplayBuffer", "TorchPrioritizedSampler"]
+__all__ = ["TorchPrioritizedReplayBuffer", "TorchPrioritizedSampler", "TorchRuledPrioritizedSampler"]
 
 
 class TorchPrioritizedSampler(PrioritizedSampler):
@@ -75,6 +82,25 @@ class TorchPrioritizedSampler(PrioritizedSampler):
             self.episodes.recover(HostLeaves(self._storage().tensors))
 
 
+class TorchRuledPrioritizedSampler(RuledPrioritizedSampler):
+    """``RuledPrioritizedSampler`` over a ``TorchPrioritizedSampler``: what it reads of an add,
+    an update or the loaded items (version field, ids, priorities) is read on the host; its
+    draws are the base's (host generator ``host_rng``, results on the device)."""
+
+    @property
+    def host_rng(self) -> np.random.Generator:
+        return self.base.host_rng
+
+    def added(self, ring: StreamRing, arrays: Sequence[Any], priorities: np.ndarray | None = None) -> None:
+        super().added(ring, HostLeaves(arrays), priorities)
+
+    def update_priorities(self, ring: StreamRing, ids: Any, priorities: Any) -> None:
+        super().update_priorities(ring, to_host(ids), to_host(priorities))
+
+    def loaded(self, ring: StreamRing, fields: Sequence[Any]) -> None:
+        super().loaded(ring, HostLeaves(fields))
+
+
 class TorchPrioritizedReplayBuffer(TorchUniformReplayBuffer):
     """``replaybuf.PrioritizedReplayBuffer`` with its items as torch tensors on ``device``.
 
@@ -90,12 +116,19 @@ class TorchPrioritizedReplayBuffer(TorchUniformReplayBuffer):
             dataset_window_shift, respect_episodes, pad_episode_ends, episode_end_field,
             rate_limiter, rate_limiter_timeout: as for ``TorchUniformReplayBuffer``.
         alpha, beta, epsilon, compiled: as for ``replaybuf.PrioritizedReplayBuffer``.
-        capture: must be False: the draws read the host trees, which a recorded device step
-            (``capture=True`` on the uniform buffer) cannot.
+        replacement, drop_remainder, max_times_sampled, max_staleness, version_field: the
+            sample-count rules, as for ``replaybuf.PrioritizedReplayBuffer`` (docs/sample_rules.md):
+            consumed and stale items leave the host trees, a batch's items are distinct under
+            ``max_times_sampled``; the same ids for the same seed; ``replacement=False`` refused.
+        capture: must be False: the draws read the host trees (and the rules' eligible items),
+            which a recorded device step (``capture=True`` on the uniform buffer) cannot.
+
+    Checkpoints carry the priorities and, with rules, their bookkeeping (``sample_rules``), as
+    ``PrioritizedReplayBuffer``'s do, and load across them.
 
     Raises:
         ArgumentError: capture=True; PrioritizedReplayBuffer's and TorchUniformReplayBuffer's
-            argument errors.
+            argument errors (the sample-count rules' among them).
         ImportError: compiled=True without numba installed.
     """
 
@@ -123,6 +156,11 @@ class TorchPrioritizedReplayBuffer(TorchUniformReplayBuffer):
         compiled: bool | None = None,
         rate_limiter: Any = None,
         rate_limiter_timeout: float | None = None,
+        replacement: bool = True,
+        max_times_sampled: int | None = None,
+        max_staleness: int | None = None,
+        version_field: str = "policy_version",
+        drop_remainder: bool = False,
     ):
         if capture is not False:
             raise ArgumentError(
@@ -143,10 +181,23 @@ class TorchPrioritizedReplayBuffer(TorchUniformReplayBuffer):
             episode_end_field=episode_end_field,
             rate_limiter=rate_limiter,
             rate_limiter_timeout=rate_limiter_timeout,
+            replacement=replacement,
+            max_times_sampled=max_times_sampled,
+            max_staleness=max_staleness,
+            version_field=version_field,
+            drop_remainder=drop_remainder,
         )
 
     def _sampler_part(
         self, episodes: bool, pad_episode_ends: bool, episode_end_field: str | None, seed: int | None
     ) -> Callable:
         make = partial(TorchPrioritizedSampler, device=self._device, seed=seed, storage=lambda: self._storage)
-        return prioritized_sampler(*self._priority_options, episodes, pad_episode_ends, episode_end_field, make=make)
+        return prioritized_sampler(
+            *self._priority_options,
+            episodes,
+            pad_episode_ends,
+            episode_end_field,
+            make=make,
+            ruled=TorchRuledPrioritizedSampler,
+            **self._rules,
+        )

@@ -99,8 +99,7 @@ class TorchCheckpoints(Checkpoints):
                 )
         count = leaves[0].shape[0] if leaves else 0
         first = first_stored_step(steps, count, ring.batch_size, ring.max_length, crash_safe=False)
-        priorities = self._check_priorities(state, count, new_priorities)
-        rules = self._check_rules(state, count)
+        checked = self._check_sampler(state, count, new_priorities)
         limiter = getattr(self, "_limiter", None)
         limiter_state = None if limiter is None else limiter.check_state(state.get("rate_limiter"))
         rng = None  # another backend's generator state: keep this buffer's own
@@ -116,13 +115,12 @@ class TorchCheckpoints(Checkpoints):
             for tensor, leaf in zip(self._storage.tensors, leaves, strict=True):
                 _fill(ring_views(tensor, start, count), leaf)
             ring.reset(steps)
-            if priorities is not None:
-                self._sampler.load_state(ring, priorities)
-            if rules is not None:
+            if checked is not None:
                 self._sampler.cleared()
-                self._sampler.load_state(ring, rules)
-                self._sampler.loaded(ring, self._storage.tensors)
-                self._policy_version = self._sampler.policy_version
+                self._sampler.load_state(ring, checked)
+                if self._ruled():  # the rules read the loaded items (versions, live starts)
+                    self._sampler.loaded(ring, self._storage.tensors)
+                    self._policy_version = self._sampler.policy_version
             if limiter_state is not None:
                 limiter.load_state(limiter_state)
             if rng is not None and host is not None:
@@ -151,35 +149,27 @@ class TorchCheckpoints(Checkpoints):
         limited = getattr(self, "_limiter", None) is not None
         return Holds(priorities=priorities, rate_limiter=limited, rng="torch" if self._host_rng() is None else "PCG64")
 
-    def _check_priorities(self, state: dict, count: int, new_priorities: bool) -> Any:
-        """What the sampler loads of ``state``'s priorities (None for a buffer without):
-        masses given as a tensor are read as NumPy, a state without priorities gives every
-        item a new item's (docs/persistence.md); CheckpointError naming the key otherwise."""
-        if not self._holds().priorities:
-            return None
-        sampler = self._sampler
-        if new_priorities:
-            state = new_item_priorities(state, sampler.alpha, sampler.epsilon, count)
-        saved = state.get("priorities")
-        if isinstance(saved, dict) and isinstance(saved.get("mass"), torch.Tensor):
-            state = {**state, "priorities": {**saved, "mass": saved["mass"].detach().cpu().numpy()}}
-        return sampler.check_state(self._ring, state, count)
-
     def _ruled(self) -> bool:
-        """Whether the sampler is the sample-count rules' (replaybuf.samplers.rules): its
-        ``sample_rules`` are checked and loaded beside the items, then read from them."""
+        """Whether the sampler is the sample-count rules' (replaybuf.samplers.rules, over the
+        uniform or the prioritized draws): its ``sample_rules`` are checked and loaded beside
+        the items, then read from them."""
         return isinstance(getattr(self, "_sampler", None), RuledSampler)
 
-    def _check_rules(self, state: dict, count: int) -> Any:
-        """What a ruled sampler loads of ``state`` (None for a buffer without rules): its
-        ``sample_rules`` tensors read as NumPy; CheckpointError naming the key otherwise."""
-        if not self._ruled():
+    def _check_sampler(self, state: dict, count: int, new_priorities: bool) -> Any:
+        """What the sampler loads of ``state`` (None for a buffer without priorities or rules):
+        its ``priorities`` and ``sample_rules`` with tensors read as NumPy; a state without
+        priorities gives every item a new item's (docs/persistence.md); CheckpointError naming
+        the key otherwise."""
+        priorities = self._holds().priorities
+        if not priorities and not self._ruled():
             return None
-        rules = state.get("sample_rules")
-        if isinstance(rules, dict):
-            host = {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v for k, v in rules.items()}
-            state = {**state, "sample_rules": host}
-        return self._sampler.check_state(self._ring, state, count)
+        if priorities and new_priorities:
+            state = new_item_priorities(state, self._sampler.alpha, self._sampler.epsilon, count)
+        host = dict(state)
+        for key in ("priorities", "sample_rules"):
+            if isinstance(state.get(key), dict):
+                host[key] = {k: _host_array(v) for k, v in state[key].items()}
+        return self._sampler.check_state(self._ring, host, count)
 
     def _geometry_state(self) -> dict[str, int]:
         """The sizes a state must match, by key: the ring's streams and their length."""
@@ -201,6 +191,11 @@ class TorchCheckpoints(Checkpoints):
             **(self._sampler.state(ring) if self._holds().priorities or self._ruled() else {}),
             **({"rate_limiter": self._limiter.state()} if self._holds().rate_limiter else {}),
         }
+
+
+def _host_array(value: Any) -> Any:
+    """A checkpoint value given as a tensor (any device) as a NumPy array; others as given."""
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
 
 
 def _host_run(views: list[torch.Tensor]) -> ArrayRun:
