@@ -29,6 +29,7 @@ __all__ = [
     "SumTree",
     "kernel_array",
     "kernels",
+    "level_offsets",
     "priority_mass",
     "priority_masses",
 ]
@@ -69,6 +70,19 @@ def kernel_array(values: object, dtype: type, shape: tuple[int, ...] | None = No
         array = np.broadcast_to(array, shape)
     array = np.ascontiguousarray(array).reshape(-1)
     return array if array.flags.writeable else array.copy()
+
+
+def level_offsets(capacity: int, arity: int) -> list[int]:
+    """Where each level starts in the one array of a k-ary tree over ``capacity`` slots (leaves
+    first, each level padded to a multiple of ``arity``, up to a top level of ``arity`` nodes),
+    and its total length last."""
+    offsets, size = [0], capacity
+    while True:
+        padded = -(-size // arity) * arity
+        offsets.append(offsets[-1] + padded)
+        if padded == arity:
+            return offsets
+        size = padded // arity
 
 
 def _blocks(tree: np.ndarray, offsets: np.ndarray, arity: int) -> list[np.ndarray]:
@@ -210,15 +224,7 @@ class _Tree:
     def __init__(self, capacity: int, arity: int = 16, compiled: bool | None = None):
         self.capacity = int(capacity)
         self.arity = int(arity)
-        sizes = []
-        size = self.capacity
-        while True:
-            padded = -(-size // self.arity) * self.arity
-            sizes.append(padded)
-            if padded == self.arity:
-                break
-            size = padded // self.arity
-        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.offsets = np.array(level_offsets(self.capacity, self.arity), np.int64)
         self.tree = np.full(int(self.offsets[-1]), self._fill, np.float64)  # every level, leaves first
         self.levels = [self.tree[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True)]
         self._blocks = [level.reshape(-1, self.arity) for level in self.levels]

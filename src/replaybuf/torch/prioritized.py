@@ -8,6 +8,8 @@ the device (ids, probabilities, weights, masks), copied without waiting for it. 
 the other way: priorities given as device tensors (``update_priorities``, ``add_batch(...,
 priorities=)``) and an add's episode markers are copied to the host, which on a GPU waits for
 the computation that made them (docs/gpu.md, "Prioritized replay on a GPU").
+``tree_device="device"`` mirrors the trees on the device for single-step draws there
+(``replaybuf.torch.device_draws``).
 
 Under the sample-count rules (``max_times_sampled``, ``max_staleness``) the same
 ``RuledPrioritizedSampler`` as the NumPy buffer's wraps that sampler on the host
@@ -122,12 +124,19 @@ class TorchPrioritizedReplayBuffer(TorchUniformReplayBuffer):
             ``max_times_sampled``; the same ids for the same seed; ``replacement=False`` refused.
         capture: must be False: the draws read the host trees (and the rules' eligible items),
             which a recorded device step (``capture=True`` on the uniform buffer) cannot.
+        tree_device: ``"host"`` (default): every draw on the host trees, the same ids as NumPy's
+            buffer for the same seed. ``"device"``: the trees' leaves are mirrored on ``device``
+            (``replaybuf.torch.sumtree``) and single-step draws are made there without waiting
+            for the device (other ids than NumPy's for the same seed, the same distribution);
+            windows and sequences are drawn on the host; refused with the sample-count rules
+            (``replaybuf.torch.device_draws``).
 
     Checkpoints carry the priorities and, with rules, their bookkeeping (``sample_rules``), as
     ``PrioritizedReplayBuffer``'s do, and load across them.
 
     Raises:
-        ArgumentError: capture=True; PrioritizedReplayBuffer's and TorchUniformReplayBuffer's
+        ArgumentError: capture=True; tree_device not "host"/"device", or "device" with a
+            sample-count rule; PrioritizedReplayBuffer's and TorchUniformReplayBuffer's
             argument errors (the sample-count rules' among them).
         ImportError: compiled=True without numba installed.
     """
@@ -161,13 +170,22 @@ class TorchPrioritizedReplayBuffer(TorchUniformReplayBuffer):
         max_staleness: int | None = None,
         version_field: str = "policy_version",
         drop_remainder: bool = False,
+        tree_device: str = "host",
     ):
+        if tree_device not in ("host", "device"):
+            raise ArgumentError(f"tree_device: expected 'host' or 'device', got {tree_device!r:.80}")
+        if tree_device == "device" and (max_times_sampled is not None or max_staleness is not None or not replacement):
+            raise ArgumentError(
+                "tree_device: expected 'host' with the sample-count rules (max_times_sampled, max_staleness, "
+                "replacement=False), which are kept on the host trees, got 'device'"
+            )
         if capture is not False:
             raise ArgumentError(
                 f"capture: expected False (TorchPrioritizedReplayBuffer draws from its priority trees on the "
                 f"host, which a recorded device step cannot read), got {capture!r:.80}"
             )
         self._priority_options = (alpha, beta, epsilon, compiled)
+        self._tree_device = tree_device
         super().__init__(
             data_spec,
             batch_size,
@@ -191,7 +209,12 @@ class TorchPrioritizedReplayBuffer(TorchUniformReplayBuffer):
     def _sampler_part(
         self, episodes: bool, pad_episode_ends: bool, episode_end_field: str | None, seed: int | None
     ) -> Callable:
-        make = partial(TorchPrioritizedSampler, device=self._device, seed=seed, storage=lambda: self._storage)
+        sampler: type = TorchPrioritizedSampler
+        if self._tree_device == "device":
+            from replaybuf.torch.device_draws import DeviceTreeSampler  # imports this module
+
+            sampler = DeviceTreeSampler
+        make = partial(sampler, device=self._device, seed=seed, storage=lambda: self._storage)
         return prioritized_sampler(
             *self._priority_options,
             episodes,

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from replaybuf.samplers.sumtree import level_offsets
+
 __all__ = ["TorchMinTree", "TorchSumTree"]
 
 _BELOW_ONE = 1.0 - 2.0**-50  # as replaybuf.samplers.sumtree: keeps a target below its row's sum
@@ -38,16 +40,7 @@ class _TorchTree:
         self.capacity = int(capacity)
         self.arity = int(arity)
         self.device = torch.device(device)
-        sizes, size = [], self.capacity
-        while True:
-            padded = -(-size // self.arity) * self.arity
-            sizes.append(padded)
-            if padded == self.arity:
-                break
-            size = padded // self.arity
-        self.offsets = [0]
-        for size in sizes:
-            self.offsets.append(self.offsets[-1] + size)
+        self.offsets = level_offsets(self.capacity, self.arity)
         self._scratch = self.offsets[-1]  # the index losing duplicate writes go to
         self.tree = torch.full((self._scratch + 1,), self._fill, dtype=torch.float64, device=self.device)
         self.levels = [self.tree[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True)]
