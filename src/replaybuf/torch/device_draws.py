@@ -10,6 +10,12 @@ reading anything back, so a CUDA learner's sample does not wait for the GPU. Eve
 item with mass is a valid single-step start, so no draw needs redrawing. Windows, sequences
 and distinct draws fall back to the host draw. The device draws are not NumPy's: the same
 seed gives other ids than ``PrioritizedReplayBuffer``'s (the same distribution).
+
+The mirror follows what changes the leaves in ``TorchPrioritizedReplayBuffer``: adds,
+priority updates, clear and loads. The other writers of the host trees do not reach this
+sampler: ``exclude`` (the sample-count rules, refused with ``tree_device="device"``),
+``appended`` (the MindSpore-style buffer's) and ``reopened`` (memmap storage, which the torch
+buffers do not take).
 """
 
 from __future__ import annotations
@@ -71,27 +77,15 @@ class DeviceTreeSampler(TorchPrioritizedSampler):
         start = ring.slot(ring.steps - 1)
         self._mirror(np.arange(start, start + ring.batch_size))
 
-    def appended(self, ring: StreamRing, count: int, priorities: np.ndarray | None = None) -> None:
-        super().appended(ring, count, priorities)
-        self._mirror(np.arange(ring.steps - min(count, ring.capacity), ring.steps) % ring.capacity)
-
     def update_priorities(self, ring: StreamRing, ids: Any, priorities: Any) -> None:
         ids = np.asarray(to_host(ids), np.int64)
         super().update_priorities(ring, ids, priorities)  # raises before any change on a bad id
         self._mirror(ids % ring.capacity)
 
-    def exclude(self, slots: np.ndarray) -> None:
-        super().exclude(slots)
-        self._mirror(slots)
-
     def cleared(self) -> None:
         super().cleared()
         self.device_sums.clear()
         self.device_mins.clear()
-
-    def reopened(self, ring: StreamRing, fields: Sequence[Any]) -> None:
-        super().reopened(ring, fields)
-        self._mirror()
 
     def load_state(self, ring: StreamRing, checked: tuple) -> None:
         super().load_state(ring, checked)
