@@ -124,55 +124,31 @@ def take(function, state, order, cursor, size, alive, oldest, origin, capacity, 
 def pick_counted(
     function, state, pool, count_, out, times, limit, dense, where, alive, size, origin, capacity
 ):  # pragma: no cover - compiled
-    """``pick`` (distinct) then ``count`` of the picked ids, in one pass: each pick's id is read
-    and its count raised together (the ids are distinct, so the order of the raises does not
-    matter); the consumed leave after every pick is read. Returns the new size."""
-    n = out.shape[0]
-    picks = np.empty(n, np.int64)
-    span = np.uint64(count_)
-    for i in range(n):
-        picks[i] = np.int64(next_raw(function, state) % span)
-    _distinct(function, state, count_, picks)
-    gone = 0
-    for i in range(n):
-        item = pool[picks[i]]
-        out[i] = item
-        slot = _slot(item, origin, capacity)
-        times[slot] += 1
-        if times[slot] >= limit:
-            gone += 1
-    return size if gone == 0 else _consume(out, gone, times, limit, dense, where, alive, size, origin, capacity)
+    """``pick`` (distinct) then ``count`` of the picked ids, in one call; returns the new size."""
+    pick(function, state, pool, count_, True, out)
+    return count(out, times, limit, dense, where, alive, size, origin, capacity)
 
 
 @njit(cache=True, nogil=True)
 def count(ids, times, limit, dense, where, alive, size, origin, capacity):  # pragma: no cover - compiled
     """Count a draw of the live, distinct ``ids``; those drawn ``limit`` times leave the live set
     ``(dense, where, size)`` as ``LiveSet.remove`` takes them out. Returns the new size."""
+    n = ids.shape[0]
+    holes = np.empty(n, np.int64)
     gone = 0
-    for i in range(ids.shape[0]):
+    for i in range(n):
         slot = _slot(ids[i], origin, capacity)
         times[slot] += 1
         if times[slot] >= limit:
-            gone += 1
-    return size if gone == 0 else _consume(ids, gone, times, limit, dense, where, alive, size, origin, capacity)
-
-
-@njit(cache=True, nogil=True)
-def _consume(ids, gone, times, limit, dense, where, alive, size, origin, capacity):  # pragma: no cover - compiled
-    """The ``gone`` ids of ``ids`` counted ``limit`` times leave the live set: the tail's ids
-    that stay live fill their holes below the new size, in order. Returns the new size."""
-    holes = np.empty(gone, np.int64)
-    found = 0
-    for i in range(ids.shape[0]):
-        slot = _slot(ids[i], origin, capacity)
-        if times[slot] >= limit:
-            holes[found] = where[slot]
+            holes[gone] = where[slot]
             where[slot] = -1
             alive[slot] = 0
-            found += 1
+            gone += 1
+    if gone == 0:
+        return size
     keep = size - gone
     hole = 0
-    for k in range(keep, size):
+    for k in range(keep, size):  # the tail's ids that stay live fill the holes below keep, in order
         mover = dense[k]
         slot = _slot(mover, origin, capacity)
         if where[slot] < 0:
