@@ -202,17 +202,16 @@ class RuledSampler:
         if ring.steps == 0:
             raise empty(ring.name)
         wanted = 1 if size is None else size
-        counted, epoch = False, None
+        epoch = None
         if self.rules.replacement:
-            starts, count, counted = self._live_starts(rng, ring, wanted, shape)
+            starts, count = self._live_starts(rng, ring, wanted, shape)
         else:
             starts, count, epoch = self._epoch_starts(rng, ring, wanted, shape)
-        if self.rules.max_times_sampled is not None and not counted:
-            self._sampled(ring, starts)
-        probabilities = filled_probabilities(1.0 / count, None if size is None else starts.shape[0])
+            if self.rules.max_times_sampled is not None:
+                self._sampled(ring, starts)
         if size is None:
-            return starts[0], probabilities, epoch
-        return starts, probabilities, epoch
+            return starts[0], filled_probabilities(1.0 / count, None), epoch
+        return starts, filled_probabilities(1.0 / count, starts.shape[0]), epoch
 
     def _too_few(self, wanted: int, count: int) -> EmptyBufferError:
         distinct = self.rules.max_times_sampled is not None or self.rules.fifo
@@ -224,20 +223,24 @@ class RuledSampler:
 
     def _live_starts(
         self, rng: np.random.Generator, ring: StreamRing, wanted: int, shape: Any
-    ) -> tuple[np.ndarray, int, bool]:
-        """``(starts, count, counted)``: ``wanted`` starts among the ``count`` live ones that fit;
-        ``counted``: their draw is counted already (``max_times_sampled``)."""
-        if self.rules.fifo:
-            return *self._oldest(ring, wanted, shape), False
-        fitting = self._fitting(ring, shape)
-        count = fitting.shape[0]
+    ) -> tuple[np.ndarray, int]:
+        """``(starts, count)``: ``wanted`` starts among the ``count`` live ones that fit, their
+        draw counted (``max_times_sampled``)."""
         limit = self.rules.max_times_sampled
+        if self.rules.fifo:
+            starts, count = self._oldest(ring, wanted, shape)
+            if limit is not None:
+                self._sampled(ring, starts)
+            return starts, count
+        live = self.live
+        fitting = live.dense[: live.size] if shape is None or shape == 1 else self._fitting(ring, shape)
+        count = fitting.shape[0]
         if count == 0 or (limit is not None and count < wanted):
             raise self._too_few(wanted, count)
         if limit is None:
-            return self.draws.pick(rng, fitting, count, wanted, False), count, False
-        counts = (self.times, limit, self.live, self._origin(ring))  # the picks are read before any is counted
-        return self.draws.pick_counted(rng, fitting, count, wanted, counts), count, True
+            return self.draws.pick(rng, fitting, count, wanted, False), count
+        counts = (self.times, limit, live, self._origin(ring))  # the picks are read before any is counted
+        return self.draws.pick_counted(rng, fitting, count, wanted, counts), count
 
     def _oldest(self, ring: StreamRing, wanted: int, shape: Any) -> tuple[np.ndarray, int]:
         """``(starts, count)``: the ``wanted`` oldest live starts that fit, scanned by id from
@@ -264,8 +267,17 @@ class RuledSampler:
     def _epoch_starts(self, rng: np.random.Generator, ring: StreamRing, wanted: int, shape: Any) -> tuple:
         """``(starts, epoch size, epoch)``: the next ``wanted`` starts of the epoch (fewer at its
         end), a new epoch begun when this one is spent (``rule_draws``: drawn a batch at a time)."""
+        oldest = ring.first_valid_step() * ring.batch_size
+        cursor, single = self.cursor, shape is None or shape == 1
         found: list[np.ndarray] = []
         need = wanted
+        if single and cursor + wanted <= self.order.shape[0]:  # the common case: a whole batch left
+            taken = self.draws.take(rng, self.order, cursor, wanted, self.live, oldest)
+            self.cursor = cursor + wanted
+            if taken.shape[0] == wanted:
+                return taken, self.order.shape[0], self.epoch
+            found.append(taken)
+            need -= taken.shape[0]
         while need:
             if self.cursor >= self.order.shape[0]:
                 if found:  # the epoch ended short of a whole batch
@@ -285,10 +297,9 @@ class RuledSampler:
                     )
                 self.order, self.cursor, self.epoch = order, 0, self.epoch + 1
             size = min(need, self.order.shape[0] - self.cursor)
-            oldest = ring.first_valid_step() * ring.batch_size
             taken = self.draws.take(rng, self.order, self.cursor, size, self.live, oldest)
             self.cursor += size
-            if not (shape is None or shape == 1):
+            if not single:
                 taken = taken[self._fits(ring, taken, shape)]
             found.append(taken)
             need -= taken.shape[0]
