@@ -13,6 +13,9 @@ import pytest
 
 if Path(sys.prefix).name != ".venv-rllib":  # there ray.rllib must import: a missing one fails
     pytest.skip("RLlib runs in .venv-rllib (make test)", allow_module_level=True)
+import gymnasium as gym  # noqa: E402
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode  # noqa: E402
+from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer  # noqa: E402
 from ray.rllib.utils.replay_buffers import EpisodeReplayBuffer as StockUniform  # noqa: E402
 from ray.rllib.utils.replay_buffers import PrioritizedEpisodeReplayBuffer as StockPrioritized  # noqa: E402
 
@@ -117,6 +120,51 @@ def test_prioritized_draws_give_rllibs_transitions_returns_and_weights(space):
             skip={"num_resamples", "num_agent_resamples", "num_module_resamples"},
         )
     assert_same_counters(ours, stock)
+
+
+def _attributes(obj):
+    """An episode's (or buffer's) attributes, nested, with the type of every leaf beside it."""
+    if isinstance(obj, SingleAgentEpisode):  # slotted: a slot left unset raises here
+        return {k: _attributes(getattr(obj, k)) for k in SingleAgentEpisode.__slots__}
+    if isinstance(obj, InfiniteLookbackBuffer):
+        return {"type": type(obj).__name__, **{k: _attributes(v) for k, v in vars(obj).items()}}
+    if isinstance(obj, dict):
+        return {k: _attributes(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [type(obj).__name__, *(_attributes(v) for v in obj)]
+    if obj is None or isinstance(obj, (str, gym.Space)):
+        return repr(obj)
+    return [type(obj).__name__, obj]
+
+
+@pytest.mark.parametrize("space", [BOX, DICT], ids=["box", "dict"])
+@pytest.mark.parametrize("infos", [True, False])
+def test_sampled_one_step_episodes_are_what_rllibs_constructor_builds(space, infos):
+    ours = PrioritizedEpisodeReplayBuffer(capacity=60, alpha=0.6)
+    ours.add(stream(3, 40, space))
+    for episode in ours.sample(8, n_step=(1, 4), gamma=0.9, include_infos=infos, include_extra_model_outputs=True):
+        built = SingleAgentEpisode(
+            id_=episode.id_,
+            agent_id=episode.agent_id,
+            module_id=episode.module_id,
+            observation_space=episode.observation_space,
+            action_space=episode.action_space,
+            observations=list(episode.observations.data),
+            actions=list(episode.actions.data),
+            rewards=list(episode.rewards.data),
+            infos=list(episode.infos.data) if infos else None,
+            terminated=episode.is_terminated,
+            truncated=episode.is_truncated,
+            extra_model_outputs={k: list(v.data) for k, v in episode.extra_model_outputs.items()},
+            t_started=episode.t_started,
+            len_lookback_buffer=0,
+        )
+        mine, theirs = _attributes(episode), _attributes(built)
+        assert mine.keys() == theirs.keys()
+        assert same_structure_equal(mine, theirs)
+        assert repr(mine) == repr(theirs)
+        episode.validate()
+        assert episode.get_observations(-1) is episode.observations.data[-1]
 
 
 def test_uniform_episode_draws_give_rllibs_n_step_transitions():
@@ -293,6 +341,8 @@ def test_bad_episodes_are_refused_whole_with_a_clear_error(cls):
     with pytest.raises(ArgumentError, match="SingleAgentEpisode"):
         buffer.add([{"obs": 1}])
     _assert_unchanged(buffer, before)
+    with pytest.raises(ArgumentError, match="at most 2147483647 rows"):  # int32 rows; refused before allocating
+        cls(capacity=2**31)
 
 
 def test_bad_priorities_and_module_ids_are_refused_before_any_change():

@@ -3,11 +3,13 @@ n-step return they carry."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import numpy as np
-from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.env.single_agent_episode import _REWARDS_BOX_SPACE, SingleAgentEpisode
 from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
+from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
 
 from replaybuf.errors import ArgumentError
 from replaybuf.rllib._store import EpisodeStore, StoredEpisode
@@ -61,6 +63,25 @@ def _info(stored: StoredEpisode, t: int) -> Any:
     return stored.infos.get(t, {})
 
 
+def _buffer(data: list, space: Any = None, struct: Any = None) -> InfiniteLookbackBuffer:
+    """``InfiniteLookbackBuffer(data, lookback=0, space=space)`` with the space's struct given
+    (RLlib's setter derives it per buffer: most of a sampled episode's cost)."""
+    buffer = object.__new__(InfiniteLookbackBuffer)
+    buffer.data, buffer.lookback, buffer.finalized = data, 0, False
+    buffer._space, buffer._space_struct = space, struct
+    return buffer
+
+
+def _structs(store: EpisodeStore) -> tuple:
+    """The store's spaces and their RLlib structs, derived once per pair of spaces."""
+    key = (store.observation_space, store.action_space)
+    cached = store.space_structs
+    if cached is None or cached[0][0] is not key[0] or cached[0][1] is not key[1]:
+        cached = (key, tuple(get_base_struct_from_space(space) for space in (*key, _REWARDS_BOX_SPACE, None)))
+        store.space_structs = cached
+    return cached[1]
+
+
 def one_step_episode(
     store: EpisodeStore,
     stored: StoredEpisode,
@@ -73,19 +94,31 @@ def one_step_episode(
     infos: bool,
     extras: dict[str, Any],
 ) -> SingleAgentEpisode:
-    """The transition ``(o_t, a_t, n-step return, o_(t+n))`` as a one-step episode."""
-    return SingleAgentEpisode(
-        **_identity(store, stored),
-        observations=list(observations),
-        actions=[action],
-        rewards=[reward],
-        infos=[_info(stored, t), _info(stored, t + n)] if infos else None,
-        terminated=stored.terminated and done,
-        truncated=stored.truncated and done,
-        extra_model_outputs=extras,
-        t_started=t,
-        len_lookback_buffer=0,
-    )
+    """The transition ``(o_t, a_t, n-step return, o_(t+n))`` as a one-step episode: the object
+    ``SingleAgentEpisode(id_=..., observations=[o_t, o_(t+n)], actions=[a_t], rewards=[R],
+    infos=..., extra_model_outputs=extras, t_started=t, len_lookback_buffer=0, ...)`` builds,
+    attribute for attribute (tests/test_rllib_buffers.py compares them), set directly: RLlib's
+    constructor derives each buffer's space struct anew, 3/4 of a DQN sample's time."""
+    obs_struct, act_struct, reward_struct, none_struct = _structs(store)
+    episode = object.__new__(SingleAgentEpisode)
+    episode.id_ = stored.id_ or uuid.uuid4().hex  # as the constructor treats a falsy id
+    episode.agent_id, episode.module_id = stored.agent_id, stored.module_id
+    episode.multi_agent_episode_id = None
+    episode.observations = _buffer(list(observations), store.observation_space, obs_struct)
+    episode._observation_space = store.observation_space
+    episode.infos = _buffer([_info(stored, t), _info(stored, t + n)] if infos else [{}, {}], None, none_struct)
+    episode.actions = _buffer([action], store.action_space, act_struct)
+    episode._action_space = store.action_space
+    episode.rewards = _buffer([reward], _REWARDS_BOX_SPACE, reward_struct)
+    episode.is_terminated = stored.terminated and done
+    episode.is_truncated = stored.truncated and done
+    episode.extra_model_outputs = {key: _buffer(values, None, none_struct) for key, values in extras.items()}
+    episode.t_started = t
+    episode.t = t + 1
+    episode._custom_data = {}
+    episode._start_time = episode._last_step_time = None
+    episode._last_added_observation = episode._last_added_infos = None
+    return episode
 
 
 def sequence_episode(

@@ -31,6 +31,9 @@ from replaybuf.storages.columns import ColumnStorage
 __all__ = ["Chunk", "EpisodeStore", "StoredEpisode"]
 
 _REWARD = ArraySpec((), np.float64)
+#: row indices (per-row step t, the free stack, an episode's rows): int32 halves their bytes a step;
+#: a store of more than 2**31 - 1 rows is refused
+ROW = np.int32
 # what a state keeps of each episode beside its rows, in StoredEpisode's field order after rows and length
 _RECORD = (
     "id_",
@@ -45,7 +48,7 @@ _RECORD = (
 )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class StoredEpisode:
     """An episode's bookkeeping: its rows (``rows[t]`` for t = 0..length; the array has room to
     grow, doubled when full, so 1-step chunks of a long episode cost O(1) each) and what has no fixed spec."""
@@ -96,10 +99,11 @@ class EpisodeStore:
         self.act_flat: FlatSpec | None = None
         self.columns: ColumnStorage | None = None
         self.size = 0
+        # int64 ordinals (they grow with every episode ever added); rows and steps as ROW (int32)
         self.row_owner = np.zeros(0, np.int64)  # the episode ordinal owning a row, -1 when free
-        self.row_t = np.zeros(0, np.int64)
+        self.row_t = np.zeros(0, ROW)
         self.is_step = np.zeros(0, bool)  # a row holding a step (t < length) of a stored episode
-        self.free = np.zeros(0, np.int64)  # a stack of free rows: free[:n_free]
+        self.free = np.zeros(0, ROW)  # a stack of free rows: free[:n_free]
         self.n_free = 0
         self.sums = SumTree(1) if prioritized else None
         self.mins = MinTree(1) if prioritized else None
@@ -108,15 +112,19 @@ class EpisodeStore:
         self.next_ordinal = 0
         self.steps = 0
         self._equal_spaces: dict[tuple[int, int], tuple] = {}
+        self.space_structs: tuple | None = None  # the spaces' RLlib structs (_episodes.one_step_episode)
         self._grow(max(int(rows), 16))
 
     # -- rows ----------------------------------------------------------------------------------
     def _grow(self, size: int) -> None:
+        if size > np.iinfo(ROW).max:
+            most = np.iinfo(ROW).max
+            raise ArgumentError(f"capacity: a store holds at most {most} rows (steps + episodes), got {size}")
         old = self.size
         self.row_owner = np.concatenate([self.row_owner, np.full(size - old, -1, np.int64)])
-        self.row_t = np.concatenate([self.row_t, np.zeros(size - old, np.int64)])
+        self.row_t = np.concatenate([self.row_t, np.zeros(size - old, ROW)])
         self.is_step = np.concatenate([self.is_step, np.zeros(size - old, bool)])
-        free = np.zeros(size, np.int64)  # the new rows below the old free ones: those go first
+        free = np.zeros(size, ROW)  # the new rows below the old free ones: those go first
         free[: size - old] = np.arange(size - 1, old - 1, -1)
         free[size - old : size - old + self.n_free] = self.free[: self.n_free]
         self.free, self.n_free = free, self.n_free + size - old
@@ -135,13 +143,14 @@ class EpisodeStore:
 
     def _alloc(self, n: int) -> np.ndarray:
         if n > self.n_free:
-            self._grow(max(self.size + self.size // 4, self.size + n - self.n_free))  # 1.25x: rows cost memory
+            self._grow(max(self.size + self.size // 8, self.size + n - self.n_free))  # 1.125x: rows cost memory
         self.n_free -= n
         return self.free[self.n_free : self.n_free + n][::-1].copy()
 
     def set_mass(self, rows: np.ndarray, mass: float | np.ndarray) -> None:
         """Sampling masses of step rows (0: not drawable), prioritized stores only."""
         if self.prioritized and len(rows):
+            rows = np.asarray(rows, np.int64)  # the tree kernels' index type
             if np.ndim(mass) == 0:
                 self.sums.update(rows, mass)  # the kernels broadcast one mass
                 self.mins.update(rows, mass if mass > 0 else np.inf)
@@ -272,7 +281,7 @@ class EpisodeStore:
             added = self._alloc(n)
             first_t = stored.length
             if len(stored.rows) < first_t + 1 + n:
-                grown = np.zeros(max(2 * len(stored.rows), first_t + 1 + n), np.int64)
+                grown = np.zeros(max(2 * len(stored.rows), first_t + 1 + n), ROW)
                 grown[: first_t + 1] = stored.rows[: first_t + 1]
                 stored.rows = grown
             stored.rows[first_t + 1 : first_t + 1 + n] = added
@@ -417,7 +426,7 @@ class EpisodeStore:
         fresh.next_ordinal = next_ordinal
         start = 0
         for ordinal, length, record in zip(ordinals.tolist(), lengths.tolist(), records, strict=True):
-            own = rows[start : start + length + 1]
+            own = rows[start : start + length + 1].astype(ROW)
             stored = StoredEpisode(None, ordinal, own, length)
             for name, value in zip(_RECORD, record, strict=True):
                 setattr(stored, name, value)

@@ -42,7 +42,7 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
     ):
         self._setup(capacity, batch_size_B, batch_length_T, metrics_num_episodes_for_smoothing, seed)
         # rows: one per step and one per episode (its last observation); more come when needed
-        self._store = EpisodeStore(self.capacity + self.capacity // 32 + 16, prioritized=self._prioritized)
+        self._store = EpisodeStore(self.capacity + self.capacity // 16 + 16, prioritized=self._prioritized)
         self._num_episodes_evicted = 0
         self._num_timesteps = 0  # RLlib's running count, which drives eviction
         self._num_timesteps_added = 0
