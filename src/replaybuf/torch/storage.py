@@ -191,6 +191,6 @@ class TorchStorage:
         """The leaves of the items at ``ids`` (int64 on the device, slot = id % capacity),
         each ``ids.shape + leaf.shape``."""
         if self.host_rows is not None:
-            return self.layout.host_views(self.host_rows.take(ids.numpy(), mode="wrap"))
+            return self.layout.host_views(self.host_rows.take(ids.numpy() % self.capacity))
         slots = torch.remainder(ids if ids.dim() == 1 else ids.reshape(-1), self.capacity)
         return self.layout.views(torch.index_select(self._gather_rows, 0, slots), ids.shape)
