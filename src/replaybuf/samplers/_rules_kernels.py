@@ -25,45 +25,56 @@ def _slot(item_id, origin, capacity):  # pragma: no cover - compiled
     return slot - capacity if slot >= capacity else slot
 
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: the multiplier's high bits spread any key
+_ONE = np.uint64(1)
+_LOW6 = np.int64(63)
 
 
-@njit(cache=True, nogil=True)
-def _repeats(picks, table, bits, repeats):  # pragma: no cover - compiled
-    """How many of ``picks`` recur later on: their positions, ascending, in ``repeats``. A hash
-    set in ``table`` (a power of two of slots, at least twice the picks: it stays in cache)
-    instead of a stamp per index of the whole pool (a cache miss per pick)."""
-    table[:] = -1
-    shift = np.uint64(64 - bits)
-    mask = table.shape[0] - 1
+@njit(cache=True, nogil=True, inline="always")
+def _marked_repeats(picks, bits, repeats):  # pragma: no cover - compiled
+    """How many of ``picks`` recur later on (their positions, ascending, in ``repeats`` when
+    given). A bit per index of the pool in ``bits`` (all 0 before and after: 25 kB for 200k
+    indices, in cache) where a hash set cost a multiply and a probe per pick."""
+    n = picks.shape[0]
     found = 0
-    for i in range(picks.shape[0] - 1, -1, -1):  # from the last: every occurrence but the last is a repeat
+    for i in range(n - 1, -1, -1):  # from the last: every occurrence but the last is a repeat
         key = picks[i]
-        place = np.int64((np.uint64(key) * _GOLDEN) >> shift)
-        while table[place] != -1 and table[place] != key:
-            place = (place + 1) & mask
-        if table[place] == key:
-            repeats[found] = i
+        word = key >> 6
+        bit = _ONE << np.uint64(key & _LOW6)
+        held = bits[word]
+        if held & bit:
             found += 1
         else:
-            table[place] = key
-    repeats[:found] = repeats[:found][::-1].copy()
+            bits[word] = held | bit
+    if found and repeats.shape[0]:
+        k = found
+        for i in range(n):  # the repeats are the positions whose bit a later pick set
+            bits[picks[i] >> 6] = 0
+        for i in range(n - 1, -1, -1):
+            key = picks[i]
+            word = key >> 6
+            bit = _ONE << np.uint64(key & _LOW6)
+            held = bits[word]
+            if held & bit:
+                k -= 1
+                repeats[k] = i
+            else:
+                bits[word] = held | bit
+    for i in range(n):
+        bits[picks[i] >> 6] = 0
     return found
 
 
 @njit(cache=True, nogil=True)
-def _distinct(function, state, count, picks):  # pragma: no cover - compiled
+def _distinct(function, state, count, picks, bits):  # pragma: no cover - compiled
     """``picks`` (indices below ``count``) made distinct: every repeat but the last drawn again,
-    a round at a time, until none is repeated (``NumpyDraws.distinct``)."""
-    n = picks.shape[0]
-    bits = 1
-    while (1 << bits) < 2 * n:
-        bits += 1
-    table = np.empty(1 << bits, np.int64)
-    repeats = np.empty(n, np.int64)
+    a round at a time, until none is repeated (``NumpyDraws.distinct``). ``bits``: at least
+    ``count`` bits, all 0."""
+    if _marked_repeats(picks, bits, picks[:0]) == 0:  # the common case: one pass, nothing repeated
+        return
+    repeats = np.empty(picks.shape[0], np.int64)
     span = np.uint64(count)
     while True:
-        found = _repeats(picks, table, bits, repeats)
+        found = _marked_repeats(picks, bits, repeats)
         if found == 0:
             return
         for k in range(found):
@@ -71,31 +82,39 @@ def _distinct(function, state, count, picks):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def pick(function, state, pool, count, distinct, out):  # pragma: no cover - compiled
-    """``out[i] = pool[u_i]``, ``u_i`` uniform below ``count`` (distinct when asked)."""
+def pick(function, state, pool, low, count, distinct, out, bits):  # pragma: no cover - compiled
+    """``out[i] = pool[u_i]`` (``low + u_i`` when ``pool`` is empty), ``u_i`` uniform below
+    ``count`` (distinct when asked: ``bits`` as ``_distinct`` takes it)."""
     n = out.shape[0]
     picks = np.empty(n, np.int64)
     span = np.uint64(count)
     for i in range(n):
         picks[i] = np.int64(next_raw(function, state) % span)
     if distinct:
-        _distinct(function, state, count, picks)
+        _distinct(function, state, count, picks, bits)
+    if pool.shape[0] == 0:
+        for i in range(n):
+            out[i] = low + picks[i]
+        return
     for i in range(n):
         out[i] = pool[picks[i]]
 
 
 @njit(cache=True, nogil=True)
-def take(function, state, order, cursor, size, alive, oldest, origin, capacity, out):  # pragma: no cover - compiled
+def take(function, state, order, cursor, size, alive, check, oldest, out, bits):  # pragma: no cover - compiled
     """The next ``size`` items of an epoch: ``size`` distinct positions drawn uniformly in
     ``order[cursor:]`` are moved to ``order[cursor:cursor + size]`` (the picked positions past
-    it, in draw order, take the front's unpicked items, in position order); returns how many of them are live, written
-    to ``out`` in draw order."""
+    it, in draw order, take the front's unpicked items, in position order); returns how many of
+    them are live (``alive`` read only with ``check``; ids below ``oldest`` are not), written to
+    ``out`` in draw order. The ring's capacity is ``alive``'s length."""
+    capacity = alive.shape[0]
+    origin = oldest - oldest % capacity
     pool = order.shape[0] - cursor
     picks = np.empty(size, np.int64)
     span = np.uint64(pool)
     for i in range(size):
         picks[i] = np.int64(next_raw(function, state) % span)
-    _distinct(function, state, pool, picks)
+    _distinct(function, state, pool, picks, bits)
     taken = np.empty(size, np.int64)
     for i in range(size):
         taken[i] = order[cursor + picks[i]]
@@ -114,7 +133,7 @@ def take(function, state, order, cursor, size, alive, oldest, origin, capacity, 
     for i in range(size):
         item = taken[i]
         order[cursor + i] = item
-        if item >= oldest and alive[_slot(item, origin, capacity)]:  # stored: its slot holds it
+        if item >= oldest and (not check or alive[_slot(item, origin, capacity)]):  # stored, and live
             out[found] = item
             found += 1
     return found
@@ -122,10 +141,10 @@ def take(function, state, order, cursor, size, alive, oldest, origin, capacity, 
 
 @njit(cache=True, nogil=True)
 def pick_counted(
-    function, state, pool, count_, out, times, limit, dense, where, alive, size, origin, capacity
+    function, state, pool, low, count_, out, bits, times, limit, dense, where, alive, size, origin, capacity
 ):  # pragma: no cover - compiled
     """``pick`` (distinct) then ``count`` of the picked ids, in one call; returns the new size."""
-    pick(function, state, pool, count_, True, out)
+    pick(function, state, pool, low, count_, True, out, bits)
     return count(out, times, limit, dense, where, alive, size, origin, capacity)
 
 
@@ -167,13 +186,13 @@ def warm_up() -> None:
 
     bit_generator = np.random.default_rng(0).bit_generator  # alive while the kernels use its addresses
     function, state = raw_pointer(bit_generator), bit_generator.ctypes.state_address
-    pool, out = np.arange(4, dtype=np.int64), np.empty(2, np.int64)
-    pick(function, state, pool, 4, True, out)
-    take(function, state, pool.copy(), 0, 2, np.ones(4, np.uint8), 0, 0, 4, out)
+    pool, out, bits = np.arange(4, dtype=np.int64), np.empty(2, np.int64), np.zeros(1, np.uint64)
+    pick(function, state, pool, 0, 4, True, out, bits)
+    take(function, state, pool.copy(), 0, 2, np.ones(4, np.uint8), True, 0, out, bits)
     for counts in (np.int32, np.int64):  # the samplers' counts: int32 unless the limit needs more
         count(np.array([1, 2], np.int64), np.zeros(4, counts), 1, *_live_ids(4), 4, 0, 4)
         dense, where, alive = _live_ids(4)
-        pick_counted(function, state, dense, 4, out, np.zeros(4, counts), 1, dense, where, alive, 4, 0, 4)
+        pick_counted(function, state, dense, 0, 4, out, bits, np.zeros(4, counts), 1, dense, where, alive, 4, 0, 4)
 
 
 def _live_ids(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -46,15 +46,21 @@ class NumpyDraws:
                 return picks
             picks[repeats] = uniform_integers(rng, 0, count, repeats.shape[0])
 
-    def pick(self, rng: np.random.Generator, pool: np.ndarray, count: int, size: int, distinct: bool) -> np.ndarray:
-        """``size`` ids of ``pool[:count]`` drawn uniformly (distinct when asked: ``count >= size``)."""
+    def pick(
+        self, rng: np.random.Generator, pool: np.ndarray | int, count: int, size: int, distinct: bool
+    ) -> np.ndarray:
+        """``size`` ids of ``pool[:count]`` drawn uniformly (distinct when asked: ``count >= size``);
+        an int ``pool``: the ids ``pool .. pool + count - 1``."""
         picks = uniform_integers(rng, 0, count, size)
         if distinct:
             picks = self.distinct(rng, picks, count)
-        return pool[picks]
+        if isinstance(pool, np.ndarray):
+            return pool[picks]
+        picks += pool
+        return picks
 
     def pick_counted(
-        self, rng: np.random.Generator, pool: np.ndarray, count: int, size: int, counts: tuple
+        self, rng: np.random.Generator, pool: np.ndarray | int, count: int, size: int, counts: tuple
     ) -> np.ndarray:
         """``pick`` (distinct) then ``count(ids, *counts)``; ``counts``: ``(times, limit, live, origin)``."""
         ids = self.pick(rng, pool, count, size, True)
@@ -62,10 +68,18 @@ class NumpyDraws:
         return ids
 
     def take(
-        self, rng: np.random.Generator, order: np.ndarray, cursor: int, size: int, live: LiveSet, oldest: int
+        self,
+        rng: np.random.Generator,
+        order: np.ndarray,
+        cursor: int,
+        size: int,
+        live: LiveSet,
+        oldest: int,
+        check: bool = True,
     ) -> np.ndarray:
         """The live ids among the epoch's next ``size`` (``order[cursor:]`` holds at least
-        ``size``), in draw order; ``order[cursor:cursor + size]`` then holds all ``size``."""
+        ``size``), in draw order; ``order[cursor:cursor + size]`` then holds all ``size``.
+        ``check=False``: every id of ``order`` from ``oldest`` on is known live (not read)."""
         rest = order[cursor:]
         picks = self.distinct(rng, uniform_integers(rng, 0, rest.shape[0], size), rest.shape[0])
         taken = rest[picks]
@@ -73,7 +87,8 @@ class NumpyDraws:
         inside[picks[picks < size]] = True
         rest[picks[picks >= size]] = rest[np.flatnonzero(~inside)]  # the front's unpicked items move out
         rest[:size] = taken
-        return taken[(taken >= oldest) & live.contains(taken)]
+        stored = taken >= oldest
+        return taken[stored & live.contains(taken)] if check else taken[stored]
 
     @staticmethod
     def count(ids: np.ndarray, times: np.ndarray, limit: int, live: LiveSet, origin: int) -> None:
@@ -85,12 +100,17 @@ class NumpyDraws:
             live.remove(ids[consumed])
 
 
+_NO_POOL = np.zeros(0, np.int64)  # a kernel's pool when the ids are a range
+
+
 class CompiledDraws:
     """The steps in one compiled call each (``replaybuf.samplers._rules_kernels``)."""
 
-    def __init__(self, kernels: Any):
+    def __init__(self, kernels: Any, capacity: int):
         self.kernels = kernels
         self._last: tuple[Any, int, int] = (None, 0, 0)  # (bit generator, its next_raw, its state)
+        # scratch of the distinct draws: a bit per index of a pool (the live ids: at most capacity)
+        self._bits = np.zeros(capacity // 64 + 1, np.uint64)
 
     def _generator(self, rng: np.random.Generator) -> tuple[Any, int, int]:
         """The addresses of ``rng``'s ``next_raw`` and state (kept for the last generator seen)."""
@@ -100,42 +120,57 @@ class CompiledDraws:
             last = self._last = (bit_generator, raw_pointer(bit_generator), bit_generator.ctypes.state_address)
         return last
 
-    def pick(self, rng: np.random.Generator, pool: np.ndarray, count: int, size: int, distinct: bool) -> np.ndarray:
+    def pick(
+        self, rng: np.random.Generator, pool: np.ndarray | int, count: int, size: int, distinct: bool
+    ) -> np.ndarray:
         out = np.empty(size, np.int64)
         bit_generator, function, state = self._generator(rng)
+        pool, low = (pool, 0) if isinstance(pool, np.ndarray) else (_NO_POOL, pool)
         with bit_generator.lock:
-            self.kernels.pick(function, state, pool, count, distinct, out)
+            self.kernels.pick(function, state, pool, low, count, distinct, out, self._bits)
         return out
 
     def pick_counted(
-        self, rng: np.random.Generator, pool: np.ndarray, count: int, size: int, counts: tuple
+        self, rng: np.random.Generator, pool: np.ndarray | int, count: int, size: int, counts: tuple
     ) -> np.ndarray:
         out = np.empty(size, np.int64)
         bit_generator, function, state = self._generator(rng)
         times, limit, live, origin = counts
+        pool, low = (pool, 0) if isinstance(pool, np.ndarray) else (_NO_POOL, pool)
         with bit_generator.lock:
-            live.size = self.kernels.pick_counted(
-                function, state, pool, count, out, times, limit, live.dense, live.where, live.alive, live.size,
-                origin, live.capacity,
+            size = self.kernels.pick_counted(
+                function, state, pool, low, count, out, self._bits, times, limit, live.dense, live.where,
+                live.alive, live.size, origin, live.capacity,
             )  # fmt: skip
+        live.removals += live.size - size
+        live.size = size
         return out
 
     def take(
-        self, rng: np.random.Generator, order: np.ndarray, cursor: int, size: int, live: LiveSet, oldest: int
+        self,
+        rng: np.random.Generator,
+        order: np.ndarray,
+        cursor: int,
+        size: int,
+        live: LiveSet,
+        oldest: int,
+        check: bool = True,
     ) -> np.ndarray:
         out = np.empty(size, np.int64)
         bit_generator, function, state = self._generator(rng)
-        capacity = live.capacity
+        bits = self._bits
+        if order.shape[0] - cursor > bits.shape[0] * 64:  # a loaded epoch's order longer than the ring
+            bits = self._bits = np.zeros((order.shape[0] - cursor) // 64 + 1, np.uint64)
         with bit_generator.lock:
-            found = self.kernels.take(
-                function, state, order, cursor, size, live.alive, oldest, oldest - oldest % capacity, capacity, out
-            )
-        return out[:found]
+            found = self.kernels.take(function, state, order, cursor, size, live.alive, check, oldest, out, bits)
+        return out if found == size else out[:found]
 
     def count(self, ids: np.ndarray, times: np.ndarray, limit: int, live: LiveSet, origin: int) -> None:
-        live.size = self.kernels.count(
+        size = self.kernels.count(
             ids, times, limit, live.dense, live.where, live.alive, live.size, origin, live.capacity
         )
+        live.removals += live.size - size
+        live.size = size
 
 
 _compiled: Any = False  # not looked up yet; then the kernels module, or None without numba
@@ -159,4 +194,4 @@ def rule_draws(capacity: int, compiled: bool | None = None) -> Any:
         if compiled:
             raise ImportError("compiled=True: numba is not installed (pip install 'replaybuf[fast]')")
         return NumpyDraws(capacity)
-    return CompiledDraws(_compiled)
+    return CompiledDraws(_compiled, capacity)
