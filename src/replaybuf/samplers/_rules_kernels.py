@@ -30,55 +30,40 @@ _LOW6 = np.int64(63)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _marked_repeats(picks, bits, repeats):  # pragma: no cover - compiled
-    """How many of ``picks`` recur later on (their positions, ascending, in ``repeats`` when
-    given). A bit per index of the pool in ``bits`` (all 0 before and after: 25 kB for 200k
-    indices, in cache) where a hash set cost a multiply and a probe per pick."""
-    n = picks.shape[0]
-    found = 0
-    for i in range(n - 1, -1, -1):  # from the last: every occurrence but the last is a repeat
-        key = picks[i]
-        word = key >> 6
-        bit = _ONE << np.uint64(key & _LOW6)
-        held = bits[word]
-        if held & bit:
-            found += 1
-        else:
-            bits[word] = held | bit
-    if found and repeats.shape[0]:
-        k = found
-        for i in range(n):  # the repeats are the positions whose bit a later pick set
-            bits[picks[i] >> 6] = 0
-        for i in range(n - 1, -1, -1):
-            key = picks[i]
-            word = key >> 6
-            bit = _ONE << np.uint64(key & _LOW6)
-            held = bits[word]
-            if held & bit:
-                k -= 1
-                repeats[k] = i
-            else:
-                bits[word] = held | bit
-    for i in range(n):
-        bits[picks[i] >> 6] = 0
-    return found
+def _held(bits, key):  # pragma: no cover - compiled
+    """Whether ``key``'s bit was already set in ``bits``; sets it."""
+    word = key >> 6
+    bit = _ONE << np.uint64(key & _LOW6)
+    held = bits[word]
+    if held & bit:
+        return True
+    bits[word] = held | bit
+    return False
 
 
 @njit(cache=True, nogil=True)
 def _distinct(function, state, count, picks, bits):  # pragma: no cover - compiled
-    """``picks`` (indices below ``count``) made distinct: every repeat but the last drawn again,
-    a round at a time, until none is repeated (``NumpyDraws.distinct``). ``bits``: at least
-    ``count`` bits, all 0."""
-    if _marked_repeats(picks, bits, picks[:0]) == 0:  # the common case: one pass, nothing repeated
-        return
-    repeats = np.empty(picks.shape[0], np.int64)
+    """``picks`` (indices below ``count``) made distinct as ``NumpyDraws.distinct`` makes them,
+    with a bit per index of the pool in ``bits`` (all 0 before and after: 25 kB for 200k
+    indices, in cache; a hash set cost a multiply and a probe per pick)."""
+    n = picks.shape[0]
+    repeats = np.empty(n, np.int64)  # positions to draw again, the last first
+    found = 0
+    for i in range(n - 1, -1, -1):
+        if _held(bits, picks[i]):
+            repeats[found] = i
+            found += 1
     span = np.uint64(count)
-    while True:
-        found = _marked_repeats(picks, bits, repeats)
-        if found == 0:
-            return
-        for k in range(found):
+    while found:
+        for k in range(found - 1, -1, -1):  # drawn again in position order
             picks[repeats[k]] = np.int64(next_raw(function, state) % span)
+        scanned, found = found, 0
+        for k in range(scanned):  # the last first: a repeat of a kept pick or of a later one
+            if _held(bits, picks[repeats[k]]):
+                repeats[found] = repeats[k]
+                found += 1
+    for i in range(n):
+        bits[picks[i] >> 6] = 0
 
 
 @njit(cache=True, nogil=True)
@@ -100,34 +85,54 @@ def pick(function, state, pool, low, count, distinct, out, bits):  # pragma: no 
         out[i] = pool[picks[i]]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _taken(order, place, taken, i):  # pragma: no cover - compiled
+    """Take ``order[place]`` as draw ``i`` and mark the place taken (-1); False when it was."""
+    item = order[place]
+    if item < 0:
+        return False
+    taken[i] = item
+    order[place] = -1
+    return True
+
+
 @njit(cache=True, nogil=True)
-def take(function, state, order, cursor, size, alive, check, oldest, out, bits):  # pragma: no cover - compiled
+def take(function, state, order, cursor, size, alive, check, oldest, out):  # pragma: no cover - compiled
     """The next ``size`` items of an epoch: ``size`` distinct positions drawn uniformly in
-    ``order[cursor:]`` are moved to ``order[cursor:cursor + size]`` (the picked positions past
-    it, in draw order, take the front's unpicked items, in position order); returns how many of
-    them are live (``alive`` read only with ``check``; ids below ``oldest`` are not), written to
-    ``out`` in draw order. The ring's capacity is ``alive``'s length."""
+    ``order[cursor:]`` (made distinct as ``NumpyDraws.distinct`` makes them) are moved to
+    ``order[cursor:cursor + size]`` (the picked positions past it, in draw order, take the
+    front's unpicked items, in position order); returns how many of them are live (``alive``
+    read only with ``check``; ids below ``oldest`` are not), written to ``out`` in draw order.
+    A repeated position is found by the mark (-1) its first read left in ``order`` (ids are
+    >= 0), which the moves then overwrite. The ring's capacity is ``alive``'s length."""
     capacity = alive.shape[0]
     origin = oldest - oldest % capacity
-    pool = order.shape[0] - cursor
+    span = np.uint64(order.shape[0] - cursor)
     picks = np.empty(size, np.int64)
-    span = np.uint64(pool)
     for i in range(size):
         picks[i] = np.int64(next_raw(function, state) % span)
-    _distinct(function, state, pool, picks, bits)
     taken = np.empty(size, np.int64)
-    for i in range(size):
-        taken[i] = order[cursor + picks[i]]
-    inside = np.zeros(size, np.bool_)  # front positions picked: their items need no new place
-    for i in range(size):
-        if picks[i] < size:
-            inside[picks[i]] = True
-    front = 0  # the picks past the front, in draw order, take the front's unpicked items, in position order
+    repeats = np.empty(size, np.int64)  # positions to draw again, the last first
+    found = 0
+    for i in range(size - 1, -1, -1):
+        if not _taken(order, cursor + picks[i], taken, i):
+            repeats[found] = i
+            found += 1
+    while found:
+        for k in range(found - 1, -1, -1):  # drawn again in position order
+            picks[repeats[k]] = np.int64(next_raw(function, state) % span)
+        scanned, found = found, 0
+        for k in range(scanned):  # the last first: a repeat of a kept pick or of a later one
+            i = repeats[k]
+            if not _taken(order, cursor + picks[i], taken, i):
+                repeats[found] = i
+                found += 1
+    front = cursor  # the picks past the front, in draw order, take the front's unpicked items, in position order
     for i in range(size):
         if picks[i] >= size:
-            while inside[front]:
+            while order[front] < 0:  # picked: its item is in ``taken``
                 front += 1
-            order[cursor + picks[i]] = order[cursor + front]
+            order[cursor + picks[i]] = order[front]
             front += 1
     found = 0
     for i in range(size):
@@ -188,7 +193,7 @@ def warm_up() -> None:
     function, state = raw_pointer(bit_generator), bit_generator.ctypes.state_address
     pool, out, bits = np.arange(4, dtype=np.int64), np.empty(2, np.int64), np.zeros(1, np.uint64)
     pick(function, state, pool, 0, 4, True, out, bits)
-    take(function, state, pool.copy(), 0, 2, np.ones(4, np.uint8), True, 0, out, bits)
+    take(function, state, pool.copy(), 0, 2, np.ones(4, np.uint8), True, 0, out)
     for counts in (np.int32, np.int64):  # the samplers' counts: int32 unless the limit needs more
         count(np.array([1, 2], np.int64), np.zeros(4, counts), 1, *_live_ids(4), 4, 0, 4)
         dense, where, alive = _live_ids(4)

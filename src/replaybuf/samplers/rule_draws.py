@@ -32,19 +32,24 @@ class NumpyDraws:
         self._stamps = np.zeros(capacity, np.int64)  # scratch of ``distinct``, by index into a pool
 
     def distinct(self, rng: np.random.Generator, picks: np.ndarray, count: int) -> np.ndarray:
-        """``picks`` (indices below ``count``) made distinct: every repeat but the last drawn
-        again, a round at a time, until none is repeated. The procedure treats every index
-        alike, so the picked set is a uniformly random subset in a uniformly random order."""
+        """``picks`` (indices below ``count``) made distinct: every repeat but the last is drawn
+        again, in position order; the redrawn that repeat a kept pick, or a later redrawn one,
+        are drawn again, a round at a time, until none repeats. The procedure treats every
+        index alike, so the picked set is a uniformly random subset in a uniformly random order."""
         ordered = np.sort(picks)
         if not (ordered[1:] == ordered[:-1]).any():  # the common case: nothing repeated
             return picks
-        order, stamps = np.arange(picks.shape[0]), self._stamps
-        while True:
-            stamps[picks] = order  # a repeated index keeps the last position written
-            repeats = np.flatnonzero(stamps[picks] != order)
-            if not repeats.shape[0]:
-                return picks
+        positions, stamps = np.arange(picks.shape[0]), self._stamps
+        stamps[picks] = positions  # a repeated index keeps the last position written
+        repeats = np.flatnonzero(stamps[picks] != positions)
+        while repeats.shape[0]:
             picks[repeats] = uniform_integers(rng, 0, count, repeats.shape[0])
+            kept = np.ones(picks.shape[0], bool)
+            kept[repeats] = False
+            stamps[picks[repeats]] = repeats  # the last redrawn keeps an index ...
+            stamps[picks[kept]] = positions[kept]  # ... that no kept pick holds
+            repeats = repeats[stamps[picks[repeats]] != repeats]
+        return picks
 
     def pick(
         self, rng: np.random.Generator, pool: np.ndarray | int, count: int, size: int, distinct: bool
@@ -109,7 +114,7 @@ class CompiledDraws:
     def __init__(self, kernels: Any, capacity: int):
         self.kernels = kernels
         self._last: tuple[Any, int, int] = (None, 0, 0)  # (bit generator, its next_raw, its state)
-        # scratch of the distinct draws: a bit per index of a pool (the live ids: at most capacity)
+        # scratch of the distinct picks: a bit per index of a pool (the live ids: at most capacity)
         self._bits = np.zeros(capacity // 64 + 1, np.uint64)
 
     def _generator(self, rng: np.random.Generator) -> tuple[Any, int, int]:
@@ -158,11 +163,8 @@ class CompiledDraws:
     ) -> np.ndarray:
         out = np.empty(size, np.int64)
         bit_generator, function, state = self._generator(rng)
-        bits = self._bits
-        if order.shape[0] - cursor > bits.shape[0] * 64:  # a loaded epoch's order longer than the ring
-            bits = self._bits = np.zeros((order.shape[0] - cursor) // 64 + 1, np.uint64)
         with bit_generator.lock:
-            found = self.kernels.take(function, state, order, cursor, size, live.alive, check, oldest, out, bits)
+            found = self.kernels.take(function, state, order, cursor, size, live.alive, check, oldest, out)
         return out if found == size else out[:found]
 
     def count(self, ids: np.ndarray, times: np.ndarray, limit: int, live: LiveSet, origin: int) -> None:
