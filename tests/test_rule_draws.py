@@ -82,3 +82,44 @@ def test_counting_removes_as_the_live_set_does():
         assert state_of(live) == state_of(model)
         results.append(state_of(live))
     assert all(result == results[0] for result in results)
+
+
+def test_repeats_across_rounds_agree_at_random_sizes():
+    """Pools and batches of random sizes (repeats, and repeats of redrawn picks, are common):
+    the epoch's takes (checked or not), distinct picks from a pool and from a range of ids."""
+    for seed in range(40):
+        sizes = np.random.default_rng(seed)
+        count = int(sizes.integers(2, CAPACITY + 1))
+        size = int(sizes.integers(1, count + 1))
+        results = []
+        for draws in twins():
+            rng = np.random.default_rng(seed + 100)
+            order = np.random.default_rng(seed).permutation(count).astype(np.int64)
+            live = live_of(np.arange(count))
+            cursor, taken = 0, []
+            while cursor < count:
+                step = min(size, count - cursor)
+                taken.append(draws.take(rng, order, cursor, step, live, 0, seed % 2 == 0).tolist())
+                cursor += step
+            assert sorted(sum(taken, [])) == list(range(count))  # every live id once, checked or not
+            pool = draws.pick(rng, np.arange(count, dtype=np.int64) * 3, count, size, True)
+            ranged = draws.pick(rng, 7, count, size, True)
+            assert len(set(pool.tolist())) == len(set(ranged.tolist())) == size
+            assert 7 <= ranged.min() and ranged.max() < 7 + count
+            results.append((taken, order.tolist(), pool.tolist(), ranged.tolist(), rng.bit_generator.random_raw()))
+        assert all(result == results[0] for result in results)
+
+
+def test_removals_count_all_but_overwritten_ids():
+    """``LiveSet.removals`` (what lets an epoch skip its liveness reads) counts every removal
+    but those of overwritten ids, by the NumPy and the compiled counts alike."""
+    live = live_of(np.arange(70, 90))
+    live.remove(np.array([70, 71], np.int64), overwritten=True)
+    assert live.removals == 0 and live.size == 18
+    live.remove(np.array([72, 99], np.int64))  # 99 is not live
+    assert live.removals == 1
+    for draws in twins():
+        counted = live_of(np.arange(70, 90))
+        times = np.zeros(CAPACITY, np.int64)
+        draws.count(np.array([75, 76], np.int64), times, 1, counted, 64)
+        assert counted.removals == 2 and counted.size == 18
