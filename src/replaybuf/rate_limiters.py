@@ -18,6 +18,9 @@ One limiter serves threads of one process; ``shared(context)`` makes a copy whos
 counters and condition live in ``multiprocessing`` shared memory, so writer processes and
 the learner of a ``SharedReplayBuffer`` wait on the same counts. Such a copy travels to a
 child process as an argument of ``Process`` (inheritance), like any multiprocessing lock.
+
+``wait_for_eligible``: a sample under sample-count rules that finds too few eligible items
+waits for adds, with the limiter's timeout, rather than raising ``EmptyBufferError``.
 """
 
 from __future__ import annotations
@@ -30,9 +33,16 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from replaybuf.errors import ArgumentError, BufferClosedError, CheckpointError, RateLimiterTimeout, WritersGoneError
+from replaybuf.errors import (
+    ArgumentError,
+    BufferClosedError,
+    CheckpointError,
+    EmptyBufferError,
+    RateLimiterTimeout,
+    WritersGoneError,
+)
 
-__all__ = ["MinSize", "RateLimiter", "SampleToInsertRatio", "check_rate_limiter", "check_timeout"]
+__all__ = ["MinSize", "RateLimiter", "SampleToInsertRatio", "check_rate_limiter", "check_timeout", "wait_for_eligible"]
 
 _INSERTS, _SAMPLES, _DELETES, _CLOSED = range(4)
 _STATE_KEYS = ("inserts", "samples", "deletes")
@@ -66,6 +76,40 @@ def check_rate_limiter(value: Any) -> RateLimiter | None:
     if value is not None and not isinstance(value, RateLimiter):
         raise ArgumentError(f"rate_limiter: expected a MinSize or SampleToInsertRatio, got {type(value).__name__}")
     return value
+
+
+def wait_for_eligible(
+    draw: Callable[[], Any],
+    limiter: Any,
+    timeout: float | None,
+    wait: Callable[[float | None], None],
+    gone: Callable[[], str | None] | None = None,
+) -> Any:
+    """``draw()`` until it finds enough eligible items: each ``EmptyBufferError`` (too few
+    eligible under the sample-count rules) waits for adds with ``wait(seconds left, or None)``,
+    up to ``timeout`` seconds in all (a buffer's ``rate_limiter_timeout``).
+
+    Raises:
+        BufferClosedError: ``limiter`` was closed meanwhile.
+        RateLimiterTimeout: still too few after ``timeout`` seconds.
+        WritersGoneError: ``gone()`` said why no add can come (a shared buffer's writers).
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            return draw()
+        except EmptyBufferError as err:
+            left = None if deadline is None else deadline - time.monotonic()
+            if limiter.closed:
+                raise BufferClosedError("the buffer was closed while a sample waited for eligible items") from err
+            if left is not None and left <= 0:
+                raise RateLimiterTimeout(
+                    f"get_next waited {timeout} s for eligible items (rate_limiter_timeout): {err}"
+                ) from err
+            why = None if gone is None else gone()
+            if why is not None:
+                raise WritersGoneError(f"get_next waits for eligible items, but {why}") from err
+            wait(left)
 
 
 class RateLimiter:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,13 +28,13 @@ from replaybuf.dataset import (
     plan_deterministic_pass,
     plan_sequence_pass,
 )
-from replaybuf.errors import ArgumentError, BufferClosedError, CheckpointError, EmptyBufferError, RateLimiterTimeout
+from replaybuf.errors import ArgumentError, CheckpointError
 from replaybuf.hindsight import Relabeller
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.front import Checkpoints
 from replaybuf.persistence.header import Holds, check_header, header
 from replaybuf.persistence.state import check_rng_state, first_stored_step, require, spec_state
-from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
+from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout, wait_for_eligible
 from replaybuf.refusals import no_episode_window
 from replaybuf.ring import StreamRing, append_rows
 from replaybuf.samplers import EpisodeSampler, PrioritySampler
@@ -270,23 +269,20 @@ class StreamBuffer(Checkpoints, ReplayBuffer):
         ``rate_limiter_timeout``: ``RateLimiterTimeout``) instead of raising EmptyBufferError."""
         if self._limiter is None or not hasattr(self._sampler, "live"):
             return draw(self._rng, self._ring, sample_batch_size, shape)
-        deadline = None if self._limiter_timeout is None else time.monotonic() + self._limiter_timeout
-        while True:
-            try:
-                return draw(self._rng, self._ring, sample_batch_size, shape)
-            except EmptyBufferError as err:
-                left = None if deadline is None else deadline - time.monotonic()
-                if self._limiter.closed:
-                    raise BufferClosedError("the buffer was closed while a sample waited for eligible items") from err
-                if left is not None and left <= 0:
-                    raise RateLimiterTimeout(
-                        f"get_next waited {self._limiter_timeout} s for eligible items (rate_limiter_timeout): {err}"
-                    ) from err
-                self._waiters += 1
-                try:
-                    self._added.wait(left)
-                finally:
-                    self._waiters -= 1
+        return wait_for_eligible(
+            lambda: draw(self._rng, self._ring, sample_batch_size, shape),
+            self._limiter,
+            self._limiter_timeout,
+            self._wait_added,
+        )
+
+    def _wait_added(self, timeout: float | None) -> None:
+        """Wait (the lock let go meanwhile) up to ``timeout`` seconds for an add (``_drawn``)."""
+        self._waiters += 1
+        try:
+            self._added.wait(timeout)
+        finally:
+            self._waiters -= 1
 
     def _new_priorities(self, priorities: Any) -> Any:
         """The checked ``priorities`` of an add (see ``add_batch``), as the sampler keeps them."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
-import time
 import uuid
 import weakref
 from collections.abc import Callable
@@ -23,10 +22,10 @@ from replaybuf.dataset import (
     plan_deterministic_pass,
     plan_sequence_pass,
 )
-from replaybuf.errors import ArgumentError, BufferClosedError, EmptyBufferError, RateLimiterTimeout, WritersGoneError
+from replaybuf.errors import ArgumentError, BufferClosedError, EmptyBufferError
 from replaybuf.nest import FlatSpec
 from replaybuf.persistence.front import Checkpoints
-from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout
+from replaybuf.rate_limiters import RateLimiter, check_rate_limiter, check_timeout, wait_for_eligible
 from replaybuf.refusals import empty, no_episode_window, overwritten_while_read, window_too_long
 from replaybuf.ring import STEPS, Geometry, WriterCursors
 from replaybuf.samplers.choice import check_sampler
@@ -366,28 +365,23 @@ class SharedReplayBuffer(Checkpoints, ReplayBuffer):
         epochs. Too few eligible items: EmptyBufferError, or with a rate limiter a wait for
         writers' adds (up to ``rate_limiter_timeout``: RateLimiterTimeout). The lock is let go
         while it waits."""
-        deadline = None if self._timeout is None else time.monotonic() + self._timeout
-        while True:
-            try:
-                return self._draw_rules_once(count, num_steps)
-            except EmptyBufferError as err:
-                if self._limiter is None:
-                    raise
-                left = None if deadline is None else deadline - time.monotonic()
-                if self._limiter.closed:
-                    raise BufferClosedError("the buffer was closed while a sample waited for eligible items") from err
-                if left is not None and left <= 0:
-                    raise RateLimiterTimeout(
-                        f"get_next waited {self._timeout} s for eligible items (rate_limiter_timeout): {err}"
-                    ) from err
-                gone = self._writers_gone()
-                if gone is not None:
-                    raise WritersGoneError(f"get_next waits for eligible items, but {gone}") from err
-                self._lock.release()
-                try:
-                    self._limiter.wait_change(0.1 if left is None else left)
-                finally:
-                    self._lock.acquire()
+        if self._limiter is None:
+            return self._draw_rules_once(count, num_steps)
+        return wait_for_eligible(
+            lambda: self._draw_rules_once(count, num_steps),
+            self._limiter,
+            self._timeout,
+            self._wait_unlocked,
+            self._writers_gone,
+        )
+
+    def _wait_unlocked(self, timeout: float | None) -> None:
+        """Let go of the lock while the limiter's counts may change (an add), up to ``timeout``."""
+        self._lock.release()
+        try:
+            self._limiter.wait_change(0.1 if timeout is None else timeout)
+        finally:
+            self._lock.acquire()
 
     def _draw_rules_once(self, count: int, num_steps: int | None, tries: int = 0) -> tuple:
         rules = self._rules
