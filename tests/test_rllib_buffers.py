@@ -291,6 +291,37 @@ def test_a_seed_repeats_the_draws_and_a_state_restores_them(cls, tmp_path):
     assert a.get_num_episodes_evicted() == from_disk.get_num_episodes_evicted()
 
 
+def test_wrapped_episode_ordinals_change_no_draw(monkeypatch):
+    """Episode ordinals (the stores' int32 row owners) wrap past their last value: the draws,
+    weights, priority updates and a restored state's draws are those of ordinals that never wrapped."""
+    import replaybuf.rllib._store as store_module
+
+    def run():
+        buffer, out = PrioritizedEpisodeReplayBuffer(40, seed=2), []
+        for i, chunk in enumerate(stream(9, 150)):
+            buffer.add(chunk)
+            if i % 20 == 19:
+                sampled = buffer.sample(6, n_step=(1, 3), beta=0.5)
+                out.append(
+                    [
+                        (e.id_, e.t_started, e.get_rewards(0), list(e.extra_model_outputs["weights"].data))
+                        for e in sampled
+                    ]
+                )
+                buffer.update_priorities(np.arange(1.0, 7.0))
+        restored = PrioritizedEpisodeReplayBuffer(40)
+        restored.set_state(buffer.get_state())
+        for b in (buffer, restored):
+            out.append([(e.id_, e.t_started) for e in b.sample(12, n_step=1)])
+        return out, int(buffer.get_state()["store"]["next_ordinal"])
+
+    plain, ordinals = run()
+    assert ordinals > 64
+    monkeypatch.setattr(store_module, "LAST_ORDINAL", 63)  # more than the 40 episodes 40 steps can hold
+    wrapped, ordinals = run()
+    assert ordinals <= 63 and wrapped == plain
+
+
 def _snapshot(buffer):
     return buffer.get_state(), buffer.get_num_timesteps(), buffer.get_added_timesteps(), buffer.episode_ids()
 

@@ -13,13 +13,12 @@ from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import (
 )
 
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError
-from replaybuf.rllib._episodes import n_step_draws
+from replaybuf.rllib._store import n_step_draws
 from replaybuf.rllib.episode_buffer import EpisodeReplayBuffer, _AddCounts, _copied
 
 __all__ = ["PrioritizedEpisodeReplayBuffer"]
 
 _MIN_PRIORITY = 1e-12  # RLlib's floor for a priority given to update_priorities
-_MAX_RESAMPLES = 1000  # draws in a row that cannot cover their n-step before sample gives up
 
 
 class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibPrioritizedEpisodeReplayBuffer):
@@ -130,23 +129,10 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibPrioritizedEpiso
             raise EmptyBufferError("sample: the buffer holds no timestep to sample")
         N = store.steps
         max_weight = (store.mins.root() / total * N) ** -beta
-        rows, masses, ns = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
-        resamples = 0
-        while len(rows) < B:
-            want = B - len(rows)
-            drawn, mass = store.draw(self.rng, want)
-            n = n_step_draws(self.rng, n_step, want)
-            owners = store.row_owner[drawn]
-            lengths = np.array([store.episodes[o].length for o in owners.tolist()], np.int64)
-            fits = store.row_t[drawn] + n <= lengths
-            resamples += int((~fits).sum())
-            if resamples > _MAX_RESAMPLES * B:
-                raise EmptyBufferError(
-                    f"sample: no stored timestep is followed by n_step={n_step!r} steps of its episode"
-                )
-            rows, masses, ns = (np.concatenate([a, b[fits]]) for a, b in ((rows, drawn), (masses, mass), (ns, n)))
+        rows, masses, ns, rejected = store.draw_fitting(self.rng, B, n_step, prioritized=True)
+        resamples = len(rejected)
         weights = ((masses / total * N) ** -beta / max_weight).tolist()
-        episodes, ts = self._locate(rows)
+        episodes, ts = self._store.locate(rows)
         draws = list(zip(episodes, ts, ns.tolist(), strict=True))
         sampled = self._transitions(draws, gamma, include_infos, include_extra_model_outputs, weights)
         if to_numpy:
