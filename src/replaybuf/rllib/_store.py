@@ -13,10 +13,11 @@ them. Uniform draws pick among the step rows (``is_step``).
 (an empty info dict is not kept; an episode without any shares one empty mapping). A
 multi-agent buffer holds one store per module.
 
-Memory (docs/rllib.md, "Measured"): a row costs its columns plus 10 bytes of bookkeeping
-(int32 owner and step, a bool, the float64 sum tree's leaf) and ~0.6 of min tree; rows never
-used yet are free without a stack entry (``fresh``: every row from there on), so the free
-stack holds only the rows evicted episodes gave back.
+Memory (docs/rllib.md, "Measured"): a row costs its columns (integer leaves narrowed:
+``_columns.py``) plus 17 bytes of bookkeeping (int32 owner and step, a bool, the float64 sum
+tree's leaf) and ~0.6 of min tree; rows never used yet are free without a stack entry
+(``fresh``: every row from there on), so the free stack holds only the rows evicted episodes
+gave back.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ import optree
 
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, SpecMismatchError
 from replaybuf.nest import FlatSpec
+from replaybuf.rllib._columns import Columns
 from replaybuf.samplers.sumtree import MinTree, SumTree
 from replaybuf.specs import ArraySpec
-from replaybuf.storages.columns import ColumnStorage
 
 __all__ = ["MAX_RESAMPLES", "Chunk", "EpisodeStore", "StoredEpisode", "n_step_draws"]
 
@@ -66,12 +67,14 @@ _RECORD = (
 
 @dataclass(eq=False, slots=True)
 class StoredEpisode:
-    """An episode's bookkeeping: its rows (``rows[t]`` for t = 0..length; the array has room to
-    grow, doubled when full, so 1-step chunks of a long episode cost O(1) each) and what has no fixed spec."""
+    """An episode's bookkeeping: its rows (``row(t)``, ``rows[t]`` for t = 0..length) and what
+    has no fixed spec. While its rows are consecutive (most are: rows are taken in a ring's
+    order) it keeps the first alone, else ``spread`` holds them (room to grow, doubled when
+    full, so 1-step chunks of a long episode cost O(1) each)."""
 
     id_: Any
     ordinal: int
-    rows: np.ndarray
+    first: int  # its first row (row(t) = first + t while spread is None)
     length: int
     t_started: int = 0
     terminated: bool = False
@@ -81,6 +84,18 @@ class StoredEpisode:
     multi_agent_episode_id: Any = None
     infos: Any = field(default_factory=lambda: _EMPTY)  # t -> info, only the non-empty ones (a dict once there is one)
     extras: Any = field(default_factory=lambda: _EMPTY)  # key -> one value per step (a dict once there is one)
+    spread: Any = None  # its rows (ROW array) once they are not consecutive
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Its rows, ``rows[t]`` for t = 0..length (to read; a spread array may be longer)."""
+        if self.spread is None:
+            return np.arange(self.first, self.first + self.length + 1, dtype=ROW)
+        return self.spread
+
+    def row(self, t: int) -> int:
+        """The row of step ``t``."""
+        return self.first + t if self.spread is None else int(self.spread[t])
 
 
 @dataclass(eq=False)
@@ -113,16 +128,17 @@ class EpisodeStore:
         self.action_space: Any = None
         self.obs_flat: FlatSpec | None = None
         self.act_flat: FlatSpec | None = None
-        self.columns: ColumnStorage | None = None
+        self.columns: Columns | None = None
         self.size = 0
         # ordinals, rows and steps as ROW (int32)
         self.row_owner = np.zeros(0, ROW)  # the episode ordinal owning a row, -1 when free
         self.row_t = np.zeros(0, ROW)
         self.is_step = np.zeros(0, bool)  # a row holding a step (t < length) of a stored episode
-        # free rows: a stack of those evicted episodes gave back (free[:n_free], the top taken
-        # first), then every row from ``fresh`` on (never used), in order
+        # free rows, taken in this order: a queue of those evicted episodes gave back
+        # (free[head:tail], first given back first taken: a ring's order, so an episode added
+        # step by step gets consecutive rows), then every row from ``fresh`` on (never used)
         self.free = np.zeros(16, ROW)
-        self.n_free = 0
+        self.head = self.tail = 0
         self.fresh = 0
         self.sums = SumTree(1) if prioritized else None
         self.mins = MinTree(1) if prioritized else None  # per _MIN_BLOCK rows of the sum tree's leaves
@@ -153,46 +169,47 @@ class EpisodeStore:
             mins.rebuild()
             self.sums, self.mins = sums, mins
         if self.columns is not None:
-            columns = ColumnStorage(self.columns.leaves, size)
-            for new, now in zip(columns.fields, self.columns.fields, strict=True):
-                new[:old] = now
-            self.columns = columns
+            self.columns = self.columns.grown(size)
         self.size = size
 
     def _alloc(self, n: int) -> np.ndarray:
-        short = n - self.n_free - (self.size - self.fresh)
+        queued = self.tail - self.head
+        short = n - queued - (self.size - self.fresh)
         if short > 0:
             self._grow(max(self.size + self.size // 8, self.size + short))  # 1.125x: rows cost memory
-        take = min(n, self.n_free)
-        self.n_free -= take
+        take = min(n, queued)
         rows = np.empty(n, ROW)
-        rows[:take] = self.free[self.n_free : self.n_free + take][::-1]
+        rows[:take] = self.free[self.head : self.head + take]
+        self.head += take
         rows[take:] = np.arange(self.fresh, self.fresh + n - take)
         self.fresh += n - take
         return rows
 
     def _release(self, rows: np.ndarray) -> None:
-        """Push freed rows on the stack (``rows[0]`` on top: taken first)."""
-        need = self.n_free + len(rows)
-        if need > len(self.free):
-            free = np.zeros(max(need, 2 * len(self.free)), ROW)
-            free[: self.n_free] = self.free[: self.n_free]
-            self.free = free
-        self.free[self.n_free : need] = rows[::-1]
-        self.n_free = need
+        """Queue freed rows (``rows[0]`` taken first of them, after those queued before)."""
+        queued = self.tail - self.head
+        if self.tail + len(rows) > len(self.free):  # to the front, and grown if still short
+            free = np.zeros(max(len(self.free), 2 * (queued + len(rows))), ROW)
+            free[:queued] = self.free[self.head : self.tail]
+            self.free, self.head, self.tail = free, 0, queued
+        self.free[self.tail : self.tail + len(rows)] = rows
+        self.tail += len(rows)
 
-    def _load_free(self, free: np.ndarray) -> None:
-        """Take a ``free_rows()`` stack: its bottom run size - 1, size - 2, ... as the fresh rows."""
-        run = np.arange(self.size - 1, self.size - 1 - len(free), -1)
-        differs = np.flatnonzero(free != run)
-        bottom = int(differs[0]) if len(differs) else len(free)
-        self.fresh = self.size - bottom
-        self.n_free = 0
+    def _load_free(self, free: np.ndarray, fresh: int | None) -> None:
+        """Take a ``free_rows()`` stack whose bottom ``size - fresh`` rows are the fresh ones (a
+        state saved before ``fresh`` was kept: its whole bottom run size - 1, size - 2, ...)."""
+        if fresh is None:
+            differs = np.flatnonzero(free != np.arange(self.size - 1, self.size - 1 - len(free), -1))
+            fresh = self.size - (int(differs[0]) if len(differs) else len(free))
+        bottom = self.size - fresh
+        self.fresh = fresh
+        self.head = self.tail = 0
         self._release(np.asarray(free[bottom:][::-1], ROW))
 
     def free_rows(self) -> np.ndarray:
-        """Every free row, as one stack (bottom first; the top is taken first)."""
-        return np.concatenate([np.arange(self.size - 1, self.fresh - 1, -1, dtype=ROW), self.free[: self.n_free]])
+        """Every free row as one stack in the checkpoint's form (bottom first; the top is taken first)."""
+        fresh = np.arange(self.size - 1, self.fresh - 1, -1, dtype=ROW)
+        return np.concatenate([fresh, self.free[self.head : self.tail][::-1]])
 
     def set_mass(self, rows: np.ndarray, mass: float | np.ndarray) -> None:
         """Sampling masses of step rows (0: not drawable), prioritized stores only."""
@@ -263,10 +280,10 @@ class EpisodeStore:
                 stored = self.episodes[self.ordinals[eps.id_]]
                 if stored.terminated or stored.truncated:
                     raise ArgumentError(f"{where}: episode {eps.id_!r} is stored as done; no chunk can follow it")
-                row = stored.rows[stored.length]
+                row = stored.row(stored.length)
                 start = (
                     stored.t_started + stored.length,
-                    [f[row] for f in self.columns.fields[: len(obs_flat.leaves)]],
+                    [self.columns.row(i, row) for i in range(len(obs_flat.leaves))],
                 )
             if start is not None:
                 t, last = start
@@ -299,7 +316,7 @@ class EpisodeStore:
 
     def _ensure_columns(self) -> None:
         if self.columns is None:
-            self.columns = ColumnStorage([*self.obs_flat.leaves, *self.act_flat.leaves, _REWARD], self.size)
+            self.columns = Columns([*self.obs_flat.leaves, *self.act_flat.leaves, _REWARD], self.size)
 
     def append(self, chunk: Chunk, mass: float) -> tuple[StoredEpisode, bool, np.ndarray]:
         """Write a chunk (a new episode or the rest of a stored one); returns the episode,
@@ -313,8 +330,9 @@ class EpisodeStore:
             ordinal = self._new_ordinal()
             rows = self._alloc(n + 1)
             stored = StoredEpisode(
-                eps.id_, ordinal, rows, n, eps.t_started, eps.is_terminated, eps.is_truncated,
+                eps.id_, ordinal, int(rows[0]), n, eps.t_started, eps.is_terminated, eps.is_truncated,
                 eps.agent_id, eps.module_id, getattr(eps, "multi_agent_episode_id", None), chunk.infos, chunk.extras,
+                None if _consecutive(rows) else rows,
             )  # fmt: skip
             self.episodes[ordinal] = stored
             self.ordinals[eps.id_] = ordinal
@@ -323,11 +341,13 @@ class EpisodeStore:
             stored = self.episodes[ordinal]
             added = self._alloc(n)
             first_t = stored.length
-            if len(stored.rows) < first_t + 1 + n:
-                grown = np.zeros(max(2 * len(stored.rows), first_t + 1 + n), ROW)
-                grown[: first_t + 1] = stored.rows[: first_t + 1]
-                stored.rows = grown
-            stored.rows[first_t + 1 : first_t + 1 + n] = added
+            if n and (stored.spread is not None or added[0] != stored.first + first_t + 1 or not _consecutive(added)):
+                if stored.spread is None or len(stored.spread) < first_t + 1 + n:
+                    grown = np.zeros(max(2 * (first_t + 1), first_t + 1 + n), ROW)
+                    grown[: first_t + 1] = stored.rows[: first_t + 1]
+                    stored.spread = grown
+                stored.spread[first_t + 1 : first_t + 1 + n] = added
+            stored.length += n
             obs_rows, step_rows = added, stored.rows[first_t : first_t + n]
             chunk.observations = [leaf[1:] for leaf in chunk.observations]
             if first_t in stored.infos or chunk.infos:
@@ -341,14 +361,13 @@ class EpisodeStore:
                     stored.extras = {}
                 for key, values in chunk.extras.items():
                     stored.extras.setdefault(key, [None] * first_t).extend(values)
-            stored.length += n
             stored.terminated, stored.truncated = eps.is_terminated, eps.is_truncated
-        fields = self.columns.fields  # after _alloc, which may have grown the columns
-        for leaf, values in zip(fields[:nobs], chunk.observations, strict=True):
-            leaf[obs_rows] = values
-        for leaf, values in zip(fields[nobs : nobs + nact], chunk.actions, strict=True):
-            leaf[step_rows] = values
-        fields[-1][step_rows] = chunk.rewards
+        columns = self.columns  # after _alloc, which may have grown them
+        for i, values in enumerate(chunk.observations):
+            columns.write(i, obs_rows, values)
+        for i, values in enumerate(chunk.actions, nobs):
+            columns.write(i, step_rows, values)
+        columns.write(nobs + nact, step_rows, chunk.rewards)
         self.row_owner[obs_rows] = ordinal
         self.row_t[obs_rows] = np.arange(len(obs_rows)) + (first_t + 1 if not new else 0)
         self.is_step[step_rows] = True
@@ -470,6 +489,7 @@ class EpisodeStore:
             "lengths": np.array([e.length for e in episodes], np.int64),
             "rows": rows,
             "free": self.free_rows(),
+            "fresh": self.fresh,
             "columns": {str(i): leaf for i, leaf in enumerate(columns)},
             "mass": self.sums.values(rows).copy() if self.prioritized else np.zeros(0),
             "objects": np.frombuffer(pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL), np.uint8).copy(),
@@ -485,6 +505,7 @@ class EpisodeStore:
             )
             columns = [np.asarray(state["columns"][str(i)]) for i in range(len(state["columns"]))]
             mass = np.asarray(state["mass"], np.float64)
+            fresh = int(state["fresh"]) if "fresh" in state else None  # absent before 2026-11-29
             records = objects["episodes"]
         except (KeyError, TypeError, ValueError, pickle.UnpicklingError) as err:
             raise CheckpointError(f"state: not a replaybuf.rllib buffer state ({err!r})") from None
@@ -500,6 +521,8 @@ class EpisodeStore:
             or len(set(ordinals.tolist())) != len(ordinals)
             or (len(ordinals) and (ordinals.min() < 0 or ordinals.max() > LAST_ORDINAL))
             or not 0 <= next_ordinal <= LAST_ORDINAL
+            or (fresh is not None and not 0 <= fresh <= size)
+            or (fresh is not None and not np.array_equal(free[: size - fresh], np.arange(size - 1, fresh - 1, -1)))
         ):
             raise CheckpointError(f"state: {len(lengths)} episodes of {total} rows in {size}, but the arrays disagree")
         store = EpisodeStore(size, self.prioritized)
@@ -508,14 +531,18 @@ class EpisodeStore:
             store.obs_flat = FlatSpec(objects["obs_spec"])
             store.act_flat = FlatSpec(objects["act_spec"])
             store._ensure_columns()
-            for leaf, values in zip(store.columns.fields, columns, strict=True):
-                leaf[rows] = values
-        store._load_free(free)
+            if len(columns) != len(store.columns.fields):
+                raise CheckpointError(
+                    f"state: {len(columns)} columns, but its specs have {len(store.columns.fields)} leaves"
+                )
+            for i, values in enumerate(columns):
+                store.columns.write(i, rows, values)
+        store._load_free(free, fresh)
         store.next_ordinal = next_ordinal
         start = 0
         for ordinal, length, record in zip(ordinals.tolist(), lengths.tolist(), records, strict=True):
             own = rows[start : start + length + 1].astype(ROW)
-            stored = StoredEpisode(None, ordinal, own, length)
+            stored = StoredEpisode(None, ordinal, int(own[0]), length, spread=None if _consecutive(own) else own)
             for name, value in zip(_RECORD, record, strict=True):
                 setattr(stored, name, _EMPTY if name in ("infos", "extras") and not value else value)
             store.episodes[ordinal] = stored
@@ -542,6 +569,11 @@ def n_step_draws(rng: np.random.Generator, n_step: Any, count: int) -> np.ndarra
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ArgumentError(f"n_step: expected an int >= 1 or a range (low, high), got {n_step!r}")
     return np.full(count, int(n), np.int64)
+
+
+def _consecutive(rows: np.ndarray) -> bool:
+    """Whether ``rows`` run one by one upward."""
+    return int(rows[-1]) - int(rows[0]) == len(rows) - 1 and (len(rows) < 3 or bool((np.diff(rows) == 1).all()))
 
 
 def _record(stored: StoredEpisode) -> tuple:

@@ -259,8 +259,8 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         store = self._store if store is None else store
         ks = np.array([min(n, s.length - t) for s, t, n, *_ in draws], np.int64)
         kmax = int(ks.max())
-        first = np.array([s.rows[t] for s, t, *_ in draws], np.int64)
-        last = np.array([s.rows[t + k] for (s, t, *_), k in zip(draws, ks.tolist(), strict=True)], np.int64)
+        first = np.array([s.row(t) for s, t, *_ in draws], np.int64)
+        last = np.array([s.row(t + k) for (s, t, *_), k in zip(draws, ks.tolist(), strict=True)], np.int64)
         reward_rows = np.zeros((len(draws), kmax), np.int64)  # rows past k: any row, not summed
         for i, ((s, t, *_), k) in enumerate(zip(draws, ks.tolist(), strict=True)):
             reward_rows[i, :k] = s.rows[t : t + k]
