@@ -10,6 +10,7 @@ are stored as their spec says.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 
 import numpy as np
 
@@ -23,11 +24,16 @@ def _narrowest(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.int8 if dtype.kind == "i" else np.uint8) if dtype.kind in "iu" else dtype
 
 
-def _holding(values: np.ndarray, now: np.dtype, spec: np.dtype) -> np.dtype:
-    """The narrowest integer type from ``now`` up to ``spec`` that holds ``values``."""
-    low, high = int(values.min()), int(values.max())
+@cache
+def _bounds(dtype: np.dtype) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def _holding(low: int, high: int, now: np.dtype, spec: np.dtype) -> np.dtype:
+    """The narrowest integer type from ``now`` up to ``spec`` that holds ``[low, high]``."""
     dtype = now
-    while dtype != spec and not np.iinfo(dtype).min <= low <= high <= np.iinfo(dtype).max:
+    while dtype != spec and not _bounds(dtype)[0] <= low <= high <= _bounds(dtype)[1]:
         dtype = np.dtype(f"{dtype.kind}{2 * dtype.itemsize}")
     return dtype
 
@@ -53,9 +59,13 @@ class Columns:
         """``values`` into column ``i`` at ``rows``, the column widened first if they need it."""
         field, spec = self.fields[i], np.dtype(self.leaves[i].dtype)
         if field.dtype != spec and np.size(values):
-            dtype = _holding(np.asarray(values), field.dtype, spec)
-            if dtype != field.dtype:
-                field = self.fields[i] = field.astype(dtype)
+            if np.size(values) == 1:  # one step's value: no reductions
+                low = high = int(np.ravel(values)[0])
+            else:
+                low, high = int(np.min(values)), int(np.max(values))
+            smallest, largest = _bounds(field.dtype)
+            if not smallest <= low <= high <= largest:
+                field = self.fields[i] = field.astype(_holding(low, high, field.dtype, spec))
         field[rows] = values
 
     def row(self, i: int, row: int) -> np.ndarray:

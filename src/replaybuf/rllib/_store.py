@@ -216,7 +216,9 @@ class EpisodeStore:
         if self.prioritized and len(rows):
             rows = np.asarray(rows, np.int64)  # the tree kernels' index type
             self.sums.update(rows, mass)  # the kernels broadcast one mass
-            blocks = np.unique(rows // _MIN_BLOCK)
+            blocks = rows // _MIN_BLOCK
+            if len(blocks) > 1:
+                blocks = np.unique(blocks)
             self.mins.update(blocks, _block_minima(self.sums._blocks[0][blocks]))
 
     def _same_spaces(self, space: Any, stored: Any) -> bool:
