@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import optree
 
-from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, SpecMismatchError
+from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError, SpecMismatchError
 from replaybuf.nest import FlatSpec
 from replaybuf.rllib._columns import Columns
 from replaybuf.samplers.sumtree import MinTree, SumTree
@@ -39,6 +39,7 @@ from replaybuf.specs import ArraySpec
 __all__ = ["MAX_RESAMPLES", "Chunk", "EpisodeStore", "StoredEpisode", "n_step_draws"]
 
 MAX_RESAMPLES = 1000  # draws in a row that cannot cover their n-step before sample gives up
+MIN_PRIORITY = 1e-12  # RLlib's floor for a priority given to update_priorities
 
 _REWARD = ArraySpec((), np.float64)
 #: row indices (per-row step t, the free stack, an episode's rows) and episode ordinals (the
@@ -447,6 +448,18 @@ class EpisodeStore:
             rows, masses, ns = (np.concatenate([a, b[fits]]) for a, b in ((rows, drawn), (masses, mass), (ns, n)))
         return rows, masses, ns, rejected
 
+    def reprioritize(self, rows: np.ndarray, owners: np.ndarray, priorities: np.ndarray, alpha: float) -> float:
+        """Masses ``priorities ** alpha`` (floored at MIN_PRIORITY, as RLlib does) for drawn
+        ``rows`` still held by the episodes that held them (``owners``), the others skipped;
+        the largest priority (0.0: none). Non-finite ones: PriorityError, nothing changed."""
+        if not np.isfinite(priorities).all():
+            bad = priorities[~np.isfinite(priorities)][:3].tolist()
+            raise PriorityError(f"priorities: expected finite numbers, got {bad}")
+        values = np.maximum(priorities, MIN_PRIORITY)
+        live = self.row_owner[rows] == owners
+        self.set_mass(rows[live], values[live] ** alpha)
+        return float(values.max()) if values.size else 0.0
+
     def fits(self, rows: np.ndarray, n: np.ndarray) -> np.ndarray:
         """Whether each row's episode holds ``n`` steps from it on."""
         episodes = self.episodes
@@ -556,6 +569,15 @@ class EpisodeStore:
             start += length + 1
         store.set_mass(rows, mass)
         self.__dict__.update(store.__dict__)
+
+
+def checked_beta(beta: Any) -> float:
+    """``sample``'s ``beta`` (None: 0.0), a number >= 0 (else ArgumentError)."""
+    if beta is None:
+        return 0.0
+    if not (isinstance(beta, (int, float, np.floating)) and beta >= 0):
+        raise ArgumentError(f"beta: expected a number >= 0, got {beta!r}")
+    return float(beta)
 
 
 def n_step_draws(rng: np.random.Generator, n_step: Any, count: int) -> np.ndarray:

@@ -25,7 +25,7 @@ from ray.rllib.utils.replay_buffers.multi_agent_episode_buffer import (
 
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError
 from replaybuf.rllib._episodes import discounted
-from replaybuf.rllib._store import MAX_RESAMPLES, EpisodeStore, StoredEpisode, n_step_draws
+from replaybuf.rllib._store import MAX_RESAMPLES, EpisodeStore, StoredEpisode, checked_beta, n_step_draws
 from replaybuf.rllib.episode_buffer import EpisodeReplayBuffer, _copied
 
 __all__ = ["MultiAgentEpisodeReplayBuffer"]
@@ -231,10 +231,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibMultiAgentEpisode
         B = self._batch_size(num_items, batch_size_B)
         if replay_mode not in _MODES:
             raise ArgumentError(f"replay_mode: expected one of {_MODES}, got {replay_mode!r}")
-        if beta is None:
-            beta = 0.0
-        if not (isinstance(beta, (int, float, np.floating)) and beta >= 0):
-            raise ArgumentError(f"beta: expected a number >= 0, got {beta!r}")
+        beta = checked_beta(beta)
         n_step_draws(self.rng, n_step, 0)  # checks n_step before anything is drawn
         modules = self._modules_to_sample(modules_to_sample)
         if replay_mode == "synchronized":

@@ -15,7 +15,6 @@ from ray.rllib.utils.replay_buffers.multi_agent_prioritized_episode_buffer impor
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError
 from replaybuf.rllib._store import EpisodeStore
 from replaybuf.rllib.multi_agent_buffer import MultiAgentEpisodeReplayBuffer
-from replaybuf.rllib.prioritized_buffer import _MIN_PRIORITY
 
 __all__ = ["MultiAgentPrioritizedEpisodeReplayBuffer"]
 
@@ -111,14 +110,8 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(
                 f"priorities: expected {rows.shape[0]} for module {module_id!r} (one per item drawn for it since "
                 f"its last update), got {values.shape[0]}"
             )
-        if not np.isfinite(values).all():
-            raise PriorityError(f"priorities: expected finite numbers, got {values[~np.isfinite(values)][:3].tolist()}")
-        values = np.maximum(values, _MIN_PRIORITY)
-        store = self._stores[module_id]
-        live = store.row_owner[rows] == owners
-        store.set_mass(rows[live], values[live] ** self._alpha)
-        if values.size:
-            self._module_to_max_priority[module_id] = max(self._module_to_max_priority[module_id], float(values.max()))
+        largest = self._stores[module_id].reprioritize(rows, owners, values, self._alpha)
+        self._module_to_max_priority[module_id] = max(self._module_to_max_priority[module_id], largest)
         self._last.pop(module_id, None)
 
     # -- state ---------------------------------------------------------------------------------
