@@ -164,7 +164,7 @@ class EpisodeStore:
             sums = SumTree(size)
             sums.levels[0][:old] = self.sums.levels[0][:old]
             sums.rebuild()
-            blocks = sums._blocks[0]
+            blocks = sums.levels[0].reshape(-1, _MIN_BLOCK)  # a view: leaves come padded to the tree's arity, 16
             mins = MinTree(len(blocks))
             mins.levels[0][: len(blocks)] = _block_minima(blocks)
             mins.rebuild()
@@ -220,7 +220,7 @@ class EpisodeStore:
             blocks = rows // _MIN_BLOCK
             if len(blocks) > 1:
                 blocks = np.unique(blocks)
-            self.mins.update(blocks, _block_minima(self.sums._blocks[0][blocks]))
+            self.mins.update(blocks, _block_minima(self.sums.levels[0].reshape(-1, _MIN_BLOCK)[blocks]))
 
     def _same_spaces(self, space: Any, stored: Any) -> bool:
         """``space == stored``, remembered per space object (a Box compares its bounds with
