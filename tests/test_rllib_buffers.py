@@ -291,6 +291,84 @@ def test_a_seed_repeats_the_draws_and_a_state_restores_them(cls, tmp_path):
     assert a.get_num_episodes_evicted() == from_disk.get_num_episodes_evicted()
 
 
+def test_wrapped_episode_ordinals_change_no_draw(monkeypatch):
+    """Episode ordinals (the stores' int32 row owners) wrap past their last value: the draws,
+    weights, priority updates and a restored state's draws are those of ordinals that never wrapped."""
+    import replaybuf.rllib._store as store_module
+
+    def run():
+        buffer, out = PrioritizedEpisodeReplayBuffer(40, seed=2), []
+        for i, chunk in enumerate(stream(9, 150)):
+            buffer.add(chunk)
+            if i % 20 == 19:
+                sampled = buffer.sample(6, n_step=(1, 3), beta=0.5)
+                out.append(
+                    [
+                        (e.id_, e.t_started, e.get_rewards(0), list(e.extra_model_outputs["weights"].data))
+                        for e in sampled
+                    ]
+                )
+                buffer.update_priorities(np.arange(1.0, 7.0))
+        restored = PrioritizedEpisodeReplayBuffer(40)
+        restored.set_state(buffer.get_state())
+        for b in (buffer, restored):
+            out.append([(e.id_, e.t_started) for e in b.sample(12, n_step=1)])
+        return out, int(buffer.get_state()["store"]["next_ordinal"])
+
+    plain, ordinals = run()
+    assert ordinals > 64
+    monkeypatch.setattr(store_module, "LAST_ORDINAL", 63)  # more than the 40 episodes 40 steps can hold
+    wrapped, ordinals = run()
+    assert ordinals <= 63 and wrapped == plain
+
+
+def test_wide_integer_values_come_back_as_given():
+    """Integer leaves are stored narrow and widened when a value needs it: what comes back
+    is what went in, as the space's dtype, before and after a state round trip."""
+    obs_space = gym.spaces.Box(-(2**40), 2**40, (2,), np.int64)
+    act_space = gym.spaces.Discrete(100_000)
+    rng = np.random.default_rng(0)
+    buffer, episodes = EpisodeReplayBuffer(200, seed=0), []
+    for i, scale in enumerate((100, 30_000, 2**33)):  # int8, then int16/32, then int64 values
+        observations = list(rng.integers(-scale, scale, (6, 2)))
+        actions = [int(a) for a in rng.integers(0, min(scale, 100_000), 5)]
+        episode = SingleAgentEpisode(
+            id_=f"w{i}", observations=observations, actions=actions, rewards=[0.5] * 5, terminated=True,
+            observation_space=obs_space, action_space=act_space, len_lookback_buffer=0,
+        )  # fmt: skip
+        buffer.add(episode)
+        episodes.append((observations, actions))
+    restored = EpisodeReplayBuffer(200)
+    restored.set_state(buffer.get_state())
+    for b in (buffer, restored):
+        for e in b.sample(40, n_step=1, sample_episodes=True):
+            observations, actions = episodes[int(e.id_[1:])]
+            t = e.t_started
+            assert np.array_equal(e.get_observations(0), observations[t]) and e.get_observations(0).dtype == np.int64
+            assert e.get_actions(0) == actions[t] and np.asarray(e.get_actions(0)).dtype == np.int64
+
+
+def test_a_state_saved_before_fresh_rows_were_kept_still_loads():
+    """States of 2026-11-29 and before lack ``fresh`` (the rows never used): they load and
+    draw what the saved buffer draws; later adds may take other free rows (same episodes)."""
+    chunks = stream(11, 40)
+    a = PrioritizedEpisodeReplayBuffer(60, seed=5)
+    a.add(chunks)
+    state = a.get_state()
+    old = dict(state, store={k: v for k, v in state["store"].items() if k != "fresh"})
+    restored = PrioritizedEpisodeReplayBuffer(60)
+    restored.set_state(old)
+    draws = [[(e.id_, e.t_started, e.get_rewards(0)) for e in b.sample(16, n_step=(1, 3))] for b in (a, restored)]
+    assert draws[0] == draws[1]
+    more = stream(12, 6)
+    for b in (a, restored):
+        b.add(more)
+    assert restored.episode_ids() == a.episode_ids() and restored.get_num_timesteps() == a.get_num_timesteps()
+    steps = {(e.id_, e.t_started, e.get_rewards(0)) for b in (a, restored) for e in b.sample(200, n_step=1)}
+    assert {(i, t) for i, t, _ in steps} <= {(i, t) for i in a.episode_ids() for t in range(a.episode_length(i))}
+    assert len({(i, t) for i, t, _ in steps}) == len(steps)  # one reward per step, whichever buffer drew it
+
+
 def _snapshot(buffer):
     return buffer.get_state(), buffer.get_num_timesteps(), buffer.get_added_timesteps(), buffer.episode_ids()
 

@@ -11,25 +11,9 @@ from ray.rllib.env.single_agent_episode import _REWARDS_BOX_SPACE, SingleAgentEp
 from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
 
-from replaybuf.errors import ArgumentError
 from replaybuf.rllib._store import EpisodeStore, StoredEpisode
 
-__all__ = ["discounted", "n_step_draws", "one_step_episode", "sequence_episode", "tag"]
-
-
-def n_step_draws(rng: np.random.Generator, n_step: Any, count: int) -> np.ndarray:
-    """``count`` n-steps: ``n_step`` itself (an int, None for 1), or drawn from ``[low, high)``
-    when it is a tuple (RLlib's range convention: the high end is never drawn)."""
-    if isinstance(n_step, (tuple, list)):
-        if len(n_step) != 2 or not 1 <= int(n_step[0]) < int(n_step[1]):
-            raise ArgumentError(
-                f"n_step: expected an int >= 1 or a range (low, high) with 1 <= low < high, got {n_step!r}"
-            )
-        return rng.integers(int(n_step[0]), int(n_step[1]), size=count)
-    n = 1 if n_step is None else n_step
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ArgumentError(f"n_step: expected an int >= 1 or a range (low, high), got {n_step!r}")
-    return np.full(count, int(n), np.int64)
+__all__ = ["discounted", "one_step_episode", "sequence_episode", "tag"]
 
 
 def discounted(rewards: np.ndarray, lengths: np.ndarray, gamma: float) -> np.ndarray:

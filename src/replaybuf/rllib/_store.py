@@ -7,33 +7,51 @@ reward after action t). Rows come from a free list, so chunks of one episode add
 apart (RLlib joins them by id) are written where they land, and an evicted episode's rows
 serve the next ones: an add costs the same at any capacity. A sum tree over the rows holds
 each step's priority ** alpha (0 on an episode's last row, which is no step), a min tree
-the smallest (weights); a prioritized buffer's store alone has them. Uniform draws pick
-among the step rows (``is_step``).
+over blocks of its leaves the smallest (weights); a prioritized buffer's store alone has
+them. Uniform draws pick among the step rows (``is_step``).
 ``infos`` and ``extra_model_outputs``, of any structure, stay Python objects beside the rows
-(an empty info dict is not kept). A multi-agent buffer holds one store per module.
+(an empty info dict is not kept; an episode without any shares one empty mapping). A
+multi-agent buffer holds one store per module.
+
+Memory (docs/rllib.md, "Measured"): a row costs its columns (integer leaves narrowed:
+``_columns.py``) plus 17 bytes of bookkeeping (int32 owner and step, a bool, the float64 sum
+tree's leaf) and ~0.6 of min tree; rows never used yet are free without a stack entry
+(``fresh``: every row from there on), so the free stack holds only the rows evicted episodes
+gave back.
 """
 
 from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 import optree
 
-from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, SpecMismatchError
+from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError, SpecMismatchError
 from replaybuf.nest import FlatSpec
+from replaybuf.rllib._columns import Columns
 from replaybuf.samplers.sumtree import MinTree, SumTree
 from replaybuf.specs import ArraySpec
-from replaybuf.storages.columns import ColumnStorage
 
-__all__ = ["Chunk", "EpisodeStore", "StoredEpisode"]
+__all__ = ["MAX_RESAMPLES", "Chunk", "EpisodeStore", "StoredEpisode", "n_step_draws"]
+
+MAX_RESAMPLES = 1000  # draws in a row that cannot cover their n-step before sample gives up
+MIN_PRIORITY = 1e-12  # RLlib's floor for a priority given to update_priorities
 
 _REWARD = ArraySpec((), np.float64)
-#: row indices (per-row step t, the free stack, an episode's rows): int32 halves their bytes a step;
-#: a store of more than 2**31 - 1 rows is refused
+#: row indices (per-row step t, the free stack, an episode's rows) and episode ordinals (the
+#: row owners): int32 halves their bytes a step; a store of more than 2**31 - 1 rows is refused,
+#: ordinals wrap past LAST_ORDINAL (skipping any still stored)
 ROW = np.int32
+LAST_ORDINAL = int(np.iinfo(ROW).max)
+#: the min tree keeps one minimum per block of this many rows (the sum tree's leaves hold the
+#: masses themselves): a row costs 1/16 of a float64 there instead of a leaf of its own
+_MIN_BLOCK = 16
+#: ``infos`` / ``extras`` of an episode without any (one shared mapping instead of two dicts each)
+_EMPTY: Any = MappingProxyType({})
 # what a state keeps of each episode beside its rows, in StoredEpisode's field order after rows and length
 _RECORD = (
     "id_",
@@ -50,12 +68,14 @@ _RECORD = (
 
 @dataclass(eq=False, slots=True)
 class StoredEpisode:
-    """An episode's bookkeeping: its rows (``rows[t]`` for t = 0..length; the array has room to
-    grow, doubled when full, so 1-step chunks of a long episode cost O(1) each) and what has no fixed spec."""
+    """An episode's bookkeeping: its rows (``row(t)``, ``rows[t]`` for t = 0..length) and what
+    has no fixed spec. While its rows are consecutive (most are: rows are taken in a ring's
+    order) it keeps the first alone, else ``spread`` holds them (room to grow, doubled when
+    full, so 1-step chunks of a long episode cost O(1) each)."""
 
     id_: Any
     ordinal: int
-    rows: np.ndarray
+    first: int  # its first row (row(t) = first + t while spread is None)
     length: int
     t_started: int = 0
     terminated: bool = False
@@ -63,8 +83,20 @@ class StoredEpisode:
     agent_id: Any = None
     module_id: Any = None
     multi_agent_episode_id: Any = None
-    infos: dict[int, Any] = field(default_factory=dict)  # t -> info, only the non-empty ones
-    extras: dict[str, list] = field(default_factory=dict)  # key -> one value per step
+    infos: Any = field(default_factory=lambda: _EMPTY)  # t -> info, only the non-empty ones (a dict once there is one)
+    extras: Any = field(default_factory=lambda: _EMPTY)  # key -> one value per step (a dict once there is one)
+    spread: Any = None  # its rows (ROW array) once they are not consecutive
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Its rows, ``rows[t]`` for t = 0..length (to read; a spread array may be longer)."""
+        if self.spread is None:
+            return np.arange(self.first, self.first + self.length + 1, dtype=ROW)
+        return self.spread
+
+    def row(self, t: int) -> int:
+        """The row of step ``t``."""
+        return self.first + t if self.spread is None else int(self.spread[t])
 
 
 @dataclass(eq=False)
@@ -76,8 +108,8 @@ class Chunk:
     observations: list[np.ndarray]  # leaves, [length + 1, ...]
     actions: list[np.ndarray]  # leaves, [length, ...]
     rewards: np.ndarray  # [length] float64
-    infos: dict[int, Any]
-    extras: dict[str, list]
+    infos: Any  # dict[int, Any] or _EMPTY
+    extras: Any  # dict[str, list] or _EMPTY
 
 
 def _is_empty_info(info: Any) -> bool:
@@ -97,16 +129,20 @@ class EpisodeStore:
         self.action_space: Any = None
         self.obs_flat: FlatSpec | None = None
         self.act_flat: FlatSpec | None = None
-        self.columns: ColumnStorage | None = None
+        self.columns: Columns | None = None
         self.size = 0
-        # int64 ordinals (they grow with every episode ever added); rows and steps as ROW (int32)
-        self.row_owner = np.zeros(0, np.int64)  # the episode ordinal owning a row, -1 when free
+        # ordinals, rows and steps as ROW (int32)
+        self.row_owner = np.zeros(0, ROW)  # the episode ordinal owning a row, -1 when free
         self.row_t = np.zeros(0, ROW)
         self.is_step = np.zeros(0, bool)  # a row holding a step (t < length) of a stored episode
-        self.free = np.zeros(0, ROW)  # a stack of free rows: free[:n_free]
-        self.n_free = 0
+        # free rows, taken in this order: a queue of those evicted episodes gave back
+        # (free[head:tail], first given back first taken: a ring's order, so an episode added
+        # step by step gets consecutive rows), then every row from ``fresh`` on (never used)
+        self.free = np.zeros(16, ROW)
+        self.head = self.tail = 0
+        self.fresh = 0
         self.sums = SumTree(1) if prioritized else None
-        self.mins = MinTree(1) if prioritized else None
+        self.mins = MinTree(1) if prioritized else None  # per _MIN_BLOCK rows of the sum tree's leaves
         self.episodes: dict[int, StoredEpisode] = {}  # ordinal -> episode, oldest first
         self.ordinals: dict[Any, int] = {}  # episode id -> ordinal
         self.next_ordinal = 0
@@ -121,42 +157,70 @@ class EpisodeStore:
             most = np.iinfo(ROW).max
             raise ArgumentError(f"capacity: a store holds at most {most} rows (steps + episodes), got {size}")
         old = self.size
-        self.row_owner = np.concatenate([self.row_owner, np.full(size - old, -1, np.int64)])
+        self.row_owner = np.concatenate([self.row_owner, np.full(size - old, -1, ROW)])
         self.row_t = np.concatenate([self.row_t, np.zeros(size - old, ROW)])
         self.is_step = np.concatenate([self.is_step, np.zeros(size - old, bool)])
-        free = np.zeros(size, ROW)  # the new rows below the old free ones: those go first
-        free[: size - old] = np.arange(size - 1, old - 1, -1)
-        free[size - old : size - old + self.n_free] = self.free[: self.n_free]
-        self.free, self.n_free = free, self.n_free + size - old
         if self.prioritized:
-            sums, mins = SumTree(size), MinTree(size)
-            for new, now in ((sums, self.sums), (mins, self.mins)):
-                new.levels[0][:old] = now.levels[0][:old]
-                new.rebuild()
+            sums = SumTree(size)
+            sums.levels[0][:old] = self.sums.levels[0][:old]
+            sums.rebuild()
+            blocks = sums.levels[0].reshape(-1, _MIN_BLOCK)  # a view: leaves come padded to the tree's arity, 16
+            mins = MinTree(len(blocks))
+            mins.levels[0][: len(blocks)] = _block_minima(blocks)
+            mins.rebuild()
             self.sums, self.mins = sums, mins
         if self.columns is not None:
-            columns = ColumnStorage(self.columns.leaves, size)
-            for new, now in zip(columns.fields, self.columns.fields, strict=True):
-                new[:old] = now
-            self.columns = columns
+            self.columns = self.columns.grown(size)
         self.size = size
 
     def _alloc(self, n: int) -> np.ndarray:
-        if n > self.n_free:
-            self._grow(max(self.size + self.size // 8, self.size + n - self.n_free))  # 1.125x: rows cost memory
-        self.n_free -= n
-        return self.free[self.n_free : self.n_free + n][::-1].copy()
+        queued = self.tail - self.head
+        short = n - queued - (self.size - self.fresh)
+        if short > 0:
+            self._grow(max(self.size + self.size // 8, self.size + short))  # 1.125x: rows cost memory
+        take = min(n, queued)
+        rows = np.empty(n, ROW)
+        rows[:take] = self.free[self.head : self.head + take]
+        self.head += take
+        rows[take:] = np.arange(self.fresh, self.fresh + n - take)
+        self.fresh += n - take
+        return rows
+
+    def _release(self, rows: np.ndarray) -> None:
+        """Queue freed rows (``rows[0]`` taken first of them, after those queued before)."""
+        queued = self.tail - self.head
+        if self.tail + len(rows) > len(self.free):  # to the front, and grown if still short
+            free = np.zeros(max(len(self.free), 2 * (queued + len(rows))), ROW)
+            free[:queued] = self.free[self.head : self.tail]
+            self.free, self.head, self.tail = free, 0, queued
+        self.free[self.tail : self.tail + len(rows)] = rows
+        self.tail += len(rows)
+
+    def _load_free(self, free: np.ndarray, fresh: int | None) -> None:
+        """Take a ``free_rows()`` stack whose bottom ``size - fresh`` rows are the fresh ones (a
+        state saved before ``fresh`` was kept: its whole bottom run size - 1, size - 2, ...)."""
+        if fresh is None:
+            differs = np.flatnonzero(free != np.arange(self.size - 1, self.size - 1 - len(free), -1))
+            fresh = self.size - (int(differs[0]) if len(differs) else len(free))
+        bottom = self.size - fresh
+        self.fresh = fresh
+        self.head = self.tail = 0
+        self._release(np.asarray(free[bottom:][::-1], ROW))
+
+    def free_rows(self) -> np.ndarray:
+        """Every free row as one stack in the checkpoint's form (bottom first; the top is taken first)."""
+        fresh = np.arange(self.size - 1, self.fresh - 1, -1, dtype=ROW)
+        return np.concatenate([fresh, self.free[self.head : self.tail][::-1]])
 
     def set_mass(self, rows: np.ndarray, mass: float | np.ndarray) -> None:
         """Sampling masses of step rows (0: not drawable), prioritized stores only."""
         if self.prioritized and len(rows):
             rows = np.asarray(rows, np.int64)  # the tree kernels' index type
-            if np.ndim(mass) == 0:
-                self.sums.update(rows, mass)  # the kernels broadcast one mass
-                self.mins.update(rows, mass if mass > 0 else np.inf)
-            else:
-                self.sums.update(rows, mass)
-                self.mins.update(rows, np.where(mass > 0, mass, np.inf))
+            self.sums.update(rows, mass)  # the kernels broadcast one mass
+            blocks = rows // _MIN_BLOCK
+            if len(blocks) > 1:
+                blocks = np.unique(blocks)
+            self.mins.update(blocks, _block_minima(self.sums.levels[0].reshape(-1, _MIN_BLOCK)[blocks]))
 
     def _same_spaces(self, space: Any, stored: Any) -> bool:
         """``space == stored``, remembered per space object (a Box compares its bounds with
@@ -219,10 +283,10 @@ class EpisodeStore:
                 stored = self.episodes[self.ordinals[eps.id_]]
                 if stored.terminated or stored.truncated:
                     raise ArgumentError(f"{where}: episode {eps.id_!r} is stored as done; no chunk can follow it")
-                row = stored.rows[stored.length]
+                row = stored.row(stored.length)
                 start = (
                     stored.t_started + stored.length,
-                    [f[row] for f in self.columns.fields[: len(obs_flat.leaves)]],
+                    [self.columns.row(i, row) for i in range(len(obs_flat.leaves))],
                 )
             if start is not None:
                 t, last = start
@@ -246,7 +310,7 @@ class EpisodeStore:
                 if length
                 else {}
             )
-            chunks.append(Chunk(eps, length, obs_leaves, act_leaves, rewards, infos, extras))
+            chunks.append(Chunk(eps, length, obs_leaves, act_leaves, rewards, infos or _EMPTY, extras or _EMPTY))
         if obs_flat is not None and self.obs_flat is None:  # the first episodes fix the specs
             self.observation_space, self.obs_flat = obs_space, obs_flat
         if act_flat is not None and self.act_flat is None:
@@ -255,7 +319,7 @@ class EpisodeStore:
 
     def _ensure_columns(self) -> None:
         if self.columns is None:
-            self.columns = ColumnStorage([*self.obs_flat.leaves, *self.act_flat.leaves, _REWARD], self.size)
+            self.columns = Columns([*self.obs_flat.leaves, *self.act_flat.leaves, _REWARD], self.size)
 
     def append(self, chunk: Chunk, mass: float) -> tuple[StoredEpisode, bool, np.ndarray]:
         """Write a chunk (a new episode or the rest of a stored one); returns the episode,
@@ -266,12 +330,12 @@ class EpisodeStore:
         ordinal = self.ordinals.get(eps.id_)
         new = ordinal is None
         if new:
-            ordinal = self.next_ordinal
-            self.next_ordinal += 1
+            ordinal = self._new_ordinal()
             rows = self._alloc(n + 1)
             stored = StoredEpisode(
-                eps.id_, ordinal, rows, n, eps.t_started, eps.is_terminated, eps.is_truncated,
+                eps.id_, ordinal, int(rows[0]), n, eps.t_started, eps.is_terminated, eps.is_truncated,
                 eps.agent_id, eps.module_id, getattr(eps, "multi_agent_episode_id", None), chunk.infos, chunk.extras,
+                None if _consecutive(rows) else rows,
             )  # fmt: skip
             self.episodes[ordinal] = stored
             self.ordinals[eps.id_] = ordinal
@@ -280,32 +344,47 @@ class EpisodeStore:
             stored = self.episodes[ordinal]
             added = self._alloc(n)
             first_t = stored.length
-            if len(stored.rows) < first_t + 1 + n:
-                grown = np.zeros(max(2 * len(stored.rows), first_t + 1 + n), ROW)
-                grown[: first_t + 1] = stored.rows[: first_t + 1]
-                stored.rows = grown
-            stored.rows[first_t + 1 : first_t + 1 + n] = added
+            if n and (stored.spread is not None or added[0] != stored.first + first_t + 1 or not _consecutive(added)):
+                if stored.spread is None or len(stored.spread) < first_t + 1 + n:
+                    grown = np.zeros(max(2 * (first_t + 1), first_t + 1 + n), ROW)
+                    grown[: first_t + 1] = stored.rows[: first_t + 1]
+                    stored.spread = grown
+                stored.spread[first_t + 1 : first_t + 1 + n] = added
+            stored.length += n
             obs_rows, step_rows = added, stored.rows[first_t : first_t + n]
             chunk.observations = [leaf[1:] for leaf in chunk.observations]
-            stored.infos.pop(first_t, None)  # the chunk's first info replaces the stored last one
-            for t, info in chunk.infos.items():
-                stored.infos[first_t + t] = info
-            for key, values in chunk.extras.items():
-                stored.extras.setdefault(key, [None] * first_t).extend(values)
-            stored.length += n
+            if first_t in stored.infos or chunk.infos:
+                if stored.infos is _EMPTY:
+                    stored.infos = {}
+                stored.infos.pop(first_t, None)  # the chunk's first info replaces the stored last one
+                for t, info in chunk.infos.items():
+                    stored.infos[first_t + t] = info
+            if chunk.extras:
+                if stored.extras is _EMPTY:
+                    stored.extras = {}
+                for key, values in chunk.extras.items():
+                    stored.extras.setdefault(key, [None] * first_t).extend(values)
             stored.terminated, stored.truncated = eps.is_terminated, eps.is_truncated
-        fields = self.columns.fields  # after _alloc, which may have grown the columns
-        for leaf, values in zip(fields[:nobs], chunk.observations, strict=True):
-            leaf[obs_rows] = values
-        for leaf, values in zip(fields[nobs : nobs + nact], chunk.actions, strict=True):
-            leaf[step_rows] = values
-        fields[-1][step_rows] = chunk.rewards
+        columns = self.columns  # after _alloc, which may have grown them
+        for i, values in enumerate(chunk.observations):
+            columns.write(i, obs_rows, values)
+        for i, values in enumerate(chunk.actions, nobs):
+            columns.write(i, step_rows, values)
+        columns.write(nobs + nact, step_rows, chunk.rewards)
         self.row_owner[obs_rows] = ordinal
         self.row_t[obs_rows] = np.arange(len(obs_rows)) + (first_t + 1 if not new else 0)
         self.is_step[step_rows] = True
         self.set_mass(step_rows, mass)  # a new last row is a free one: mass 0 already
         self.steps += n
         return stored, new, step_rows
+
+    def _new_ordinal(self) -> int:
+        """The next ordinal not held by a stored episode (they wrap past LAST_ORDINAL)."""
+        ordinal = self.next_ordinal
+        while ordinal in self.episodes:
+            ordinal = ordinal + 1 if ordinal < LAST_ORDINAL else 0
+        self.next_ordinal = ordinal + 1 if ordinal < LAST_ORDINAL else 0
+        return ordinal
 
     def evict_oldest(self) -> StoredEpisode:
         """Drop the oldest episode, freeing its rows."""
@@ -319,8 +398,7 @@ class EpisodeStore:
         self.set_mass(rows, 0.0)
         self.is_step[rows] = False
         self.row_owner[rows] = -1
-        self.free[self.n_free : self.n_free + len(rows)] = rows[::-1]
-        self.n_free += len(rows)
+        self._release(rows)
         self.steps -= stored.length
         return stored
 
@@ -350,6 +428,49 @@ class EpisodeStore:
         self.sums.kernels.find(self.sums.tree, self.sums.offsets, self.sums.arity, targets, slots, mass)
         return slots, mass
 
+    def draw_fitting(
+        self, rng: np.random.Generator, count: int, n_step: Any, prioritized: bool, who: str = ""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``count`` step rows whose episode holds their n-step after them (drawn by mass, or
+        uniformly), their masses (1 when uniform), n-steps, and the rows drawn that did not fit
+        (drawn again, as RLlib does; EmptyBufferError past MAX_RESAMPLES a row)."""
+        rows, masses, ns, rejected = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        while len(rows) < count:
+            want = count - len(rows)
+            drawn, mass = self.draw(rng, want) if prioritized else (self.draw_uniform(rng, want), np.ones(want))
+            n = n_step_draws(rng, n_step, want)
+            fits = self.fits(drawn, n)
+            rejected = np.concatenate([rejected, drawn[~fits]])
+            if len(rejected) > MAX_RESAMPLES * count:
+                raise EmptyBufferError(
+                    f"sample: no stored timestep{who} is followed by n_step={n_step!r} steps of its episode"
+                )
+            rows, masses, ns = (np.concatenate([a, b[fits]]) for a, b in ((rows, drawn), (masses, mass), (ns, n)))
+        return rows, masses, ns, rejected
+
+    def reprioritize(self, rows: np.ndarray, owners: np.ndarray, priorities: np.ndarray, alpha: float) -> float:
+        """Masses ``priorities ** alpha`` (floored at MIN_PRIORITY, as RLlib does) for drawn
+        ``rows`` still held by the episodes that held them (``owners``), the others skipped;
+        the largest priority (0.0: none). Non-finite ones: PriorityError, nothing changed."""
+        if not np.isfinite(priorities).all():
+            bad = priorities[~np.isfinite(priorities)][:3].tolist()
+            raise PriorityError(f"priorities: expected finite numbers, got {bad}")
+        values = np.maximum(priorities, MIN_PRIORITY)
+        live = self.row_owner[rows] == owners
+        self.set_mass(rows[live], values[live] ** alpha)
+        return float(values.max()) if values.size else 0.0
+
+    def fits(self, rows: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """Whether each row's episode holds ``n`` steps from it on."""
+        episodes = self.episodes
+        lengths = np.array([episodes[o].length for o in self.row_owner[rows].tolist()], np.int64)
+        return self.row_t[rows] + n <= lengths
+
+    def locate(self, rows: np.ndarray) -> tuple[list[StoredEpisode], list[int]]:
+        """The episode and step of each row."""
+        episodes = self.episodes
+        return [episodes[o] for o in self.row_owner[rows].tolist()], self.row_t[rows].tolist()
+
     def read(self, rows: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
         """Observation leaves, action leaves and rewards at ``rows``."""
         leaves = self.columns.read(np.asarray(rows, np.int64))
@@ -374,7 +495,7 @@ class EpisodeStore:
             "action_space": self.action_space,
             "obs_spec": self.obs_flat.data_spec if self.obs_flat is not None else None,
             "act_spec": self.act_flat.data_spec if self.act_flat is not None else None,
-            "episodes": [tuple(getattr(e, name) for name in _RECORD) for e in episodes],
+            "episodes": [_record(e) for e in episodes],
         }
         return {
             "size": self.size,
@@ -382,7 +503,8 @@ class EpisodeStore:
             "ordinals": np.array([e.ordinal for e in episodes], np.int64),
             "lengths": np.array([e.length for e in episodes], np.int64),
             "rows": rows,
-            "free": self.free[: self.n_free].copy(),
+            "free": self.free_rows(),
+            "fresh": self.fresh,
             "columns": {str(i): leaf for i, leaf in enumerate(columns)},
             "mass": self.sums.values(rows).copy() if self.prioritized else np.zeros(0),
             "objects": np.frombuffer(pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL), np.uint8).copy(),
@@ -398,47 +520,94 @@ class EpisodeStore:
             )
             columns = [np.asarray(state["columns"][str(i)]) for i in range(len(state["columns"]))]
             mass = np.asarray(state["mass"], np.float64)
+            fresh = int(state["fresh"]) if "fresh" in state else None  # absent before 2026-11-29
             records = objects["episodes"]
         except (KeyError, TypeError, ValueError, pickle.UnpicklingError) as err:
             raise CheckpointError(f"state: not a replaybuf.rllib buffer state ({err!r})") from None
         total = int((lengths + 1).sum())
         every = np.concatenate([rows, free])
         if (
-            len(records) != len(lengths) != len(ordinals)
+            not len(records) == len(lengths) == len(ordinals)
             or rows.shape != (total,)
             or mass.shape != ((total,) if self.prioritized else (0,))
             or any(c.shape[0] != total for c in columns)
             or every.shape != (size,)
             or not np.array_equal(np.sort(every), np.arange(size))
             or len(set(ordinals.tolist())) != len(ordinals)
-            or (len(ordinals) and (ordinals.min() < 0 or ordinals.max() >= next_ordinal))
+            or (len(ordinals) and (ordinals.min() < 0 or ordinals.max() > LAST_ORDINAL))
+            or not 0 <= next_ordinal <= LAST_ORDINAL
+            or (fresh is not None and not 0 <= fresh <= size)
+            or (fresh is not None and not np.array_equal(free[: size - fresh], np.arange(size - 1, fresh - 1, -1)))
         ):
             raise CheckpointError(f"state: {len(lengths)} episodes of {total} rows in {size}, but the arrays disagree")
-        fresh = EpisodeStore(size, self.prioritized)
-        fresh.observation_space, fresh.action_space = objects["observation_space"], objects["action_space"]
+        store = EpisodeStore(size, self.prioritized)
+        store.observation_space, store.action_space = objects["observation_space"], objects["action_space"]
         if objects["obs_spec"] is not None:
-            fresh.obs_flat = FlatSpec(objects["obs_spec"])
-            fresh.act_flat = FlatSpec(objects["act_spec"])
-            fresh._ensure_columns()
-            for leaf, values in zip(fresh.columns.fields, columns, strict=True):
-                leaf[rows] = values
-        fresh.free[: len(free)], fresh.n_free = free, len(free)
-        fresh.next_ordinal = next_ordinal
+            store.obs_flat = FlatSpec(objects["obs_spec"])
+            store.act_flat = FlatSpec(objects["act_spec"])
+            store._ensure_columns()
+            if len(columns) != len(store.columns.fields):
+                raise CheckpointError(
+                    f"state: {len(columns)} columns, but its specs have {len(store.columns.fields)} leaves"
+                )
+            for i, values in enumerate(columns):
+                store.columns.write(i, rows, values)
+        store._load_free(free, fresh)
+        store.next_ordinal = next_ordinal
         start = 0
         for ordinal, length, record in zip(ordinals.tolist(), lengths.tolist(), records, strict=True):
             own = rows[start : start + length + 1].astype(ROW)
-            stored = StoredEpisode(None, ordinal, own, length)
+            stored = StoredEpisode(None, ordinal, int(own[0]), length, spread=None if _consecutive(own) else own)
             for name, value in zip(_RECORD, record, strict=True):
-                setattr(stored, name, value)
-            fresh.episodes[ordinal] = stored
-            fresh.ordinals[stored.id_] = ordinal
-            fresh.row_owner[own] = ordinal
-            fresh.row_t[own] = np.arange(length + 1)
-            fresh.is_step[own[:-1]] = True
-            fresh.steps += length
+                setattr(stored, name, _EMPTY if name in ("infos", "extras") and not value else value)
+            store.episodes[ordinal] = stored
+            store.ordinals[stored.id_] = ordinal
+            store.row_owner[own] = ordinal
+            store.row_t[own] = np.arange(length + 1)
+            store.is_step[own[:-1]] = True
+            store.steps += length
             start += length + 1
-        fresh.set_mass(rows, mass)
-        self.__dict__.update(fresh.__dict__)
+        store.set_mass(rows, mass)
+        self.__dict__.update(store.__dict__)
+
+
+def checked_beta(beta: Any) -> float:
+    """``sample``'s ``beta`` (None: 0.0), a number >= 0 (else ArgumentError)."""
+    if beta is None:
+        return 0.0
+    if not (isinstance(beta, (int, float, np.floating)) and beta >= 0):
+        raise ArgumentError(f"beta: expected a number >= 0, got {beta!r}")
+    return float(beta)
+
+
+def n_step_draws(rng: np.random.Generator, n_step: Any, count: int) -> np.ndarray:
+    """``count`` n-steps: ``n_step`` itself (an int, None for 1), or drawn from ``[low, high)``
+    when it is a tuple (RLlib's range convention: the high end is never drawn)."""
+    if isinstance(n_step, (tuple, list)):
+        if len(n_step) != 2 or not 1 <= int(n_step[0]) < int(n_step[1]):
+            raise ArgumentError(
+                f"n_step: expected an int >= 1 or a range (low, high) with 1 <= low < high, got {n_step!r}"
+            )
+        return rng.integers(int(n_step[0]), int(n_step[1]), size=count)
+    n = 1 if n_step is None else n_step
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ArgumentError(f"n_step: expected an int >= 1 or a range (low, high), got {n_step!r}")
+    return np.full(count, int(n), np.int64)
+
+
+def _consecutive(rows: np.ndarray) -> bool:
+    """Whether ``rows`` run one by one upward."""
+    return int(rows[-1]) - int(rows[0]) == len(rows) - 1 and (len(rows) < 3 or bool((np.diff(rows) == 1).all()))
+
+
+def _record(stored: StoredEpisode) -> tuple:
+    """What a state keeps of an episode beside its rows (the shared empty mapping as a dict)."""
+    return tuple(dict(v) if v is _EMPTY else v for v in (getattr(stored, name) for name in _RECORD))
+
+
+def _block_minima(blocks: np.ndarray) -> np.ndarray:
+    """The smallest positive mass of each ``[n, _MIN_BLOCK]`` block of sum tree leaves (inf: none)."""
+    return np.where(blocks > 0, blocks, np.inf).min(axis=1)
 
 
 def _leaves(flat: FlatSpec, values: Any, n: int, path: str) -> list[np.ndarray]:

@@ -14,9 +14,9 @@ from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 from ray.rllib.utils.replay_buffers.episode_replay_buffer import EpisodeReplayBuffer as _RLlibEpisodeReplayBuffer
 
 from replaybuf.errors import ArgumentError, CheckpointError
-from replaybuf.rllib._episodes import discounted, n_step_draws, one_step_episode, sequence_episode, tag
+from replaybuf.rllib._episodes import discounted, one_step_episode, sequence_episode, tag
 from replaybuf.rllib._metrics import DeferredMetrics
-from replaybuf.rllib._store import EpisodeStore, StoredEpisode
+from replaybuf.rllib._store import EpisodeStore, StoredEpisode, n_step_draws
 
 __all__ = ["EpisodeReplayBuffer"]
 
@@ -149,10 +149,6 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
             raise ArgumentError(f"sample: expected a batch size >= 1, got {size!r}")
         return int(size)
 
-    def _locate(self, rows: np.ndarray) -> tuple[list[StoredEpisode], list[int]]:
-        episodes = self._store.episodes
-        return [episodes[o] for o in self._store.row_owner[rows].tolist()], self._store.row_t[rows].tolist()
-
     def _sample_batch(self, num_items=None, *, batch_size_B=None, batch_length_T=None) -> dict:
         """Rows of T consecutive timesteps; an episode ending inside a row is followed by
         another drawn episode from its start (RLlib's ``[B, T]`` path that DreamerV3 reads)."""
@@ -167,7 +163,7 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         for b in range(B):
             filled = 0
             while filled < T:
-                (stored,), (t,) = self._locate(store.draw_uniform(self.rng, 1))
+                (stored,), (t,) = self._store.locate(store.draw_uniform(self.rng, 1))
                 flags["is_first"][b, filled] = True
                 if filled:
                     t = 0
@@ -224,7 +220,7 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         while counted < B:  # draws in blocks; a sequence counts its steps + 1, as RLlib's B does
             rows = store.draw_uniform(self.rng, B - counted)
             ns = n_step_draws(self.rng, n_step, len(rows)).tolist()
-            for stored, t, n in zip(*self._locate(rows), ns, strict=True):
+            for stored, t, n in zip(*self._store.locate(rows), ns, strict=True):
                 if min_batch_length_T > 0 and t + min_batch_length_T >= stored.length:
                     continue
                 end = min(t + (batch_length_T or 0) + n - 1, stored.length)
@@ -263,8 +259,8 @@ class EpisodeReplayBuffer(_RLlibEpisodeReplayBuffer):
         store = self._store if store is None else store
         ks = np.array([min(n, s.length - t) for s, t, n, *_ in draws], np.int64)
         kmax = int(ks.max())
-        first = np.array([s.rows[t] for s, t, *_ in draws], np.int64)
-        last = np.array([s.rows[t + k] for (s, t, *_), k in zip(draws, ks.tolist(), strict=True)], np.int64)
+        first = np.array([s.row(t) for s, t, *_ in draws], np.int64)
+        last = np.array([s.row(t + k) for (s, t, *_), k in zip(draws, ks.tolist(), strict=True)], np.int64)
         reward_rows = np.zeros((len(draws), kmax), np.int64)  # rows past k: any row, not summed
         for i, ((s, t, *_), k) in enumerate(zip(draws, ks.tolist(), strict=True)):
             reward_rows[i, :k] = s.rows[t : t + k]

@@ -24,10 +24,9 @@ from ray.rllib.utils.replay_buffers.multi_agent_episode_buffer import (
 )
 
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError
-from replaybuf.rllib._episodes import discounted, n_step_draws
-from replaybuf.rllib._store import EpisodeStore, StoredEpisode
+from replaybuf.rllib._episodes import discounted
+from replaybuf.rllib._store import MAX_RESAMPLES, EpisodeStore, StoredEpisode, checked_beta, n_step_draws
 from replaybuf.rllib.episode_buffer import EpisodeReplayBuffer, _copied
-from replaybuf.rllib.prioritized_buffer import _MAX_RESAMPLES
 
 __all__ = ["MultiAgentEpisodeReplayBuffer"]
 
@@ -232,10 +231,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibMultiAgentEpisode
         B = self._batch_size(num_items, batch_size_B)
         if replay_mode not in _MODES:
             raise ArgumentError(f"replay_mode: expected one of {_MODES}, got {replay_mode!r}")
-        if beta is None:
-            beta = 0.0
-        if not (isinstance(beta, (int, float, np.floating)) and beta >= 0):
-            raise ArgumentError(f"beta: expected a number >= 0, got {beta!r}")
+        beta = checked_beta(beta)
         n_step_draws(self.rng, n_step, 0)  # checks n_step before anything is drawn
         modules = self._modules_to_sample(modules_to_sample)
         if replay_mode == "synchronized":
@@ -245,7 +241,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibMultiAgentEpisode
         for module_id in modules:
             store = self._stores[module_id]
             rows, weights, ns, rejected = self._draw(module_id, store, B, n_step, float(beta))
-            episodes, ts = _locate(store, rows)
+            episodes, ts = store.locate(rows)
             draws = list(zip(episodes, ts, ns.tolist(), strict=True))
             items = self._transitions(
                 draws, gamma, include_infos, include_extra_model_outputs, weights.tolist(), store=store
@@ -256,7 +252,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibMultiAgentEpisode
                     item.to_numpy()
             sampled.extend(items)
             self.sampled_timesteps_per_module[module_id] += B
-            metrics.module(module_id, draws, _locate(store, rejected)[0], self._records)
+            metrics.module(module_id, draws, store.locate(rejected)[0], self._records)
         self.sampled_timesteps += B
         self._update_sample_metrics(**metrics.result(B))
         return sampled
@@ -280,19 +276,9 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibMultiAgentEpisode
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """``B`` rows of ``store`` whose episode holds their n-step, their weights, n-steps and
         the rows drawn that did not fit (drawn again, as RLlib does)."""
-        rows, ns = np.zeros(0, np.int64), np.zeros(0, np.int64)
-        rejected = np.zeros(0, np.int64)
         if store.steps == 0:
             raise EmptyBufferError(f"sample: module {module_id!r} holds no timestep to sample")
-        while len(rows) < B:
-            want = B - len(rows)
-            drawn = store.draw_uniform(self.rng, want)
-            n = n_step_draws(self.rng, n_step, want)
-            fits = _fits(store, drawn, n)
-            rejected = np.concatenate([rejected, drawn[~fits]])
-            _check_resamples(len(rejected), B, module_id, n_step)
-            rows, ns = np.concatenate([rows, drawn[fits]]), np.concatenate([ns, n[fits]])
-        return rows, np.ones(B), ns, rejected
+        return store.draw_fitting(self.rng, B, n_step, False, f" of module {module_id!r}")
 
     def _sample_synchronized(
         self, B: int, n_step: Any, gamma: float, infos: bool, extras: bool, modules: list
@@ -457,18 +443,8 @@ def _env_to_agent(eps: Any) -> dict[Any, list[int]]:
     return maps
 
 
-def _locate(store: EpisodeStore, rows: np.ndarray) -> tuple[list[StoredEpisode], list[int]]:
-    episodes = store.episodes
-    return [episodes[o] for o in store.row_owner[rows].tolist()], store.row_t[rows].tolist()
-
-
-def _fits(store: EpisodeStore, rows: np.ndarray, n: np.ndarray) -> np.ndarray:
-    lengths = np.array([store.episodes[o].length for o in store.row_owner[rows].tolist()], np.int64)
-    return store.row_t[rows] + n <= lengths
-
-
 def _check_resamples(resamples: int, B: int, module_id: Any, n_step: Any) -> None:
-    if resamples > _MAX_RESAMPLES * B:
+    if resamples > MAX_RESAMPLES * B:
         raise EmptyBufferError(
             f"sample: no stored timestep of module {module_id!r} is followed by n_step={n_step!r} steps of its episode"
         )

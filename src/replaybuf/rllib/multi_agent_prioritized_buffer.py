@@ -13,10 +13,8 @@ from ray.rllib.utils.replay_buffers.multi_agent_prioritized_episode_buffer impor
 )
 
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError
-from replaybuf.rllib._episodes import n_step_draws
 from replaybuf.rllib._store import EpisodeStore
-from replaybuf.rllib.multi_agent_buffer import MultiAgentEpisodeReplayBuffer, _check_resamples, _fits
-from replaybuf.rllib.prioritized_buffer import _MIN_PRIORITY
+from replaybuf.rllib.multi_agent_buffer import MultiAgentEpisodeReplayBuffer
 
 __all__ = ["MultiAgentPrioritizedEpisodeReplayBuffer"]
 
@@ -89,16 +87,7 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(
             raise EmptyBufferError(f"sample: module {module_id!r} holds no timestep to sample")
         N = store.steps
         max_weight = (store.mins.root() / total * N) ** -beta
-        rows, masses, ns = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
-        rejected = np.zeros(0, np.int64)
-        while len(rows) < B:
-            want = B - len(rows)
-            drawn, mass = store.draw(self.rng, want)
-            n = n_step_draws(self.rng, n_step, want)
-            fits = _fits(store, drawn, n)
-            rejected = np.concatenate([rejected, drawn[~fits]])
-            _check_resamples(len(rejected), B, module_id, n_step)
-            rows, masses, ns = (np.concatenate([a, b[fits]]) for a, b in ((rows, drawn), (masses, mass), (ns, n)))
+        rows, masses, ns, rejected = store.draw_fitting(self.rng, B, n_step, True, f" of module {module_id!r}")
         last_rows, last_owners = self._last.get(module_id, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
         self._last[module_id] = (
             np.concatenate([last_rows, rows]),
@@ -121,14 +110,8 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(
                 f"priorities: expected {rows.shape[0]} for module {module_id!r} (one per item drawn for it since "
                 f"its last update), got {values.shape[0]}"
             )
-        if not np.isfinite(values).all():
-            raise PriorityError(f"priorities: expected finite numbers, got {values[~np.isfinite(values)][:3].tolist()}")
-        values = np.maximum(values, _MIN_PRIORITY)
-        store = self._stores[module_id]
-        live = store.row_owner[rows] == owners
-        store.set_mass(rows[live], values[live] ** self._alpha)
-        if values.size:
-            self._module_to_max_priority[module_id] = max(self._module_to_max_priority[module_id], float(values.max()))
+        largest = self._stores[module_id].reprioritize(rows, owners, values, self._alpha)
+        self._module_to_max_priority[module_id] = max(self._module_to_max_priority[module_id], largest)
         self._last.pop(module_id, None)
 
     # -- state ---------------------------------------------------------------------------------

@@ -13,13 +13,10 @@ from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import (
 )
 
 from replaybuf.errors import ArgumentError, CheckpointError, EmptyBufferError, PriorityError
-from replaybuf.rllib._episodes import n_step_draws
+from replaybuf.rllib._store import checked_beta, n_step_draws
 from replaybuf.rllib.episode_buffer import EpisodeReplayBuffer, _AddCounts, _copied
 
 __all__ = ["PrioritizedEpisodeReplayBuffer"]
-
-_MIN_PRIORITY = 1e-12  # RLlib's floor for a priority given to update_priorities
-_MAX_RESAMPLES = 1000  # draws in a row that cannot cover their n-step before sample gives up
 
 
 class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibPrioritizedEpisodeReplayBuffer):
@@ -118,10 +115,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibPrioritizedEpiso
     ) -> list:
         """``num_items`` n-step transitions as one-step episodes, drawn by priority; a draw
         whose n-step passes its episode's stored end is drawn again (``num_resamples``)."""
-        if beta is None:
-            beta = 0.0
-        if not (isinstance(beta, (int, float, np.floating)) and beta >= 0):
-            raise ArgumentError(f"beta: expected a number >= 0, got {beta!r}")
+        beta = checked_beta(beta)
         B = self._batch_size(num_items, batch_size_B)
         n_step_draws(self.rng, n_step, 0)  # checks n_step before anything is drawn
         store = self._store
@@ -130,23 +124,10 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibPrioritizedEpiso
             raise EmptyBufferError("sample: the buffer holds no timestep to sample")
         N = store.steps
         max_weight = (store.mins.root() / total * N) ** -beta
-        rows, masses, ns = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
-        resamples = 0
-        while len(rows) < B:
-            want = B - len(rows)
-            drawn, mass = store.draw(self.rng, want)
-            n = n_step_draws(self.rng, n_step, want)
-            owners = store.row_owner[drawn]
-            lengths = np.array([store.episodes[o].length for o in owners.tolist()], np.int64)
-            fits = store.row_t[drawn] + n <= lengths
-            resamples += int((~fits).sum())
-            if resamples > _MAX_RESAMPLES * B:
-                raise EmptyBufferError(
-                    f"sample: no stored timestep is followed by n_step={n_step!r} steps of its episode"
-                )
-            rows, masses, ns = (np.concatenate([a, b[fits]]) for a, b in ((rows, drawn), (masses, mass), (ns, n)))
+        rows, masses, ns, rejected = store.draw_fitting(self.rng, B, n_step, prioritized=True)
+        resamples = len(rejected)
         weights = ((masses / total * N) ** -beta / max_weight).tolist()
-        episodes, ts = self._locate(rows)
+        episodes, ts = self._store.locate(rows)
         draws = list(zip(episodes, ts, ns.tolist(), strict=True))
         sampled = self._transitions(draws, gamma, include_infos, include_extra_model_outputs, weights)
         if to_numpy:
@@ -172,13 +153,8 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer, _RLlibPrioritizedEpiso
                 f"priorities: expected {self._last_rows.shape[0]} (one per item of the last sample), "
                 f"got {values.shape[0]}"
             )
-        if not np.isfinite(values).all():
-            raise PriorityError(f"priorities: expected finite numbers, got {values[~np.isfinite(values)][:3].tolist()}")
-        values = np.maximum(values, _MIN_PRIORITY)
-        live = self._store.row_owner[self._last_rows] == self._last_owners
-        self._store.set_mass(self._last_rows[live], values[live] ** self._alpha)
-        if values.size:
-            self._max_priority = max(self._max_priority, float(values.max()))
+        largest = self._store.reprioritize(self._last_rows, self._last_owners, values, self._alpha)
+        self._max_priority = max(self._max_priority, largest)
         self._last_rows, self._last_owners = np.zeros(0, np.int64), np.zeros(0, np.int64)
 
     def priority(self, episode_id: Any, t: int) -> float:
