@@ -153,7 +153,8 @@ def read_rows(records: np.ndarray, ids: np.ndarray, threads: int) -> np.ndarray:
     """The records at ``ids`` (slot = id % len(records)) of a 1-D C-contiguous ``records``: one
     ``take``, split over up to ``threads`` threads (the idle cores' worth) when it copies at
     least ``PARALLEL_BYTES``; long windows of one stream below that (``_runs``), by runs of
-    consecutive ids (``_copy_runs``: one ``memcpy`` a run, where ``take`` copies row by row).
+    consecutive ids (``_copy_runs``: one ``memcpy`` a run, where ``take`` copies row by row;
+    the windows ahead prefetched).
     (Ids wrap by ``%``: ``take(mode="wrap")`` subtracts the length once per lap, so an id of a
     long-lived buffer would cost its number of laps.)"""
     row_bytes = records.dtype.itemsize
