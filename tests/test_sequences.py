@@ -218,6 +218,30 @@ def test_no_eligible_start_is_an_empty_buffer_error():
         buffer.get_next(2, num_steps=3, burn_in=1, period=2)
 
 
+def test_the_compiled_acceptance_draws_the_numpy_draws_starts(monkeypatch):
+    """Unpadded starts (and plain windows) drawn with the compiled acceptance test equal, draw
+    for draw, those of the NumPy rounds, so a seeded or restored buffer keeps its stream."""
+    pytest.importorskip("numba")
+    assert sequences.accept_kernel() is not None, "numba is installed but the compiled acceptance was not chosen"
+    model = Model(2, 40, np.random.default_rng(3))
+    adds = [model.add(0.15) for _ in range(100)]  # wrapped, episodes cut by the wrap
+    made = []
+    for compiled in (True, False):
+        if not compiled:
+            monkeypatch.setitem(sequences._kernels, "accept", None)
+        buffer = replaybuf.UniformReplayBuffer(
+            SPEC, batch_size=2, max_length=40, seed=5, respect_episodes=True, episode_end_field="done"
+        )
+        for items in adds:
+            buffer.add_batch(items)
+        made.append(
+            [buffer.get_next(7, num_steps=3, burn_in=2)[1].ids for _ in range(20)]
+            + [buffer.get_next(5, num_steps=4)[1].ids for _ in range(20)]
+        )
+    for a, b in zip(*made, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def _random_ring(rng):
     """A ring of 1-3 streams after some adds (wrapped or not, sometimes a floor), and the
     positions an episode index keeps for it (episodes ending at random)."""
@@ -251,7 +275,7 @@ def test_the_compiled_windows_equal_the_numpy_ones():
 
 @pytest.mark.parametrize(("burn_in", "steps", "period", "pad"), [(2, 3, 1, False), (1, 4, 3, True)])
 def test_sequences_without_numba_equal_the_reference_model(monkeypatch, burn_in, steps, period, pad):
-    monkeypatch.setattr(sequences, "_windows", None)  # NumPy's passes, as without numba
+    monkeypatch.setattr(sequences, "_kernels", {"windows": None, "accept": None})  # NumPy passes, as without numba
     buffer, model = filled("numpy", batch=3, length=16, adds=40, pad=pad, seed=7)
     for _ in range(3):
         items, info = buffer.get_next(32, num_steps=steps, burn_in=burn_in, period=period)

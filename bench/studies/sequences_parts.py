@@ -6,7 +6,8 @@ one process: each get_next's CPU time (this thread's) cut into ``sequence_window
 mask, learn from the drawn starts: replaybuf.samplers.sequences), ``storage.read`` (the
 gather of the rows) and the rest (the start draw, argument checks, the nest), medians over
 calls; beside it the suite's ``numpy-gather`` floor (one np.take of a record array by
-the same pattern of rows) and sequence_windows alone:
+the same pattern of rows, cycling through 8 patterns as it did until 2026-11-29 and
+through the suite's ``FLOOR_PATTERNS`` now) and sequence_windows alone:
 
     PYTHONPATH=src python bench/studies/sequences_parts.py [--stored 1000000] [--frames]
 """
@@ -87,13 +88,14 @@ def main(argv: list[str]) -> int:
             f"storage.read {read:.3f} ms ({read / total:.0%}), the rest {rest:.3f} ms ({rest / total:.0%})",
             flush=True,
         )
-    patterns = suite.windows(records.shape[0], args.batch)
-    floor = []
-    for i in range(args.calls):
-        began = clock()
-        records.take(patterns[i % len(patterns)])
-        floor.append(clock() - began)
-    print(f"numpy-gather of the same number of rows: {statistics.median(floor) * 1e3:.3f} ms", flush=True)
+    for count in (8, suite.FLOOR_PATTERNS):  # the floor until 2026-11-29, the suite's now
+        patterns = suite.windows(records.shape[0], args.batch, count)
+        floor = []
+        for i in range(args.calls):
+            began = clock()
+            records.take(patterns[i % count])
+            floor.append(clock() - began)
+        print(f"numpy-gather of the same number of rows, {count} patterns: {statistics.median(floor) * 1e3:.3f} ms")
     print(f"load {harness.load()}", flush=True)
     return 0
 

@@ -29,6 +29,11 @@ TorchRL's collectors write); the frames' TorchRL storage holds both full stacks 
 episodes. Reference, in replaybuf's process: ``numpy-gather``, one np.take of a
 packed record array of the same fields by the same [256, 80] pattern of rows (random
 starts, 80 consecutive rows; index arrays made outside the timed loop): the copy floor.
+Its small rows cycle through ``FLOOR_PATTERNS`` patterns (1.3M rows touched a cycle at full
+size, more than the 32 MB L3 holds), so that like replaybuf's draws they come from memory:
+until 2026-11-29 it cycled through 8 (7.4 MB of rows, which stay in the L3 of a quiet
+machine: that floor ran ~1.4-1.8x faster there, and equally fast at load 17+ where other
+processes evict them; bench/analysis/88-sequences.md).
 The gather is ``records.take(rows)``: ``records[rows]`` gathers the same rows of the packed
 45-byte record ~9x slower (1.6 ms against 0.18 ms for 256 x 80 rows), a floor too low.
 The frames' record array holds 20k rows at full size (1.1 GB; every row is far out of
@@ -250,8 +255,11 @@ def _sampler(buffer, batch: int, variant: str):
     return harness.repeat(lambda: buffer.get_next(batch, STEPS, burn_in=BURN_IN, **keywords))
 
 
-def _floor(records: np.ndarray, stored: int, batch: int):
-    return cycle(records.take, windows(min(stored, records.shape[0]), batch))
+FLOOR_PATTERNS = 64  # row patterns the small floor cycles through (see the module docstring)
+
+
+def _floor(records: np.ndarray, stored: int, batch: int, count: int = 8):
+    return cycle(records.take, windows(min(stored, records.shape[0]), batch, count))
 
 
 def _records(data: dict[str, np.ndarray], fields: tuple[str, ...], rows: int) -> np.ndarray:
@@ -280,7 +288,7 @@ def measure_small(size: str, keys: list[str]) -> None:
     _fill_steps([buffer for name, buffer in buffers.items() if needed[name] & set(keys)], data, FIELDS)
     print(f"filled the small buffers in {time.perf_counter() - start:.0f} s", flush=True)
     records = _records(data, FIELDS, sizes.stored)
-    floor = _floor(records, sizes.stored, sizes.batch)
+    floor = _floor(records, sizes.stored, sizes.batch, FLOOR_PATTERNS)
     for workload in WORKLOADS:
         if workload.key in SMALL and workload.key in keys:
             variant = VARIANT_OF[workload.key]

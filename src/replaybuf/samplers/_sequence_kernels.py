@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["warm_up", "windows"]
+__all__ = ["accept", "warm_up", "windows"]
 
 
 @njit(cache=True, nogil=True)
@@ -51,7 +51,24 @@ def windows(position, capacity, batch, first_step, steps, starts, burn_in, ids, 
             learn[i, j] = real and offset >= 0
 
 
+@njit(cache=True, nogil=True)
+def accept(position, capacity, batch, candidates, steps, found, count):  # pragma: no cover
+    """Append to ``found[count:]``, in order, the ``candidates`` (stored ids) whose window of
+    ``steps`` lies inside one episode (its last step at position >= ``steps - 1``) until
+    ``found`` is full; return how many ``found`` holds. The unpadded draw's acceptance test
+    in one pass (NumPy: a gather, a compare, a mask and a slice per round)."""
+    need, offset = found.shape[0], (steps - 1) * batch
+    for candidate in candidates:
+        if count == need:
+            break
+        if position[(candidate + offset) % capacity] >= steps - 1:
+            found[count] = candidate
+            count += 1
+    return count
+
+
 def warm_up() -> None:
     """Compile (or load from the disk cache) the kernel for the arrays samplers pass."""
     mask, learn = np.empty((1, 2), bool), np.empty((1, 2), bool)
     windows(np.zeros(4, np.int64), 4, 1, 0, 2, np.zeros(1, np.int64), 1, np.empty((1, 2), np.int64), mask, learn)
+    accept(np.zeros(4, np.int64), 4, 1, np.zeros(2, np.int64), 1, np.empty(1, np.int64), 0)

@@ -94,15 +94,19 @@ def eligible(position: np.ndarray, ring: StreamRing, ids: np.ndarray, rule: Sequ
     return ok & (last_step < ring.steps) & inside
 
 
-_windows: Any = False  # not looked up yet; then the compiled kernel, or None without numba
+_kernels: dict[str, Any] = {}  # name -> the compiled kernel, or None without numba
 
 
-def _kernel() -> Any:
-    """``_sequence_kernels.windows`` (compiled or loaded from the disk cache once), or None without numba."""
-    global _windows
-    if _windows is False:
-        _windows = load_kernel("_sequence_kernels", "windows")
-    return _windows
+def _kernel(name: str = "windows") -> Any:
+    """``_sequence_kernels.<name>`` (compiled or loaded from the disk cache once), or None without numba."""
+    if name not in _kernels:
+        _kernels[name] = load_kernel("_sequence_kernels", name)
+    return _kernels[name]
+
+
+def accept_kernel() -> Any:
+    """``_sequence_kernels.accept`` (the unpadded draw's acceptance test), or None without numba."""
+    return _kernel("accept")
 
 
 def sequence_windows(

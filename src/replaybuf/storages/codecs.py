@@ -27,6 +27,7 @@ import numpy as np
 
 from replaybuf.errors import ArgumentError, CheckpointError, ReplayBufferError
 from replaybuf.storages.blobs import BlobRing
+from replaybuf.storages.prefetch import prefetch_intrinsic
 from replaybuf.storages.threads import run_split
 
 __all__ = ["CODECS", "Codec", "decode_frames", "make_codec"]
@@ -196,7 +197,7 @@ def _build_decode_many(decompress: Callable[..., int], prefetching: bool) -> Cal
     """``decode_many`` (see ``Codec``), prefetching ``PREFETCH_AHEAD`` blobs ahead or not."""
     import numba
 
-    prefetch = _prefetch_intrinsic() if prefetching else None
+    prefetch = prefetch_intrinsic() if prefetching else None
     ahead = PREFETCH_AHEAD if prefetching else 0
 
     @numba.njit(nogil=True)
@@ -220,30 +221,6 @@ def _build_decode_many(decompress: Callable[..., int], prefetching: bool) -> Cal
         return failed
 
     return decode_many
-
-
-def _prefetch_intrinsic() -> Callable[[int], None]:
-    """``prefetch(address)`` for compiled code: LLVM's prefetch of the cache line at an
-    integer address (a hint: it never faults and changes no result)."""
-    from llvmlite import ir
-    from numba import types
-    from numba.core import cgutils
-    from numba.extending import intrinsic
-
-    @intrinsic
-    def prefetch(typingctx, address):  # noqa: ANN001, ANN202 - numba's intrinsic protocol
-        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-            pointer_type = ir.IntType(8).as_pointer()
-            i32 = ir.IntType(32)
-            function_type = ir.FunctionType(ir.VoidType(), [pointer_type, i32, i32, i32])
-            function = cgutils.get_or_insert_function(builder.module, function_type, "llvm.prefetch.p0i8")
-            # read (0), keep in all cache levels (3), data cache (1)
-            builder.call(function, [builder.inttoptr(args[0], pointer_type), *(ir.Constant(i32, v) for v in (0, 3, 1))])
-            return context.get_dummy_value()
-
-        return types.void(types.uint64), codegen
-
-    return prefetch
 
 
 def decode_frames(

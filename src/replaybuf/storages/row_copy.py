@@ -57,26 +57,85 @@ def _copy_rows() -> Callable[..., None] | None:
     return copy
 
 
+# Windows prefetched ahead of the one being copied: the windows of a sample start at random
+# in a ring far larger than the caches, and each run's memcpy waits on its first lines
+# otherwise (figures: bench/analysis/88-sequences.md).
+PREFETCH_AHEAD = 8
+
+
 @cache
 def _copy_runs() -> Callable[..., None] | None:
-    """``copy(source, row_bytes, capacity, ids, destination)``: the records at ``ids``
-    (slot = id % capacity) of the ``capacity`` records at address ``source`` into
-    ``destination``, each run of consecutive ids (not passing the last slot) by one
-    ``memcpy``; None as for ``_copy_rows``. Compiled once per process."""
+    """``copy(source, row_bytes, capacity, ids, destination, length)``: the records at
+    ``ids`` (windows of ``length`` ids, flat; slot = id % capacity) of the ``capacity``
+    records at address ``source`` into ``destination``, each run of consecutive ids inside
+    a window (not passing the last slot) by one ``memcpy``, the lines of the window
+    ``PREFETCH_AHEAD`` on asked for first (the plain loop where this numba cannot compile
+    the prefetch); None as for ``_copy_rows``. Compiled once per process."""
     memcpy = _memcpy()
     if memcpy is None:
         return None
+    records = np.arange(12, dtype=np.int32).reshape(6, 2)  # a check that the compiled loop copies
+    ids = np.array([4, 5, 0, 0, 3, 4, 5, 6], np.int64)
+    for prefetching in (True, False):
+        try:
+            copy = _build_copy_runs(memcpy, prefetching)
+            rows = np.zeros((8, 2), np.int32)
+            copy(records.ctypes.data, 8, 6, ids, rows.ctypes.data, 4)
+        except Exception:  # noqa: BLE001 - a numba/LLVM that cannot lower the prefetch
+            continue
+        if rows.tobytes() == records[ids % 6].tobytes():
+            return copy
+    return None
+
+
+def _build_copy_runs(memcpy: Any, prefetching: bool) -> Callable[..., None]:
+    """``copy`` (see ``_copy_runs``), prefetching ``PREFETCH_AHEAD`` windows ahead or not."""
     import numba
 
+    from replaybuf.storages.prefetch import prefetch_intrinsic
+
+    prefetch = prefetch_intrinsic() if prefetching else None
+    ahead = PREFETCH_AHEAD if prefetching else 0
+
     @numba.njit(nogil=True)
-    def copy(source, row_bytes, capacity, ids, destination):  # pragma: no cover - compiled
-        i, count = 0, ids.shape[0]
-        while i < count:
-            slot, stop = ids[i] % capacity, i + 1
-            while stop < count and ids[stop] == ids[stop - 1] + 1 and slot + (stop - i) < capacity:
-                stop += 1
-            memcpy(destination + np.uint64(i * row_bytes), source + np.uint64(slot * row_bytes), (stop - i) * row_bytes)
-            i = stop
+    def fetch(source, row_bytes, capacity, ids, length, window):  # pragma: no cover - compiled
+        """Ask for the lines of window ``window``: all of them when its slots are one span
+        no longer than the window (no wrap), else its first and last rows'."""
+        if prefetch is not None:
+            first = (ids[window * length] % capacity) * row_bytes
+            last = (ids[window * length + length - 1] % capacity) * row_bytes
+            if 0 <= last - first < length * row_bytes:
+                for offset in range(first - first % 64, last + row_bytes, 64):
+                    prefetch(source + np.uint64(offset))
+            else:
+                prefetch(source + np.uint64(first))
+                prefetch(source + np.uint64(last))
+
+    @numba.njit(nogil=True)
+    def copy(source, row_bytes, capacity, ids, destination, length):  # pragma: no cover - compiled
+        windows = ids.shape[0] // length
+        for window in range(min(ahead, windows)):
+            fetch(source, row_bytes, capacity, ids, length, window)
+        for window in range(windows):
+            if window + ahead < windows:
+                fetch(source, row_bytes, capacity, ids, length, window + ahead)
+            i, end = window * length, (window + 1) * length
+            while i < end:
+                slot, stop = ids[i] % capacity, i + 1
+                if stop < end and ids[stop] == ids[i]:  # a clamped id repeated: its row once per step
+                    while stop < end and ids[stop] == ids[i]:
+                        stop += 1
+                    for row in range(i, stop):
+                        memcpy(
+                            destination + np.uint64(row * row_bytes), source + np.uint64(slot * row_bytes), row_bytes
+                        )
+                    i = stop
+                    continue
+                while stop < end and ids[stop] == ids[stop - 1] + 1 and slot + (stop - i) < capacity:
+                    stop += 1
+                size = (stop - i) * row_bytes
+                memcpy(destination + np.uint64(i * row_bytes), source + np.uint64(slot * row_bytes), size)
+                i = stop
 
     return copy
 
@@ -94,7 +153,8 @@ def read_rows(records: np.ndarray, ids: np.ndarray, threads: int) -> np.ndarray:
     """The records at ``ids`` (slot = id % len(records)) of a 1-D C-contiguous ``records``: one
     ``take``, split over up to ``threads`` threads (the idle cores' worth) when it copies at
     least ``PARALLEL_BYTES``; long windows of one stream below that (``_runs``), by runs of
-    consecutive ids (``_copy_runs``: one ``memcpy`` a run, where ``take`` copies row by row).
+    consecutive ids (``_copy_runs``: one ``memcpy`` a run, where ``take`` copies row by row;
+    the windows ahead prefetched).
     (Ids wrap by ``%``: ``take(mode="wrap")`` subtracts the length once per lap, so an id of a
     long-lived buffer would cost its number of laps.)"""
     row_bytes = records.dtype.itemsize
@@ -104,7 +164,7 @@ def read_rows(records: np.ndarray, ids: np.ndarray, threads: int) -> np.ndarray:
         if copy is not None:
             flat = np.ascontiguousarray(ids, np.int64).reshape(-1)
             rows = np.empty(ids.shape, records.dtype)
-            copy(records.ctypes.data, row_bytes, records.shape[0], flat, rows.ctypes.data)
+            copy(records.ctypes.data, row_bytes, records.shape[0], flat, rows.ctypes.data, ids.shape[-1])
             return rows
     slots = ids % records.shape[0]
     if small or not records.flags.c_contiguous:
