@@ -16,7 +16,9 @@ read and write leaf by leaf, in the per-leaf format every torch buffer has alway
 
 Returned leaves are views: their rows are ``row_bytes`` apart, so ``x.view(-1)`` on a leaf
 needs ``x.reshape(-1)`` (or ``x.contiguous()``) instead. Tensors are allocated with
-``torch.empty``: pages are mapped when first written, and only written slots are read.
+``torch.empty`` (on the CPU with ``np.empty``, shared: NumPy asks for transparent huge pages
+on large blocks, which scattered reads gain from): pages are mapped when first written, and
+only written slots are read.
 """
 
 from __future__ import annotations
@@ -149,11 +151,16 @@ class TorchStorage:
         self.drawn_ids: tuple[torch.Tensor, np.ndarray] | None = None
         self.device = device
         self.layout = RowLayout(leaves)
-        self.rows = torch.empty((capacity, self.layout.row_bytes), dtype=torch.uint8, device=device)
-        self._gather_rows = self.rows.view(self.layout.gather_dtype)
-        self.tensors = self.layout.views(self.rows, (capacity,))
         if through_numpy is None:
             through_numpy = device.type == "cpu"
+        if device.type == "cpu":
+            # NumPy's allocation: it asks for transparent huge pages on large blocks (torch's
+            # does not), so a sample's scattered rows cost fewer TLB misses, as NumPy's buffers'
+            self.rows = torch.from_numpy(np.empty((capacity, self.layout.row_bytes), np.uint8))
+        else:
+            self.rows = torch.empty((capacity, self.layout.row_bytes), dtype=torch.uint8, device=device)
+        self._gather_rows = self.rows.view(self.layout.gather_dtype)
+        self.tensors = self.layout.views(self.rows, (capacity,))
         #: NumPy views of ``tensors`` (slot-indexed, as a NumPy storage's ``fields``) when reads
         #: and writes go through NumPy; None otherwise
         self.fields = [t.numpy() for t in self.tensors] if through_numpy else None
