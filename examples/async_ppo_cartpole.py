@@ -21,7 +21,8 @@ importance ratio is the learner's policy against the stored behaviour log-probab
 policy that really acted), then sets ``buffer.policy_version`` and publishes its weights.
 
 Stopping (at the target, after ``--max-updates``, or on Ctrl-C, which the actors ignore so
-that the learner can stop them): the learner sets a stop event, drains the queue until
+that the learner can stop them, and which the learner reads as a flag between steps): the
+learner sets a stop event, drains the queue until
 every actor has returned (an actor blocked on a full queue checks the event every 0.1 s),
 joins them and prints their exit codes. docs/sample_rules.md ("An asynchronous PPO learner") has the results.
 """
@@ -229,12 +230,12 @@ def main(argv=None):
         while True:
             try:
                 index, acted, chunk, finished = (
-                    chunks.get(timeout=30.0) if block and not received else chunks.get_nowait()
+                    chunks.get(timeout=1.0) if block and not received else chunks.get_nowait()
                 )
             except queue.Empty:
                 if block and not received and not any(p.is_alive() for p in actors):
                     raise RuntimeError("every actor process has died") from None
-                if block and not received:
+                if block and not received and not interrupted:
                     continue
                 return received
             advantage, value_target = gae(value, chunk, args)
@@ -265,8 +266,13 @@ def main(argv=None):
     updates, max_staleness_seen, best, best_weights, score = 0, 0, -1.0, None, float("nan")
     loss_value = float("nan")
     print(f"update 0: greedy return {evaluate(policy, seed=10_000):.1f} (a uniformly random policy: ~22)", flush=True)
+    # Ctrl-C sets a flag the loop reads between steps: a KeyboardInterrupt raised at any
+    # bytecode could cut a queue read in half (the queue's pipe then never parses again, and
+    # draining it hangs) or an add to the buffer.
+    interrupted = []
+    previous_handler = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
     try:
-        while updates < args.max_updates:
+        while updates < args.max_updates and not interrupted:
             receive(block=False)
             try:
                 items, info = rb.get_next(args.batch_size)  # each item drawn once, none staler than the bound
@@ -312,9 +318,10 @@ def main(argv=None):
                     best, best_weights = score, {k: v.clone() for k, v in policy.state_dict().items()}
                 if best >= args.target:
                     break
-    except KeyboardInterrupt:  # Ctrl-C: stop here, shut the actors down and report (they ignore it)
-        print(f"interrupted after update {updates}", flush=True)
     finally:
+        signal.signal(signal.SIGINT, previous_handler)
+        if interrupted:  # Ctrl-C: stop here, shut the actors down and report (they ignore it)
+            print(f"interrupted after update {updates}", flush=True)
         stop.set()  # actors return at their next chunk (or within 0.1 s when blocked on the queue)
         deadline = time.time() + 60
         while any(p.is_alive() for p in actors) and time.time() < deadline:

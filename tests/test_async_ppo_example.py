@@ -84,6 +84,8 @@ def test_ctrl_c_stops_the_learner_and_it_stops_the_spawned_actors():
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        process.stdout.close()  # a run cut short leaves them open: a later test would see the warning
+        process.stderr.close()
     text = "".join(lines) + rest
     assert process.returncode == 0, err[-3000:]
     assert "interrupted after update" in text, text

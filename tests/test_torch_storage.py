@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replaybuf import ArraySpec
+from replaybuf.ring import StreamRing
 
 torch = pytest.importorskip("torch")
 from replaybuf.torch.storage import ROW_ALIGNMENT, RowLayout, TorchStorage  # noqa: E402
@@ -93,6 +94,25 @@ def test_a_read_is_one_gather_whose_leaves_are_views_of_it(through_numpy):
     assert first not in range(rows, rows + storage.rows.numel())
     one = storage.read(torch.tensor(5))  # a single slot: leaves shaped as the spec
     assert [tuple(leaf.shape) for leaf in one] == [spec.shape for spec in LEAVES]
+
+
+def test_a_ring_storage_reads_ids_as_slots_until_the_ring_wraps_and_wraps_them_after():
+    """With its buffer's ring, a CPU storage reads stored ids straight (skipping ``% capacity``)
+    while no id has reached the capacity, and wraps them once the ring has; the same rows as a
+    storage without the ring either way."""
+    ring = StreamRing(2, 4)
+    with_ring = TorchStorage(LEAVES, ring.capacity, torch.device("cpu"), ring=ring)
+    plain = TorchStorage(LEAVES, ring.capacity, torch.device("cpu"))
+    rng = np.random.default_rng(3)
+    for _ in range(7):
+        batch = rows_of(rng, 2)
+        for storage in (with_ring, plain):
+            storage.write(ring.slot(ring.steps), batch)
+        ring.steps += 1
+        ids = torch.as_tensor(rng.integers(ring.first_valid_step() * 2, ring.steps * 2, (3, 2)))
+        for got, want in zip(with_ring.read(ids), plain.read(ids), strict=True):
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert ring.steps * ring.batch_size > ring.capacity  # the last reads were of a wrapped ring
 
 
 @pytest.mark.parametrize("path", ["host rows", "device concatenation"])

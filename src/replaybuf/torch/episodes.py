@@ -31,17 +31,27 @@ def on_device(device: torch.device, array: np.ndarray) -> torch.Tensor:
     contiguous array is shared, not copied (``torch.from_numpy``: half of ``as_tensor``'s
     cost, which a prioritized sample pays three times)."""
     if device.type == "cpu":
-        if array.flags.c_contiguous and array.flags.writeable:
-            return torch.from_numpy(array)
-        return torch.as_tensor(array)
+        return _on_cpu(array)
     return torch.as_tensor(array).to(device, non_blocking=True)
+
+
+def _on_cpu(array: Any) -> torch.Tensor:
+    """``array`` as a CPU tensor: a contiguous, writable ndarray shared (the host draws' fresh
+    results), anything else copied."""
+    if array.__class__ is np.ndarray and array.flags.c_contiguous and array.flags.writeable:
+        return torch.from_numpy(array)
+    return torch.as_tensor(np.asarray(array))
 
 
 def draw_on_device(
     device: torch.device, ids: np.ndarray, probabilities: np.ndarray, extras: dict
 ) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """A host draw's ``(ids, probabilities, extras)`` as tensors on ``device`` (an extra that is
-    None stays None), copied without waiting for the device."""
+    None stays None), copied without waiting for the device. On the CPU each fresh array is
+    shared by one ``torch.from_numpy`` (no device check per value)."""
+    if device.type == "cpu":
+        extras = {key: None if value is None else _on_cpu(value) for key, value in extras.items()}
+        return _on_cpu(ids), _on_cpu(np.asarray(probabilities, np.float32)), extras
     extras = {key: None if value is None else on_device(device, np.asarray(value)) for key, value in extras.items()}
     return on_device(device, np.asarray(ids)), on_device(device, np.asarray(probabilities, np.float32)), extras
 
@@ -51,9 +61,9 @@ def to_host(value: Any) -> Any:
     tensor without gradients: its memory, shared); anything else as given."""
     if not isinstance(value, torch.Tensor):
         return value
-    if value.requires_grad or value.device.type != "cpu":
-        value = value.detach().cpu()
-    return value.numpy()
+    if value.is_cpu and not value.requires_grad:
+        return value.numpy()
+    return value.detach().cpu().numpy()
 
 
 class HostLeaves(Sequence):

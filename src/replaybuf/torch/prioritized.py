@@ -52,11 +52,24 @@ class TorchPrioritizedSampler(PrioritizedSampler):
         self.device = device
         self.host_rng = np.random.default_rng(seed)
         self._storage = storage
+        self._on_cpu = device.type == "cpu"
+        self.drawn_ids: tuple[torch.Tensor, np.ndarray] | None = None  # the last CPU draw's ids, tensor and array
 
     def draw(
         self, rng: Any, ring: StreamRing, sample_batch_size: int | None, num_steps: int | None
     ) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        return draw_on_device(self.device, *super().draw(self.host_rng, ring, sample_batch_size, num_steps))
+        ids, probabilities, extras = PrioritizedSampler.draw(self, self.host_rng, ring, sample_batch_size, num_steps)
+        if self._on_cpu and extras["mask"] is None:
+            # the hot path of a CPU buffer: the draw's fresh arrays shared as they are (one
+            # from_numpy each), where draw_on_device checks and converts each value; the ids'
+            # host array is kept beside their tensor, for the read and the update to use
+            self.drawn_ids = self._storage().drawn_ids = (tensor := torch.from_numpy(ids), ids)
+            return (
+                tensor,
+                torch.from_numpy(probabilities),
+                {"weights": torch.from_numpy(extras["weights"]), "mask": None},
+            )
+        return draw_on_device(self.device, ids, probabilities, extras)
 
     def draw_sequences(
         self, rng: Any, ring: StreamRing, sample_batch_size: int | None, rule: SequenceRule
@@ -70,7 +83,9 @@ class TorchPrioritizedSampler(PrioritizedSampler):
         super().added(ring, HostLeaves(arrays), priorities)
 
     def update_priorities(self, ring: StreamRing, ids: Any, priorities: Any) -> None:
-        super().update_priorities(ring, to_host(ids), to_host(priorities))
+        drawn = self.drawn_ids
+        ids = drawn[1] if drawn is not None and ids is drawn[0] else to_host(ids)
+        PrioritizedSampler.update_priorities(self, ring, ids, to_host(priorities))
 
     def state(self, ring: StreamRing) -> dict:
         return {"priorities": super().state(ring)["priorities"]}

@@ -7,7 +7,8 @@ the number of leaves; on CPU uint8 rows gather about 8x faster than ``x[idx]``) 
 back each leaf as a strided view of the gathered rows (rows are gathered as the dtype of
 most leaves; a dtype view per other dtype and an ``as_strided`` per leaf: metadata only,
 no copy, no kernel). On the CPU the same is done through NumPy views of the rows: one
-``take`` of whole rows (at the ids' slots, ``ids % capacity`` in NumPy) and one
+``take`` of whole rows (at the ids' slots, ``ids % capacity`` in NumPy; the ids themselves
+while the buffer's ring has not wrapped) and one
 ``torch.from_numpy`` per leaf, since a NumPy call costs a fraction of a torch op's dispatch
 and a sample's host time is a handful of such calls (docs/gpu.md). ``tensors`` are the same
 views of the storage itself, ``[capacity] + leaf.shape`` each, through which checkpoints
@@ -15,7 +16,9 @@ read and write leaf by leaf, in the per-leaf format every torch buffer has alway
 
 Returned leaves are views: their rows are ``row_bytes`` apart, so ``x.view(-1)`` on a leaf
 needs ``x.reshape(-1)`` (or ``x.contiguous()``) instead. Tensors are allocated with
-``torch.empty``: pages are mapped when first written, and only written slots are read.
+``torch.empty`` (on the CPU with ``np.empty``, shared: NumPy asks for transparent huge pages
+on large blocks, which scattered reads gain from): pages are mapped when first written, and
+only written slots are read.
 """
 
 from __future__ import annotations
@@ -132,16 +135,32 @@ class TorchStorage:
     """
 
     def __init__(
-        self, leaves: Sequence[ArraySpec], capacity: int, device: torch.device, through_numpy: bool | None = None
+        self,
+        leaves: Sequence[ArraySpec],
+        capacity: int,
+        device: torch.device,
+        through_numpy: bool | None = None,
+        ring: Any = None,
     ):
         self.capacity = capacity
+        #: the buffer's ``StreamRing`` when reads are of its stored ids only: until it wraps they
+        #: are below the capacity, so a host read skips the ``% capacity`` (None: always wrapped)
+        self._ring = ring
+        #: ``(tensor, array)``: ids a host draw made as ``torch.from_numpy(array)``; a read of that
+        #: tensor takes the array (no ``Tensor.numpy()``)
+        self.drawn_ids: tuple[torch.Tensor, np.ndarray] | None = None
         self.device = device
         self.layout = RowLayout(leaves)
-        self.rows = torch.empty((capacity, self.layout.row_bytes), dtype=torch.uint8, device=device)
-        self._gather_rows = self.rows.view(self.layout.gather_dtype)
-        self.tensors = self.layout.views(self.rows, (capacity,))
         if through_numpy is None:
             through_numpy = device.type == "cpu"
+        if device.type == "cpu":
+            # NumPy's allocation: it asks for transparent huge pages on large blocks (torch's
+            # does not), so a sample's scattered rows cost fewer TLB misses, as NumPy's buffers'
+            self.rows = torch.from_numpy(np.empty((capacity, self.layout.row_bytes), np.uint8))
+        else:
+            self.rows = torch.empty((capacity, self.layout.row_bytes), dtype=torch.uint8, device=device)
+        self._gather_rows = self.rows.view(self.layout.gather_dtype)
+        self.tensors = self.layout.views(self.rows, (capacity,))
         #: NumPy views of ``tensors`` (slot-indexed, as a NumPy storage's ``fields``) when reads
         #: and writes go through NumPy; None otherwise
         self.fields = [t.numpy() for t in self.tensors] if through_numpy else None
@@ -191,6 +210,11 @@ class TorchStorage:
         """The leaves of the items at ``ids`` (int64 on the device, slot = id % capacity),
         each ``ids.shape + leaf.shape``."""
         if self.host_rows is not None:
-            return self.layout.host_views(self.host_rows.take(ids.numpy() % self.capacity))
+            drawn = self.drawn_ids
+            host = drawn[1] if drawn is not None and ids is drawn[0] else ids.numpy()
+            ring = self._ring
+            if ring is not None and ring.steps * ring.batch_size <= self.capacity:  # not wrapped: ids are slots
+                return self.layout.host_views(self.host_rows.take(host))
+            return self.layout.host_views(self.host_rows.take(host % self.capacity))
         slots = torch.remainder(ids if ids.dim() == 1 else ids.reshape(-1), self.capacity)
         return self.layout.views(torch.index_select(self._gather_rows, 0, slots), ids.shape)

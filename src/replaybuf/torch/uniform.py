@@ -162,7 +162,7 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
             data_spec,
             batch_size,
             max_length,
-            storage=lambda flat, ring: TorchStorage(flat.leaves, ring.capacity, self._device),
+            storage=lambda flat, ring: TorchStorage(flat.leaves, ring.capacity, self._device, ring=ring),
             sampler=self._sampler_part(respect_episodes or her is not None, pad_episode_ends, episode_end_field, seed),
             dataset_drop_remainder=dataset_drop_remainder,
             dataset_window_shift=dataset_window_shift,
