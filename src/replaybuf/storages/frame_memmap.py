@@ -196,12 +196,15 @@ class MappedFramePool(FramePool):
         cuts = np.flatnonzero(np.concatenate(([True], ~joined, [True])))  # run k: pieces cuts[k]:cuts[k + 1]
         sizes = (stop[cuts[1:] - 1] - start[cuts[:-1]]) * width
         at = (self.offset + rows[start] * width).tolist()
-        fd, runs, sizes = self._fd, cuts.tolist(), sizes.tolist()
-        for k in range(len(runs) - 1):
-            lo, hi = runs[k], runs[k + 1]
-            if hi - lo > IOV_MAX or os.preadv(fd, pieces[lo:hi], at[lo]) != sizes[k]:
-                for i in range(lo, hi):  # more pieces than one call takes, or it read less
-                    _preadv_all(fd, pieces[i], at[i])
+        fd, runs, preadv = self._fd, cuts.tolist(), os.preadv
+        if len(runs) - 1 == len(pieces):  # every run one piece (the frames of many streams interleave)
+            got = [preadv(fd, [piece], position) for piece, position in zip(pieces, at, strict=True)]
+        else:  # a run of more buffers than one call takes is read piece by piece below
+            calls = zip(runs[:-1], runs[1:], strict=True)
+            got = [preadv(fd, pieces[lo:hi], at[lo]) if hi - lo <= IOV_MAX else -1 for lo, hi in calls]
+        for k in np.flatnonzero(np.array(got) != sizes).tolist():  # or a call read less than asked
+            for i in range(runs[k], runs[k + 1]):
+                _preadv_all(fd, pieces[i], at[i])
 
     def _grow(self, needed: int) -> None:
         """A ring of at least ``needed`` frames plus slack: the live frames copied into a new
