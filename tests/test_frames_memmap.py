@@ -87,6 +87,37 @@ def test_samples_equal_the_in_memory_buffers(tmp_path, cls, axis):
     assert isinstance(mapped.storage.pool, MappedFramePool)
 
 
+@pytest.mark.parametrize(
+    ("case", "expected"), [("whole", [2, 1, 1, 1]), ("few buffers", [1, 1, 1, 1, 1]), ("short", [2, 1, 1, 1, 1, 1])]
+)
+def test_a_read_takes_one_call_per_run_of_consecutive_frames(tmp_path, monkeypatch, case, expected):
+    """``MappedFramePool.fill`` reads each run of consecutive file rows with one ``os.preadv``
+    straight into its places (a buffer per stretch of consecutive places); a run of more
+    buffers than one call takes, or a call that reads less than asked, piece by piece."""
+    rb = FrameStackReplayBuffer(spec(0), 2, 10, seed=0, storage="memmap", path=tmp_path / "rb")
+    adds(rb, 20, 0)
+    pool = rb.storage.pool
+    frames = np.asarray(pool.frames).reshape(pool.size + 1, -1)  # the file's rows, through its mapping
+    rows = np.array([3, 4, 5, 6, 9, 10, 11, 0, 1, 8])  # runs: 3-6 (two pieces), 9-11, 0-1, 8
+    places = np.array([4, 5, 0, 1, 6, 7, 8, 2, 3, 9])
+    real, calls = os.preadv, []
+
+    def preadv(fd, buffers, position):
+        calls.append(len(buffers))
+        if case == "short" and len(calls) == 1:  # the first call reads one byte less than asked
+            buffers = [*buffers[:-1], buffers[-1][:-1]]
+        return real(fd, buffers, position)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    if case == "few buffers":
+        monkeypatch.setattr("replaybuf.storages.frame_memmap.IOV_MAX", 1)
+    block = np.zeros((10, pool.frame_bytes), np.uint8)
+    pool.fill(rows, block, places, 1)
+    np.testing.assert_array_equal(block[places], frames[rows])
+    assert frames[rows].any()
+    assert calls == expected
+
+
 def test_reopening_recovers_the_items_and_the_frame_matching(tmp_path):
     memory = FrameStackReplayBuffer(spec(0), 2, 10, seed=5)
     mapped = FrameStackReplayBuffer(spec(0), 2, 10, seed=5, storage="memmap", path=tmp_path / "rb")

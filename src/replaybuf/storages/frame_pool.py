@@ -14,9 +14,10 @@ than expected.
 A read of compressed frames decodes each distinct frame it uses once: into a scratch pool
 reused between reads (``frames_for``: a fresh array per read would fault in new pages,
 about as slow as the decoding), or straight into the places of the batch (``decode_batch``,
-for frames that lie whole in their stacks). The pool's part of a checkpoint (``state``,
-``check_state``, ``checked``, ``load``) is its live frames once: raw, or the blobs as they
-are with the codec's name (docs/images.md).
+for frames that lie whole in their stacks). A pool whose raw frames are read from a file
+(``reads_frames``) reads them the same two ways (``fill``). The pool's part of a checkpoint
+(``state``, ``check_state``, ``checked``, ``load``) is its live frames once: raw, or the
+blobs as they are with the codec's name (docs/images.md).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class FramePool:
     """``size`` frames of ``frame_shape`` and ``frame_dtype`` by ``counter % size``, raw or
     compressed with ``codec``; ``batch_size`` (the buffer's streams) is the slack kept when
     the ring grows."""
+
+    reads_frames = False  # raw frames read (from a file) by ``fill`` rather than held in ``frames``
 
     def __init__(
         self, frame_shape: tuple[int, ...], frame_dtype: np.dtype, size: int, batch_size: int, codec: Codec | None
@@ -108,15 +111,20 @@ class FramePool:
     def frames_for(self, pointers: list[np.ndarray], threads: int) -> tuple[np.ndarray, int, list[np.ndarray]]:
         """``(frames, size, pointers)``: a pool holding every frame ``pointers`` name (row
         ``size`` the zero frame) and the pointers into it. Raw: the frame ring itself.
-        Compressed: each distinct frame decoded once (by up to ``threads`` threads) into the
-        scratch pool, pointers renumbered."""
-        if self.codec is None:
+        Compressed (or ``reads_frames``): each distinct frame decoded (read) once (by up to
+        ``threads`` threads) into the scratch pool, pointers renumbered."""
+        if self.codec is None and not self.reads_frames:
             return self.frames, self.size, pointers
         counters, held, renumbered = self.distinct(pointers)
-        blobs, rows = self.source(counters % self.size)
-        decode_frames(self.codec, blobs, rows, held, np.arange(counters.size), threads)  # type: ignore[arg-type]
+        self.fill(counters % self.size, held, np.arange(counters.size), threads)
         size = held.shape[0] - 1
         return held.view(self.frame_dtype).reshape(size + 1, *self.frame_shape), size, renumbered
+
+    def fill(self, rows: np.ndarray, block: np.ndarray, places: np.ndarray, threads: int) -> None:
+        """Put the frame of pool row ``rows[i]`` into ``block[places[i]]`` (``block``:
+        C-contiguous ``[m, frame_bytes]`` uint8): compressed, decoded by up to ``threads`` threads."""
+        blobs, rows = self.source(rows)
+        decode_frames(self.codec, blobs, rows, block, places, threads)  # type: ignore[arg-type]
 
     def source(self, rows: np.ndarray) -> tuple[BlobRing, np.ndarray]:
         """Where the blobs of pool ``rows`` are read from, and their rows there: the ring itself
@@ -142,12 +150,12 @@ class FramePool:
         """``[every.size, frame_bytes]`` uint8: the frame of each pointer in ``every``, each
         distinct frame decoded once (by up to ``threads`` threads) into its first place and
         copied to its other places (with the compiled ``kernels`` when given): no scratch
-        pool to gather from, a third less copying than ``frames_for``. Compressed pools only."""
-        block = np.empty((every.size, self.codec.frame_bytes), np.uint8)  # type: ignore[union-attr]
+        pool to gather from, a third less copying than ``frames_for``. Compressed pools and
+        ``reads_frames`` ones only."""
+        block = np.empty((every.size, self.frame_bytes), np.uint8)
         plan = kernels.decode_plan if kernels is not None else _decode_plan
         rows, first, targets, sources, zeros = plan(every, self.size)
-        blobs, rows = self.source(rows)
-        decode_frames(self.codec, blobs, rows, block, first, threads)  # type: ignore[arg-type]
+        self.fill(rows, block, first, threads)
         if zeros.size:
             block[zeros] = 0
         if kernels is not None:
