@@ -76,11 +76,11 @@ def _torch_py_uniform(device: str):
     return make
 
 
-def _torch_prioritized(device: str):
+def _torch_prioritized(device: str, **options):
     def make(data_spec, batch_size, max_length, seed):
         # as numpy-prioritized: no priority updates here, so sampling must be exactly uniform
         return _torch_backend(device).TorchPrioritizedReplayBuffer(
-            data_spec, batch_size=batch_size, max_length=max_length, device=device, seed=seed
+            data_spec, batch_size=batch_size, max_length=max_length, device=device, seed=seed, **options
         )
 
     return make
@@ -230,6 +230,13 @@ BACKENDS: list[Backend] = [
     Backend("torch-py-cuda", _torch_py_uniform("cuda"), _torch_to_numpy, single_stream=True, marks=(pytest.mark.cuda,)),
     Backend("torch-prioritized-cpu", _torch_prioritized("cpu"), _torch_to_numpy),
     Backend("torch-prioritized-cuda", _torch_prioritized("cuda"), _torch_to_numpy, marks=(pytest.mark.cuda,)),
+    Backend("torch-prioritized-device-trees-cpu", _torch_prioritized("cpu", tree_device="device"), _torch_to_numpy),
+    Backend(
+        "torch-prioritized-device-trees-cuda",
+        _torch_prioritized("cuda", tree_device="device"),
+        _torch_to_numpy,
+        marks=(pytest.mark.cuda,),
+    ),
     Backend("tf", _tf_uniform, _tf_to_numpy),
     Backend("numpy-prioritized", _numpy_prioritized),
     Backend("numpy-frames", _numpy_frames),

@@ -26,7 +26,9 @@ def _torch(device, prioritized=False):
         import replaybuf.torch
 
         if prioritized:
-            return replaybuf.torch.TorchPrioritizedReplayBuffer(SPEC, device=device, alpha=0.7, **options)
+            return replaybuf.torch.TorchPrioritizedReplayBuffer(
+                SPEC, device=device, alpha=0.7, tree_device="host", **options
+            )
         return replaybuf.torch.TorchUniformReplayBuffer(SPEC, device=device, **options)
 
     return make

@@ -39,7 +39,7 @@ def host(value):
 def test_draws_equal_the_numpy_buffers_for_the_same_seed_adds_and_updates(device, num_steps):
     device = device_of(device)
     numpy_rb = replaybuf.PrioritizedReplayBuffer(SPEC, 2, 8, alpha=0.7, beta=0.5, seed=4)
-    torch_rb = TorchPrioritizedReplayBuffer(SPEC, 2, 8, alpha=0.7, beta=0.5, seed=4, device=device)
+    torch_rb = TorchPrioritizedReplayBuffer(SPEC, 2, 8, alpha=0.7, beta=0.5, seed=4, device=device, tree_device="host")
     for t in range(13):
         given = np.array([t + 1.0, 0.25 * t + 0.1]) if t % 3 == 0 else None
         numpy_rb.add_batch(step(t), priorities=given)
@@ -60,7 +60,7 @@ def test_draws_equal_the_numpy_buffers_for_the_same_seed_adds_and_updates(device
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_sampled_frequencies_follow_the_reported_probabilities(device):
-    rb = TorchPrioritizedReplayBuffer(SPEC, 2, 10, alpha=0.8, seed=0, device=device_of(device))
+    rb = TorchPrioritizedReplayBuffer(SPEC, 2, 10, alpha=0.8, seed=0, device=device_of(device), tree_device="host")
     for t in range(10):
         rb.add_batch(step(t), priorities=torch.tensor([t + 1.0, 3.0]))
     _, info = rb.get_next(20000)
@@ -106,11 +106,6 @@ def test_checkpoints_round_trip_through_torch_save_and_the_numpy_buffer(tmp_path
     numpy_rb.load(tmp_path / "ckpt")
     np.testing.assert_array_equal(numpy_rb.get_next(8)[1].ids, host(rb.get_next(8)[1].ids))
     np.testing.assert_allclose(numpy_rb.state_dict()["priorities"]["mass"], rb.state_dict()["priorities"]["mass"])
-
-
-def test_capture_is_refused_by_name():
-    with pytest.raises(ArgumentError, match=r"capture: expected False \(TorchPrioritizedReplayBuffer draws"):
-        TorchPrioritizedReplayBuffer(SPEC, 2, 4, capture=True)
 
 
 def test_bad_priorities_at_insert_write_nothing():

@@ -100,3 +100,16 @@ def test_a_target_at_the_total_lands_on_the_last_slot_with_mass():
     tree.update(torch.tensor([5, 9, 60]), torch.tensor([1.0, 2.0, 0.0]))
     slots, _ = tree.find(torch.tensor([0.0, 1.0, 3.0, 10.0]))
     assert slots.tolist() == [5, 9, 9, 9]
+
+
+def test_writes_not_kept_change_nothing_and_never_supersede_a_kept_one():
+    tree = TorchSumTree(40, 4)
+    tree.update(torch.tensor([3, 7]), torch.tensor([1.0, 2.0]))
+    slots = torch.tensor([3, 7, 3, 9, 7])
+    keep = torch.tensor([True, False, False, False, True])
+    tree.update(slots, torch.tensor([5.0, 100.0, 200.0, 300.0, 6.0]), keep)
+    assert tree.values(torch.tensor([3, 7, 9])).tolist() == [5.0, 6.0, 0.0]  # slot 3's later write was dropped
+    assert tree.total().item() == 11.0
+    mins = TorchMinTree(40, 4)
+    mins.update(torch.tensor([1, 2]), torch.tensor([4.0, 8.0]), torch.tensor([False, True]))
+    assert mins.smallest().item() == 8.0

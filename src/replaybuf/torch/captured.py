@@ -25,6 +25,7 @@ tensors, overwritten by the next call: clone what must outlive it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -32,7 +33,27 @@ import torch
 from replaybuf.ring import StreamRing
 from replaybuf.torch.storage import TorchStorage
 
-__all__ = ["CapturedSampler", "DeviceStep", "HostStep"]
+__all__ = ["CapturedSampler", "DeviceStep", "HostStep", "recorded"]
+
+
+def recorded(kernels: Callable[[], None], rng: torch.Generator, device: torch.device) -> torch.cuda.CUDAGraph | None:
+    """``kernels`` recorded as a CUDA graph on a CUDA ``device`` (None elsewhere, or on a torch
+    without graph-safe generators, before 2.4: the caller then runs them eagerly). The warm-up's
+    draws are given back to ``rng``; each replay advances it as the kernels would."""
+    if device.type != "cuda" or not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
+        return None
+    state = rng.get_state()
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        kernels()  # warm up outside the capture, as torch.cuda.graphs asks
+    torch.cuda.current_stream(device).wait_stream(stream)
+    rng.set_state(state)
+    graph = torch.cuda.CUDAGraph()
+    graph.register_generator_state(rng)
+    with torch.cuda.graph(graph):
+        kernels()
+    return graph
 
 
 class _Step:
@@ -64,9 +85,7 @@ class DeviceStep(_Step):
             (math.prod(self.lead), storage.layout.row_bytes), dtype=torch.uint8, device=storage.device
         )
         self.leaves = storage.layout.views(self.gathered, self.lead)
-        self.graph: torch.cuda.CUDAGraph | None = None
-        if storage.device.type == "cuda" and hasattr(torch.cuda.CUDAGraph, "register_generator_state"):  # >= 2.4
-            self._record()
+        self.graph = recorded(self.kernels, rng, storage.device)
 
     def kernels(self) -> None:
         """Draw, offset, reduce and gather into the static tensors."""
@@ -76,21 +95,6 @@ class DeviceStep(_Step):
             torch.add(self.first.unsqueeze(-1), self.offsets, out=self.ids)
         torch.remainder(self.ids, self.capacity, out=self.slots)
         torch.index_select(self.rows, 0, self.slots.view(-1), out=self.gathered)
-
-    def _record(self) -> None:
-        """Record ``kernels`` as a CUDA graph; the warm-up's draws are given back to the generator."""
-        state = self.rng.get_state()
-        stream = torch.cuda.Stream(self.rows.device)
-        stream.wait_stream(torch.cuda.current_stream(self.rows.device))
-        with torch.cuda.stream(stream):
-            self.kernels()  # warm up outside the capture, as torch.cuda.graphs asks
-        torch.cuda.current_stream(self.rows.device).wait_stream(stream)
-        self.rng.set_state(state)
-        graph = torch.cuda.CUDAGraph()
-        graph.register_generator_state(self.rng)  # each replay advances the generator as the kernels would
-        with torch.cuda.graph(graph):
-            self.kernels()
-        self.graph = graph
 
     def __call__(self, first_id: int) -> None:
         self.base.fill_(first_id)
@@ -130,8 +134,8 @@ class CapturedSampler:
 
     def sample(
         self, ring: StreamRing, sample_batch_size: int | None, num_steps: int | None
-    ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor] | None:
-        """Static ``(leaves, ids, probabilities)``, or None while the ring is not full (or
+    ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, dict] | None:
+        """Static ``(leaves, ids, probabilities, extras)`` (no extras), or None while the ring is not full (or
         the windows are longer than a stream): the caller then samples eagerly."""
         if ring.steps < ring.max_length or ring.floor or (num_steps or 1) > ring.max_length:
             return None
@@ -141,4 +145,4 @@ class CapturedSampler:
             shape = () if sample_batch_size is None else (sample_batch_size,)
             step = self._steps[key] = self._make(self._storage, self._rng, ring, shape, num_steps)
         step((ring.steps - ring.max_length) * ring.batch_size)
-        return step.leaves, step.ids, step.probabilities
+        return step.leaves, step.ids, step.probabilities, {}

@@ -1,21 +1,28 @@
-"""Prioritized draws from sum and min trees held on the buffer's device (``tree_device="device"``).
+"""Prioritized draws and priority updates on the buffer's device (``tree_device="device"``).
 
-``DeviceTreeSampler`` is a ``TorchPrioritizedSampler`` whose host trees stay the record
-(priority updates, windows, sequences, the sample-count rules and checkpoints keep using
-them) and whose leaves are mirrored into ``replaybuf.torch.sumtree`` trees on the device
-after every change. A single-step draw (``num_steps`` None or 1, no rule asking for distinct
-items) is then made on the device: uniforms from a torch generator seeded by ``seed``, the
-stratified targets, the descent, ids, probabilities and weights, all queued without
-reading anything back, so a CUDA learner's sample does not wait for the GPU. Every stored
-item with mass is a valid single-step start, so no draw needs redrawing. Windows, sequences
-and distinct draws fall back to the host draw. The device draws are not NumPy's: the same
-seed gives other ids than ``PrioritizedReplayBuffer``'s (the same distribution).
+``DeviceTreeSampler`` is a ``TorchPrioritizedSampler`` whose priorities live on the device
+(``replaybuf.torch.device_priorities``: sum and min trees, the running maximum). On the
+device, queued without reading anything back, so a CUDA learner neither samples nor updates
+in step with the GPU:
 
-The mirror follows what changes the leaves in ``TorchPrioritizedReplayBuffer``: adds,
-priority updates, clear and loads. The other writers of the host trees do not reach this
-sampler: ``exclude`` (the sample-count rules, refused with ``tree_device="device"``),
-``appended`` (the MindSpore-style buffer's) and ``reopened`` (memmap storage, which the torch
-buffers do not take).
+- single-step draws (``num_steps`` None or 1, no rule asking for distinct items): uniforms
+  from a torch generator seeded by ``seed``, the stratified targets, the descent, ids,
+  probabilities and weights. Every stored item with mass is a valid single-step start, so no
+  draw needs redrawing. These are not NumPy's draws: the same seed gives other ids than
+  ``PrioritizedReplayBuffer``'s (the same distribution).
+- ``update_priorities``: checks, masses, both trees and the running maximum; a bad update
+  writes nothing and its ``PriorityError`` comes from ``DevicePriorities.fault``.
+- adds: the new items' masses (the running maximum's, or the given priorities', checked on
+  the host as every add's are).
+
+The host trees (the NumPy sampler's) are a copy made when something needs them: windows,
+sequences, ``mass``, checkpoints. While no update has run on the device since the last copy
+they are kept current by the adds (a windowed learner pays nothing more); after one, the
+next such call reads the device leaves back once (waiting for the device) and rebuilds them,
+dropping the window and sequence trees, which are rebuilt when next asked for. Clear and
+loads set both. The sample-count rules (``exclude``) are refused with ``tree_device="device"``;
+``appended`` (the MindSpore-style buffer's) and ``reopened`` (memmap storage) do not reach
+this sampler (the torch buffers take no memmap storage).
 """
 
 from __future__ import annotations
@@ -27,66 +34,96 @@ import numpy as np
 import torch
 
 from replaybuf.ring import StreamRing
-from replaybuf.samplers.sumtree import MIN_WEIGHT
-from replaybuf.torch.episodes import to_host
+from replaybuf.samplers.sequences import SequenceRule
+from replaybuf.torch.device_priorities import DevicePriorities
+from replaybuf.torch.episodes import HostLeaves
 from replaybuf.torch.prioritized import TorchPrioritizedSampler
-from replaybuf.torch.sumtree import TorchMinTree, TorchSumTree
 
 __all__ = ["DeviceTreeSampler"]
 
 
 class DeviceTreeSampler(TorchPrioritizedSampler):
-    """``TorchPrioritizedSampler`` drawing single steps from mirrors of its trees on ``device``."""
+    """``TorchPrioritizedSampler`` whose priorities, single-step draws and updates are on ``device``."""
 
     def __init__(self, capacity: int, *, device: torch.device, seed: int | None, **options: Any):
         super().__init__(capacity, device=device, seed=seed, **options)
-        self.device_sums = TorchSumTree(capacity, self.sums.arity, device)
-        self.device_mins = TorchMinTree(capacity, self.mins.arity, device)
+        self.on_device = DevicePriorities(capacity, self.sums.arity, device, alpha=self.alpha, epsilon=self.epsilon)
         self.device_rng = torch.Generator(device)
         self.device_rng.manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
+        self.host_current = True  # the host trees hold the device's masses
 
-    def _mirror(self, slots: np.ndarray | None = None) -> None:
-        """Copy the host leaves at ``slots`` (every slot for None) into the device trees."""
-        if slots is None:
-            slots = np.arange(self.sums.capacity, dtype=np.int64)
-        slots = np.ascontiguousarray(slots, np.int64).ravel()
-        on = torch.from_numpy(slots).to(self.device, non_blocking=True)
-        for host, mirror in ((self.sums, self.device_sums), (self.mins, self.device_mins)):
-            mirror.update(on, torch.from_numpy(host.values(slots)).to(self.device, non_blocking=True))
+    def single_step(self, num_steps: int | None) -> bool:
+        """Whether a draw of this shape is made on the device."""
+        return (num_steps or 1) == 1 and not self.distinct
 
     def draw(self, rng: Any, ring: StreamRing, sample_batch_size: int | None, num_steps: int | None) -> tuple:
-        if (num_steps or 1) > 1 or self.distinct:
+        self.on_device.fault.raise_if_any()
+        if not self.single_step(num_steps):
+            self._host_trees()
             return super().draw(rng, ring, sample_batch_size, num_steps)
         ring.window_starts(1)  # EmptyBufferError when nothing is stored
         n = 1 if sample_batch_size is None else sample_batch_size
-        uniforms = torch.rand(n, generator=self.device_rng, device=self.device, dtype=torch.float64)
-        total = self.device_sums.total()
-        targets = (torch.arange(n, device=self.device, dtype=torch.float64) + uniforms) * (total / n)
-        slots, mass = self.device_sums.find(targets)
-        head = ring.steps * ring.batch_size
-        ids = head - 1 - (head - 1 - slots) % ring.capacity
-        probabilities = (mass / total).float()
-        ratio = mass / self.device_mins.smallest()
-        weights = ratio.pow(-self.beta()).clamp(min=MIN_WEIGHT).float()
+        _, ids, probabilities, weights = self.on_device.draw(
+            n, ring.steps * ring.batch_size, self.beta(), self.device_rng
+        )
         if sample_batch_size is None:
             ids, probabilities, weights = ids.reshape(()), probabilities.reshape(()), weights.reshape(())
+        if num_steps is not None:  # windows of one step keep their time axis
+            ids = ids.unsqueeze(-1)
         return ids, probabilities, {"weights": weights, "mask": None}
 
+    def draw_sequences(self, rng: Any, ring: StreamRing, sample_batch_size: int | None, rule: SequenceRule) -> tuple:
+        self._host_trees()
+        return super().draw_sequences(rng, ring, sample_batch_size, rule)
+
+    def mass(self, ring: StreamRing, num_steps: int | None) -> tuple[float, float]:
+        self._host_trees()
+        return super().mass(ring, num_steps)
+
+    def sequence_mass(self, ring: StreamRing, rule: SequenceRule) -> tuple[float, float]:
+        self._host_trees()
+        return super().sequence_mass(ring, rule)
+
     def added(self, ring: StreamRing, arrays: Sequence[Any], priorities: np.ndarray | None = None) -> None:
-        super().added(ring, arrays, priorities)
         start = ring.slot(ring.steps - 1)
-        self._mirror(np.arange(start, start + ring.batch_size))
+        if self.host_current:
+            super().added(ring, arrays, priorities)
+        elif self.episodes is not None:
+            self.episodes.record(HostLeaves(arrays), ring.steps - 1)
+        self.on_device.add(start, ring.batch_size, priorities)
 
     def update_priorities(self, ring: StreamRing, ids: Any, priorities: Any) -> None:
-        ids = np.asarray(to_host(ids), np.int64)
-        super().update_priorities(ring, ids, priorities)  # raises before any change on a bad id
-        self._mirror(ids % ring.capacity)
+        self.on_device.fault.raise_if_any()
+        batch = ring.batch_size
+        self.on_device.update(ids, priorities, head=ring.steps * batch, oldest=ring.first_valid_step() * batch)
+        self.host_current = False
+        self.windows.clear()
+        self.sequence_trees.clear()
+        self.on_device.fault.raise_if_any()  # a bad update the device has already run (always, on a CPU)
 
     def cleared(self) -> None:
         super().cleared()
-        self.device_sums.clear()
-        self.device_mins.clear()
+        self.on_device.clear()
+        self.host_current = True
+
+    def state(self, ring: StreamRing) -> dict:
+        self._host_trees()
+        return super().state(ring)
 
     def load_state(self, ring: StreamRing, checked: tuple) -> None:
         super().load_state(ring, checked)
-        self._mirror()
+        self.on_device.load(self.sums.levels[0], self.mins.levels[0], self.max_priority)
+        self.on_device.fault.clear()
+        self.host_current = True
+
+    def _host_trees(self) -> None:
+        """Bring the host trees to the device's masses (one read-back), if an update changed them."""
+        self.on_device.fault.raise_if_any(wait=True)
+        if self.host_current:
+            return
+        sums, mins = self.on_device.leaves()
+        for tree, leaves in ((self.sums, sums), (self.mins, mins)):
+            tree.levels[0][:] = leaves
+            tree.rebuild()
+        self.max_priority = float(self.on_device.max_priority)
+        self.host_current = True

@@ -1,15 +1,18 @@
 """``TorchPrioritizedReplayBuffer``: prioritized replay with the items on a torch device.
 
-The rule, the trees and every draw are ``replaybuf.samplers.prioritized``'s, kept on the host
-(NumPy arrays, numba kernels) and drawn with a NumPy generator seeded as the NumPy buffers
+On a CPU device (and under the sample-count rules, or with ``tree_device="host"``) the rule,
+the trees and every draw are ``replaybuf.samplers.prioritized``'s, kept on the host (NumPy
+arrays, numba kernels) and drawn with a NumPy generator seeded as the NumPy buffers
 seed theirs, so the buffer samples the same ids, probabilities and weights as a
 ``PrioritizedReplayBuffer`` with the same seed, adds and updates. Only the results cross to
 the device (ids, probabilities, weights, masks), copied without waiting for it. What goes
 the other way: priorities given as device tensors (``update_priorities``, ``add_batch(...,
 priorities=)``) and an add's episode markers are copied to the host, which on a GPU waits for
 the computation that made them (docs/gpu.md, "Prioritized replay on a GPU").
-``tree_device="device"`` mirrors the trees on the device for single-step draws there
-(``replaybuf.torch.device_draws``).
+``tree_device="device"`` (the default on a CUDA device) keeps the priorities on the device
+instead: single-step draws and updates there, nothing read back
+(``replaybuf.torch.device_draws``), which ``capture=True`` records
+(``replaybuf.torch.captured_priorities``).
 
 Under the sample-count rules (``max_times_sampled``, ``max_staleness``) the same
 ``RuledPrioritizedSampler`` as the NumPy buffer's wraps that sampler on the host
@@ -34,9 +37,9 @@ from replaybuf.samplers.prioritized import PrioritizedSampler, check_priority_st
 from replaybuf.samplers.ruled_priorities import RuledPrioritizedSampler
 from replaybuf.samplers.sequences import SequenceRule
 from replaybuf.torch.episodes import HostLeaves, draw_on_device, to_host
-from replaybuf.torch.uniform import TorchUniformReplayBuffer
+from replaybuf.torch.uniform import TorchUniformReplayBuffer, as_device
 
-__all__ = ["TorchPrioritizedReplayBuffer", "TorchPrioritizedSampler", "TorchRuledPrioritizedSampler"]
+__all__ = ["TorchPrioritizedReplayBuffer", "TorchPrioritizedSampler", "TorchRuledPrioritizedSampler", "trees_on"]
 
 
 class TorchPrioritizedSampler(PrioritizedSampler):
@@ -118,15 +121,42 @@ class TorchRuledPrioritizedSampler(RuledPrioritizedSampler):
         super().loaded(ring, HostLeaves(fields))
 
 
+def trees_on(tree_device: Any, capture: bool, device: torch.device, rules: bool) -> str:
+    """Where the priority trees live: ``tree_device`` as given, or by default (None) on the
+    device for a CUDA buffer or ``capture=True`` and on the host otherwise (a CPU's fastest,
+    NumPy's draws) or under the sample-count rules (host bookkeeping).
+
+    Raises:
+        ArgumentError: not None/"host"/"device"; "device" with a rule; "host" with ``capture``.
+    """
+    if tree_device is None:
+        return "device" if (capture or device.type == "cuda") and not rules else "host"
+    if tree_device not in ("host", "device"):
+        raise ArgumentError(f"tree_device: expected 'host' or 'device', got {tree_device!r:.80}")
+    if tree_device == "device" and rules and not capture:  # with capture, the rules' own refusal
+        raise ArgumentError(
+            "tree_device: expected 'host' with the sample-count rules (max_times_sampled, max_staleness, "
+            "replacement=False), which are kept on the host trees, got 'device'"
+        )
+    if capture and tree_device != "device":
+        raise ArgumentError(
+            "tree_device: expected 'device' (or None) with capture=True (a recorded step draws from the "
+            f"trees on the device), got {tree_device!r}"
+        )
+    return tree_device
+
+
 class TorchPrioritizedReplayBuffer(TorchUniformReplayBuffer):
     """``replaybuf.PrioritizedReplayBuffer`` with its items as torch tensors on ``device``.
 
-    The same rule, options and draws (the same ids for the same seed and calls): items drawn
+    The same rule and options (and with host trees the same draws: the same ids for the same
+    seed and calls): items drawn
     in proportion to ``(priority + epsilon) ** alpha``; ``get_next`` returns ``(items,
     SampleInfo)`` with ``ids``, ``probabilities`` and ``weights`` as tensors on ``device``;
     ``update_priorities(info.ids, priorities)`` takes tensors (on any device) or arrays;
-    ``add_batch(items, priorities=...)`` sets the new items' priorities. The sum trees stay on
-    the host (module docstring); items are read on the device as by ``TorchUniformReplayBuffer``.
+    ``add_batch(items, priorities=...)`` sets the new items' priorities. The sum trees are on
+    the host, or on the device (``tree_device``; module docstring); items are read on the
+    device as by ``TorchUniformReplayBuffer``.
 
     Args:
         data_spec, batch_size, max_length, device, seed, dataset_drop_remainder,
@@ -137,21 +167,26 @@ class TorchPrioritizedReplayBuffer(TorchUniformReplayBuffer):
             sample-count rules, as for ``replaybuf.PrioritizedReplayBuffer`` (docs/sample_rules.md):
             consumed and stale items leave the host trees, a batch's items are distinct under
             ``max_times_sampled``; the same ids for the same seed; ``replacement=False`` refused.
-        capture: must be False: the draws read the host trees (and the rules' eligible items),
-            which a recorded device step (``capture=True`` on the uniform buffer) cannot.
-        tree_device: ``"host"`` (default): every draw on the host trees, the same ids as NumPy's
-            buffer for the same seed. ``"device"``: the trees' leaves are mirrored on ``device``
-            (``replaybuf.torch.sumtree``) and single-step draws are made there without waiting
-            for the device (other ids than NumPy's for the same seed, the same distribution);
-            windows and sequences are drawn on the host; refused with the sample-count rules
-            (``replaybuf.torch.device_draws``).
+        capture: sample through one recorded step per sample size (a CUDA graph on a GPU;
+            ``replaybuf.torch.captured_priorities``): single-step draws from the device trees
+            (so ``tree_device="device"``, chosen by default with it), returning static tensors
+            that the next sample overwrites. From the first add on; windows are drawn eagerly.
+            Not with ``respect_episodes``, a rate limiter or the sample-count rules (as on the
+            uniform buffer).
+        tree_device: ``"host"``: every draw and update on the host trees, the same ids as NumPy's
+            buffer for the same seed; the default (None) on a CPU device and under the rules.
+            ``"device"``: the priorities live on ``device`` (``replaybuf.torch.device_draws``): single-step draws,
+            priority updates (checked there; a bad one writes nothing and raises later, docs/gpu.md)
+            and adds' masses run there without waiting for the device (other ids than NumPy's for
+            the same seed, the same distribution); windows, sequences and checkpoints read host
+            trees copied back when an update changed them. The default (None) on a CUDA device
+            or with ``capture``. Refused with the sample-count rules.
 
     Checkpoints carry the priorities and, with rules, their bookkeeping (``sample_rules``), as
     ``PrioritizedReplayBuffer``'s do, and load across them.
 
     Raises:
-        ArgumentError: capture=True; tree_device not "host"/"device", or "device" with a
-            sample-count rule; PrioritizedReplayBuffer's and TorchUniformReplayBuffer's
+        ArgumentError: ``trees_on``'s; PrioritizedReplayBuffer's and TorchUniformReplayBuffer's
             argument errors (the sample-count rules' among them).
         ImportError: compiled=True without numba installed.
     """
@@ -185,22 +220,11 @@ class TorchPrioritizedReplayBuffer(TorchUniformReplayBuffer):
         max_staleness: int | None = None,
         version_field: str = "policy_version",
         drop_remainder: bool = False,
-        tree_device: str = "host",
+        tree_device: str | None = None,
     ):
-        if tree_device not in ("host", "device"):
-            raise ArgumentError(f"tree_device: expected 'host' or 'device', got {tree_device!r:.80}")
-        if tree_device == "device" and (max_times_sampled is not None or max_staleness is not None or not replacement):
-            raise ArgumentError(
-                "tree_device: expected 'host' with the sample-count rules (max_times_sampled, max_staleness, "
-                "replacement=False), which are kept on the host trees, got 'device'"
-            )
-        if capture is not False:
-            raise ArgumentError(
-                f"capture: expected False (TorchPrioritizedReplayBuffer draws from its priority trees on the "
-                f"host, which a recorded device step cannot read), got {capture!r:.80}"
-            )
+        rules = max_times_sampled is not None or max_staleness is not None or not replacement
+        self._tree_device = trees_on(tree_device, capture is True, as_device(device), rules)
         self._priority_options = (alpha, beta, epsilon, compiled)
-        self._tree_device = tree_device
         super().__init__(
             data_spec,
             batch_size,
@@ -219,7 +243,13 @@ class TorchPrioritizedReplayBuffer(TorchUniformReplayBuffer):
             max_staleness=max_staleness,
             version_field=version_field,
             drop_remainder=drop_remainder,
+            capture=capture,
         )
+
+    def _captured_part(self) -> Any:
+        from replaybuf.torch.captured_priorities import CapturedPrioritizedSampler  # imports this module
+
+        return CapturedPrioritizedSampler(self._storage, self._sampler)
 
     def _sampler_part(
         self, episodes: bool, pad_episode_ends: bool, episode_end_field: str | None, seed: int | None

@@ -55,15 +55,18 @@ class _TorchTree:
         """The leaf values at ``slots``."""
         return self.levels[0][slots]
 
-    def update(self, slots: torch.Tensor, values: torch.Tensor | float) -> None:
-        """Set leaves ``slots`` to ``values`` (last write of a slot wins) and recompute their ancestors."""
+    def update(self, slots: torch.Tensor, values: torch.Tensor | float, keep: torch.Tensor | None = None) -> None:
+        """Set leaves ``slots`` to ``values`` (last write of a slot wins) and recompute their
+        ancestors. ``keep`` (bool, like ``slots``): only those writes happen, decided on the
+        device; the others change nothing and never supersede a kept write of their slot."""
         slots = torch.as_tensor(slots, dtype=torch.int64, device=self.device).reshape(-1)
         values = torch.as_tensor(values, dtype=torch.float64, device=self.device).expand(slots.shape)
-        order = torch.sort(slots, stable=True).indices
-        ordered = slots[order]
+        targets = slots if keep is None else torch.where(keep, slots, self._scratch)
+        order = torch.sort(targets, stable=True).indices
+        ordered = targets[order]
         superseded = torch.zeros_like(slots, dtype=torch.bool)
         superseded[order[:-1]] = ordered[:-1] == ordered[1:]  # a later write of the same slot follows
-        self.tree[torch.where(superseded, self._scratch, slots)] = values
+        self.tree[torch.where(superseded, self._scratch, targets)] = values
         parents = slots // self.arity
         for level, below in zip(self.offsets[1:-1], self.levels[:-1], strict=True):
             self.tree[level + parents] = self._reduce(below.view(-1, self.arity)[parents])

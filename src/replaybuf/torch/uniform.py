@@ -173,7 +173,7 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
         )
         self._validate = DeviceBatcher(self._flat, self._device).batch
         self._rng = make_generator(self._device, seed)
-        self._captured = CapturedSampler(self._storage, self._rng) if capture else None
+        self._captured = self._captured_part() if capture else None
 
     @property
     def device(self) -> torch.device:
@@ -201,8 +201,7 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
             drawn = self._captured.sample(self._ring, sample_batch_size, num_steps)
         if drawn is None:
             return super().get_next(sample_batch_size, num_steps, time_stacked)
-        leaves, ids, probabilities = drawn
-        return self._finish_sample(leaves, ids, probabilities, {}, sample_batch_size, num_steps, time_stacked)
+        return self._finish_sample(*drawn, sample_batch_size, num_steps, time_stacked)
 
     def as_dataset(
         self,
@@ -245,6 +244,10 @@ class TorchUniformReplayBuffer(TorchCheckpoints, StreamBuffer):
             return ruled_part(rules, episodes, pad_episode_ends, episode_end_field, self._device, seed)(flat, ring)
 
         return build
+
+    def _captured_part(self) -> Any:
+        """What samples with ``capture=True``: recorded uniform steps over the storage."""
+        return CapturedSampler(self._storage, self._rng)
 
     def _host_rng(self) -> np.random.Generator | None:
         """The NumPy generator of a sampler that draws on the host (episodes, ``her=``, priorities)."""
