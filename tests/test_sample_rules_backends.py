@@ -319,9 +319,11 @@ def test_torch_prioritized_windows_follow_the_rules_and_recover_the_episodes_on_
         loaded.get_next(1, num_steps=2)
 
 
-@pytest.mark.parametrize("rules", [{"max_times_sampled": 1}, {"max_staleness": 0}])
-def test_torch_prioritized_refuses_capture_with_the_rules(rules):
-    with pytest.raises(ArgumentError, match="capture: expected False"):
+@pytest.mark.parametrize(
+    ("rules", "named"), [({"max_times_sampled": 1}, "max_times_sampled"), ({"max_staleness": 0}, "max_staleness")]
+)
+def test_torch_prioritized_refuses_capture_with_the_rules(rules, named):
+    with pytest.raises(ArgumentError, match=rf"{named}: expected None with capture=True"):
         TorchPrioritizedReplayBuffer(SPEC, capture=True, **rules)
 
 
