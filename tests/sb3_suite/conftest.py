@@ -27,6 +27,7 @@ sys.path.append(str(Path(__file__).parents[1]))  # last: tests/skip_gate.py, sha
 from suite import SELECTED, SWAPS  # noqa: E402
 
 import skip_gate  # noqa: E402
+from sb3_logs import sb3_logs_in_one_folder  # noqa: E402,F401 (fixture: no /tmp/SB3-* left behind)
 
 _INI = Path(__file__).with_name("pytest.ini")
 _TESTS = Path(__file__).with_name("sdist") / "tests"
