@@ -45,18 +45,18 @@ ROW = 16  # one index row: offset, length (int64)
 
 
 class ReadBlobs:
-    """The blobs of one read, at ``starts`` in ``scratch`` (the file's mapping): ``addresses``
+    """The blobs of one read, at ``starts`` in ``data`` (the file's mapping): ``addresses``
     and ``lengths`` per blob (what ``codecs.decode_frames`` takes from a ``BlobRing``) and
     ``blob(i)``."""
 
-    def __init__(self, scratch: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
-        self._scratch, self._starts = scratch, starts
-        self.addresses = (starts + scratch.ctypes.data).astype(np.uint64)
+    def __init__(self, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
+        self._data, self._starts = data, starts
+        self.addresses = (starts + data.ctypes.data).astype(np.uint64)
         self.lengths = lengths
 
     def blob(self, row: int) -> np.ndarray:
         start = int(self._starts[row])
-        return self._scratch[start : start + int(self.lengths[row])]
+        return self._data[start : start + int(self.lengths[row])]
 
 
 class BlobFilePool(FramePool):
