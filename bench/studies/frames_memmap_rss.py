@@ -6,7 +6,10 @@ Both buffers get the same adds: ``--streams`` streams x ``--steps`` adds of 4-fr
 ``get_next(--batch)`` (32 by default). Printed per buffer: MB of frames written, the
 process's RSS growth (MB) after the adds and after the samples, ms per add and per sample
 (wall, then process CPU time: all threads, system time included), RSS bytes per stored item
-after the adds, and the folder's disk blocks (MB; 0 in RAM). The memmap folder is in
+after the adds, and the folder's disk blocks (MB; 0 in RAM); then the first sample's CPU
+time (memmap: the faults that map the frames it reads), the median sample's, and the growth
+of anonymous and file-backed RSS after the samples (memmap reads through the file's mapping:
+its frames' pages are file-backed page cache). The memmap folder is in
 ``--dir`` (default: a temporary folder); its frames stay in the page cache (warm reads).
 ``--compression lz4`` / ``zstd``: both buffers keep their frames compressed (the frames
 here are flat, so they compress to almost nothing).
@@ -37,6 +40,7 @@ def run(streams: int, steps: int, samples: int, batch: int = 32, **storage: obje
     rb = FrameStackReplayBuffer(SPEC, streams, steps, seed=0, **storage)
     gc.collect()
     before = process.memory_info().rss  # after the buffer is built (the first one loads numba's kernels)
+    first = _status()
     window = np.zeros((streams, 4, *FRAME), np.uint8)
     start, cpu = time.perf_counter(), time.process_time()
     for t in range(steps):
@@ -45,10 +49,13 @@ def run(streams: int, steps: int, samples: int, batch: int = 32, **storage: obje
         rb.add_batch({"observation": window, "action": t * streams + np.arange(streams)})
     add_ms, add_cpu = 1e3 * (time.perf_counter() - start) / steps, 1e3 * (time.process_time() - cpu) / steps
     after_adds = process.memory_info().rss - before
-    start, cpu = time.perf_counter(), time.process_time()
+    start, cpus = time.perf_counter(), []
     for _ in range(samples):
+        cpu = time.process_time()
         rb.get_next(batch)
-    sample_ms, sample_cpu = 1e3 * (time.perf_counter() - start) / samples, 1e3 * (time.process_time() - cpu) / samples
+        cpus.append(1e3 * (time.process_time() - cpu))
+    sample_ms, sample_cpu = 1e3 * (time.perf_counter() - start) / samples, sum(cpus) / samples
+    status = _status()
     return {
         "written MB": rb.storage.pool.counter * FRAME[0] * FRAME[1] / 1e6,
         "RSS after adds MB": after_adds / 1e6,
@@ -57,11 +64,23 @@ def run(streams: int, steps: int, samples: int, batch: int = 32, **storage: obje
         "ms per sample": sample_ms,
         "CPU ms per add": add_cpu,
         "CPU ms per sample": sample_cpu,
+        "CPU ms first sample": cpus[0],
+        "median CPU ms per sample": float(np.median(cpus)),
+        "RssAnon growth MB": (status["RssAnon"] - first["RssAnon"]) / 1e6,
+        "RssFile growth MB": (status["RssFile"] - first["RssFile"]) / 1e6,
         "RSS B per item": after_adds / (streams * steps),
         "disk MB": sum(f.stat().st_blocks * 512 for f in Path(storage["path"]).iterdir()) / 1e6  # type: ignore[arg-type]
         if "path" in storage
         else 0.0,
     }
+
+
+def _status() -> dict[str, int]:
+    """This process's anonymous and file-backed resident bytes (/proc/self/status; the
+    file-backed ones are the frame file's mapped pages: page cache)."""
+    with open("/proc/self/status") as status:
+        fields = dict(line.split(":", 1) for line in status)
+    return {key: int(fields[key].split()[0]) * 1024 for key in ("RssAnon", "RssFile")}
 
 
 def main() -> None:

@@ -17,15 +17,15 @@ it: a crash leaves every committed item's blobs whole, as for raw frames
 short, the live blobs are copied into a larger file (data at least doubled) renamed over
 this one: the file follows the compressed bytes, not the raw frames' size.
 
-A read takes the index rows of its distinct frames from a read-only mapping, reads their
-blobs with ``os.preadv`` (one call per run of blobs that follow each other in the file) into
-a scratch buffer reused between reads (never through a mapping: resident memory follows the
-batch, not the frames) and decodes them there. The
+A read takes the index rows of its distinct frames and decodes their blobs where they lie
+in a read-only shared mapping of the file (it sees the written bytes; the file is small,
+about the compressed bytes, so its mapped pages cost little RSS). The
 write head is not stored: reopening derives it from the newest frame's index row.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import weakref
 from pathlib import Path
@@ -45,17 +45,18 @@ ROW = 16  # one index row: offset, length (int64)
 
 
 class ReadBlobs:
-    """The blobs of one read, end to end in a scratch buffer: ``addresses`` and ``lengths``
-    per blob (what ``codecs.decode_frames`` takes from a ``BlobRing``) and ``blob(i)``."""
+    """The blobs of one read, at ``starts`` in ``data`` (the file's mapping): ``addresses``
+    and ``lengths`` per blob (what ``codecs.decode_frames`` takes from a ``BlobRing``) and
+    ``blob(i)``."""
 
-    def __init__(self, scratch: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
-        self._scratch, self._starts = scratch, starts
-        self.addresses = (starts + scratch.ctypes.data).astype(np.uint64)
+    def __init__(self, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
+        self._data, self._starts = data, starts
+        self.addresses = (starts + data.ctypes.data).astype(np.uint64)
         self.lengths = lengths
 
     def blob(self, row: int) -> np.ndarray:
         start = int(self._starts[row])
-        return self._scratch[start : start + int(self.lengths[row])]
+        return self._data[start : start + int(self.lengths[row])]
 
 
 class BlobFilePool(FramePool):
@@ -67,7 +68,6 @@ class BlobFilePool(FramePool):
     ):
         super().__init__(frame_shape, frame_dtype, 0, batch_size, None)
         self.path, self.codec = path, codec
-        self._scratch = np.empty(0, np.uint8)
         if not path.is_file():
             data = max(4 * codec.largest_blob, rows * self.frame_bytes // 8)
             os.replace(self._create(path, rows, data), path)
@@ -98,9 +98,10 @@ class BlobFilePool(FramePool):
                 f"{header[:24]!r}); truncated or corrupt"
             )
         self.size, self.data_bytes = rows, data
-        self.index = np.memmap(self.path, "<i8", "r", HEADER, (rows, 2))
-        self._fd = os.open(self.path, os.O_RDWR)
+        self._fd = os.open(self.path, os.O_RDWR)  # for os.pwrite
         self._close = weakref.finalize(self, os.close, self._fd)
+        self._mapped = np.frombuffer(mmap.mmap(self._fd, size, prot=mmap.PROT_READ), np.uint8)  # MAP_SHARED
+        self.index = self._mapped[HEADER : HEADER + rows * ROW].view("<i8").reshape(rows, 2)
 
     def reopen(self, counter: int) -> None:
         """Continue after the frame ``counter - 1`` (derived from the stored items): the head
@@ -109,13 +110,24 @@ class BlobFilePool(FramePool):
         if counter == 0:
             self.head = 0
             return
-        offset, length = (int(v) for v in self.index[(self.counter - 1) % self.size])
-        if not (0 <= offset and 0 < length <= self.codec.largest_blob and offset + length <= self.data_bytes):
+        row = (self.counter - 1) % self.size
+        self._check_rows(np.array([row]), self.index[row : row + 1])
+        self.head = int(self.index[row].sum())
+
+    def _check_rows(self, rows: np.ndarray, entries: np.ndarray) -> None:
+        """CheckpointError naming the first of index ``rows`` (``entries``: their ``[n, 2]``
+        offsets and lengths) whose blob is not inside the data (read through the mapping, a
+        blob past the file's end would crash the process)."""
+        offsets, lengths = entries[:, 0], entries[:, 1]
+        bad = (
+            (offsets < 0) | (lengths < 1) | (lengths > self.codec.largest_blob) | (offsets > self.data_bytes - lengths)
+        )
+        if bad.any():
+            k = int(np.argmax(bad))
             raise CheckpointError(
-                f"{self.path.parent}: {BLOBS} row {(self.counter - 1) % self.size} holds a blob at {offset} of "
-                f"{length} bytes, outside its {self.data_bytes} data bytes; corrupt"
+                f"{self.path.parent}: {BLOBS} row {int(rows.reshape(-1)[k])} holds a blob at {int(offsets[k])} of "
+                f"{int(lengths[k])} bytes, outside its {self.data_bytes} data bytes; corrupt"
             )
-        self.head = offset + length
 
     def clear(self) -> None:
         self.counter, self.head = 0, 0
@@ -196,24 +208,12 @@ class BlobFilePool(FramePool):
 
     # -- reading -----------------------------------------------------------------------------
     def source(self, rows: np.ndarray) -> tuple[ReadBlobs, np.ndarray]:
-        """The blobs of pool rows ``rows`` read into the scratch buffer, and their rows there:
-        one ``os.preadv`` per run of blobs that follow each other in the file (consecutive
-        frames, such as a stack's in a buffer of one stream)."""
+        """The blobs of pool rows ``rows`` where they lie in the file's read-only mapping, and
+        their rows there; CheckpointError when an index row points outside the data."""
         entries = np.asarray(self.index[rows]).reshape(-1, 2)
-        offsets, lengths = entries[:, 0], entries[:, 1].copy()
-        starts = np.zeros(len(lengths), np.int64)
-        np.cumsum(lengths[:-1], out=starts[1:])
-        total = int(lengths.sum())
-        if self._scratch.shape[0] < total:  # reused between reads (under the buffer's lock)
-            self._scratch = np.empty(max(total, 2 * self._scratch.shape[0]), np.uint8)
-        if len(lengths):
-            breaks = np.flatnonzero(offsets[1:] != offsets[:-1] + lengths[:-1]) + 1
-            first = np.r_[0, breaks]
-            view, data = memoryview(self._scratch), HEADER + self.size * ROW
-            runs = zip(offsets[first].tolist(), starts[first].tolist(), [*starts[breaks].tolist(), total], strict=True)
-            for offset, start, end in runs:
-                os.preadv(self._fd, [view[start:end]], data + offset)
-        return ReadBlobs(self._scratch, starts, lengths), np.arange(len(lengths))
+        self._check_rows(rows, entries)
+        offsets, lengths = entries[:, 0], np.ascontiguousarray(entries[:, 1])
+        return ReadBlobs(self._mapped, offsets + (HEADER + self.size * ROW), lengths), np.arange(len(lengths))
 
     # -- checkpoints ---------------------------------------------------------------------------
     def state(self, base: int, views: bool = False) -> dict:

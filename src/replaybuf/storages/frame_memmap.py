@@ -11,12 +11,13 @@
       frames.npy     the raw frame ring, ``[size + 1, *frame]`` (row ``size``: the zero frame)
       blobs.bin      instead, with a codec: the compressed frames (``storages.frame_blob_file``)
 
-Frames are written with ``os.pwrite`` and read with ``os.preadv`` (through the page cache,
-never into this process's mapping: a mapped read would also map the cached pages around
-each frame), so resident memory grows with the records and a read's batch, not with the
-frames written or sampled. A read of frames that lie whole in their stacks reads each
-distinct frame once straight into the batch, one call per run of consecutive file rows
-(``MappedFramePool.fill``). The read-only mapping of the file serves checkpoints only. A write appends its new
+Frames are written with ``os.pwrite`` and read through a read-only shared mapping of the
+file (it sees the written bytes: one page cache), gathered into the batch as the in-RAM
+ring is (``FrameStorage._stacks``): no system call per frame. The pages a read touches
+stay mapped, so the process's file-backed RSS grows with the frames sampled (rounded up to
+the kernel's fault-around window, 64 KB), up to the file's size: clean page cache the kernel
+reclaims under pressure; anonymous memory holds the records and a read's batch, never the
+frames. A write appends its new
 frames after reserving and writing its records and before committing (``FrameStorage.write``),
 so a crash leaves every committed item's frames whole: the only frames an append
 overwrites are those of items older than the oldest stored after it, which are the items
@@ -30,6 +31,7 @@ against (the newest step's frames: ``FrameStorage.resume``).
 
 from __future__ import annotations
 
+import mmap
 import os
 import weakref
 from math import prod
@@ -55,7 +57,6 @@ __all__ = ["MappedFramePool", "MemmapFrameStorage"]
 
 FORMAT = "replaybuf-memmap-frames"
 FRAMES = "frames.npy"
-IOV_MAX = 1024  # the most buffers one os.preadv takes (Linux)
 
 
 class MemmapFrameStorage(FrameStorage):
@@ -116,9 +117,7 @@ class MemmapFrameStorage(FrameStorage):
 
 class MappedFramePool(FramePool):
     """A raw ``FramePool`` whose ring is the file ``path`` (created sparse when absent):
-    written with ``os.pwrite``, read with ``os.preadv``."""
-
-    reads_frames = True
+    written with ``os.pwrite``, read through ``frames``, the file's read-only mapping."""
 
     def __init__(self, path: Path, frame_shape: tuple[int, ...], frame_dtype: np.dtype, size: int, batch_size: int):
         super().__init__(frame_shape, frame_dtype, 0, batch_size, None)
@@ -155,9 +154,10 @@ class MappedFramePool(FramePool):
                 f"[size + 1, *{self.frame_shape}] {self.frame_dtype.str}; truncated or corrupt"
             )
         self.offset, self.size = offset, shape[0] - 1
-        self.frames = np.memmap(self.path, self.frame_dtype, "r", offset, shape)
         self._fd = os.open(self.path, os.O_RDWR)  # for os.pwrite; closed with the pool or when remapped
         self._close = weakref.finalize(self, os.close, self._fd)
+        mapping = mmap.mmap(self._fd, size, prot=mmap.PROT_READ)  # MAP_SHARED: sees the pwrites
+        self.frames = np.frombuffer(mapping, self.frame_dtype, prod(shape), offset).reshape(shape)
 
     def reopen(self, counter: int) -> None:
         """Continue after the frame ``counter - 1`` (derived from the stored items)."""
@@ -178,33 +178,6 @@ class MappedFramePool(FramePool):
         for at, part in ((row, frames[:first]), (0, frames[first:])):
             if len(part):
                 _pwrite_all(self._fd, part.reshape(-1).view(np.uint8), self.offset + at * self.frame_bytes)
-
-    def fill(self, rows: np.ndarray, block: np.ndarray, places: np.ndarray, threads: int) -> None:
-        """As ``FramePool.fill``: read with ``os.preadv`` (through the page cache, never mapped:
-        resident memory stays the batch's), one call per run of consecutive file rows, its
-        iovecs the run's places merged where consecutive (a stack's frames are, in a buffer of
-        one stream); the runs found with NumPy, read in this thread (threads measured slower)."""
-        if rows.size == 0:
-            return
-        width, view = self.frame_bytes, memoryview(block.reshape(-1))
-        steps = (rows[1:] == rows[:-1] + 1) & (places[1:] == places[:-1] + 1)
-        bounds = np.flatnonzero(np.concatenate(([True], ~steps, [True])))
-        start, stop = bounds[:-1], bounds[1:]  # pieces: consecutive rows into consecutive places
-        ends = (places[stop - 1] + 1) * width
-        pieces = [view[a:b] for a, b in zip((places[start] * width).tolist(), ends.tolist(), strict=True)]
-        joined = rows[start[1:]] == rows[stop[:-1] - 1] + 1  # a piece continuing the run before it
-        cuts = np.flatnonzero(np.concatenate(([True], ~joined, [True])))  # run k: pieces cuts[k]:cuts[k + 1]
-        sizes = (stop[cuts[1:] - 1] - start[cuts[:-1]]) * width
-        at = (self.offset + rows[start] * width).tolist()
-        fd, runs, preadv = self._fd, cuts.tolist(), os.preadv
-        if len(runs) - 1 == len(pieces):  # every run one piece (the frames of many streams interleave)
-            got = [preadv(fd, [piece], position) for piece, position in zip(pieces, at, strict=True)]
-        else:  # a run of more buffers than one call takes is read piece by piece below
-            calls = zip(runs[:-1], runs[1:], strict=True)
-            got = [preadv(fd, pieces[lo:hi], at[lo]) if hi - lo <= IOV_MAX else -1 for lo, hi in calls]
-        for k in np.flatnonzero(np.array(got) != sizes).tolist():  # or a call read less than asked
-            for i in range(runs[k], runs[k + 1]):
-                _preadv_all(fd, pieces[i], at[i])
 
     def _grow(self, needed: int) -> None:
         """A ring of at least ``needed`` frames plus slack: the live frames copied into a new
@@ -239,15 +212,6 @@ def _data_offset(path: Path) -> int:
     with open(path, "rb") as f:
         read_npy_header(f, path)
         return f.tell()
-
-
-def _preadv_all(fd: int, view: memoryview, position: int) -> None:
-    """Fill ``view`` with the bytes at ``position`` of ``fd`` (``os.preadv`` may read less)."""
-    while view:
-        done = os.preadv(fd, [view], position)
-        if done == 0:
-            raise CheckpointError(f"{FRAMES} ends before byte {position}; truncated")
-        view, position = view[done:], position + done
 
 
 def _pwrite_all(fd: int, data: np.ndarray, position: int) -> None:

@@ -14,8 +14,8 @@ than expected.
 A read of compressed frames decodes each distinct frame it uses once: into a scratch pool
 reused between reads (``frames_for``: a fresh array per read would fault in new pages,
 about as slow as the decoding), or straight into the places of the batch (``decode_batch``,
-for frames that lie whole in their stacks). A pool whose raw frames are read from a file
-(``reads_frames``) reads them the same two ways (``fill``). The pool's part of a checkpoint
+for frames that lie whole in their stacks; ``fill``). A pool whose raw frames live in a file
+maps it as ``frames`` (``storages.frame_memmap``). The pool's part of a checkpoint
 (``state``, ``check_state``, ``checked``, ``load``) is its live frames once: raw, or the
 blobs as they are with the codec's name (docs/images.md).
 """
@@ -57,8 +57,6 @@ class FramePool:
     """``size`` frames of ``frame_shape`` and ``frame_dtype`` by ``counter % size``, raw or
     compressed with ``codec``; ``batch_size`` (the buffer's streams) is the slack kept when
     the ring grows."""
-
-    reads_frames = False  # raw frames read (from a file) by ``fill`` rather than held in ``frames``
 
     def __init__(
         self, frame_shape: tuple[int, ...], frame_dtype: np.dtype, size: int, batch_size: int, codec: Codec | None
@@ -111,9 +109,9 @@ class FramePool:
     def frames_for(self, pointers: list[np.ndarray], threads: int) -> tuple[np.ndarray, int, list[np.ndarray]]:
         """``(frames, size, pointers)``: a pool holding every frame ``pointers`` name (row
         ``size`` the zero frame) and the pointers into it. Raw: the frame ring itself.
-        Compressed (or ``reads_frames``): each distinct frame decoded (read) once (by up to
+        Compressed: each distinct frame decoded once (by up to
         ``threads`` threads) into the scratch pool, pointers renumbered."""
-        if self.codec is None and not self.reads_frames:
+        if self.codec is None:
             return self.frames, self.size, pointers
         counters, held, renumbered = self.distinct(pointers)
         self.fill(counters % self.size, held, np.arange(counters.size), threads)
@@ -150,8 +148,7 @@ class FramePool:
         """``[every.size, frame_bytes]`` uint8: the frame of each pointer in ``every``, each
         distinct frame decoded once (by up to ``threads`` threads) into its first place and
         copied to its other places (with the compiled ``kernels`` when given): no scratch
-        pool to gather from, a third less copying than ``frames_for``. Compressed pools and
-        ``reads_frames`` ones only."""
+        pool to gather from, a third less copying than ``frames_for``. Compressed pools only."""
         block = np.empty((every.size, self.frame_bytes), np.uint8)
         plan = kernels.decode_plan if kernels is not None else _decode_plan
         rows, first, targets, sources, zeros = plan(every, self.size)

@@ -124,10 +124,8 @@ class FrameStorage:
             s.length == 4 and post == 1 and little for s, (_, post) in zip(self.stacked, self._layout, strict=True)
         ]
         self._packs4 = packs4  # built as one uint32 word per pixel
-        # compressed (or on-disk raw) frames that lie whole in their stacks are decoded (read)
-        # straight into the batch
-        in_place = codec is not None or self.pool.reads_frames
-        self._decode_in_place = in_place and all(pre == 1 for pre, _ in self._layout)
+        # compressed frames that lie whole in their stacks are decoded straight into the batch
+        self._decode_in_place = codec is not None and all(pre == 1 for pre, _ in self._layout)
         self._pair = [i for i, ok in enumerate(packs4) if ok][:2]  # observation and next, in one pass
         self.start()
 
@@ -357,8 +355,8 @@ class FrameStorage:
         return self._gather_numpy(pointers, frames, size)
 
     def _decoded_stacks(self, pointers: list[np.ndarray]) -> list[np.ndarray]:
-        """The stacks of ``pointers`` (compressed or on disk, frames whole in their stacks) decoded
-        (read) straight into one block by ``FramePool.decode_batch``; the stacked leaves returned
+        """The stacks of ``pointers`` (compressed, frames whole in their stacks) decoded
+        straight into one block by ``FramePool.decode_batch``; the stacked leaves returned
         are views of it."""
         n = pointers[0].shape[0]
         every = pointers[0].reshape(-1) if len(pointers) == 1 else np.concatenate([p.reshape(-1) for p in pointers])
