@@ -119,8 +119,10 @@ def test_a_bad_update_writes_nothing_and_names_what_was_wrong():
         assert rb._sampler.on_device.max_priority.item() == largest
     with pytest.raises(ArgumentError, match=r"update_priorities: expected integer ids shaped like priorities \(3,\)"):
         rb.update_priorities(torch.tensor([12, 13]), torch.tensor([1.0, 2.0, 3.0]))
-    rb.update_priorities(torch.tensor([12]), torch.tensor([50.0]))  # a later good update applies
+    loss_part = torch.tensor([50.0], requires_grad=True) * 1.0  # straight from a loss: not kept in autograd
+    rb.update_priorities(torch.tensor([12]), loss_part)  # a later good update applies
     assert device_leaves(rb)[0][12] == pytest.approx((50.0 + 1e-6) ** 0.7)
+    assert not rb._sampler.on_device.sums.tree.requires_grad
 
 
 def test_a_fault_the_device_reports_late_names_its_call(monkeypatch):

@@ -123,8 +123,8 @@ class DevicePriorities:
                 like them (or with one more time axis): read from metadata, at once.
         """
         try:
-            priorities = torch.as_tensor(priorities, device=self.device).to(torch.float64)
-            ids = torch.as_tensor(ids, device=self.device)
+            priorities = torch.as_tensor(priorities, device=self.device).detach().to(torch.float64)
+            ids = torch.as_tensor(ids, device=self.device).detach()
         except (TypeError, ValueError, RuntimeError) as err:
             raise ArgumentError(f"priorities: expected numbers, got {priorities!r:.80} ({err})") from None
         if ids.ndim == priorities.ndim + 1:
