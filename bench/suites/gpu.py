@@ -18,9 +18,10 @@ so the harness's host clock covers the work, not only its launch.
 - ``gpu_ms_insert256`` / ``gpu_ms_sample256``: the MindSpore-style buffer;
 - ``gpu_per256``: prioritized replay, sample 256 + update those 256 priorities (alpha 0.6,
   beta 0.4; capacity 1M, 200k small transitions stored, W3's sizes): replaybuf's
-  ``TorchPrioritizedReplayBuffer`` beside TorchRL's ``PrioritizedSampler``
-  (``TensorDictPrioritizedReplayBuffer`` on ``LazyTensorStorage(device)``). Issue 51's goal:
-  >= 4x TorchRL's rate;
+  ``TorchPrioritizedReplayBuffer`` (its default trees: the host's on the CPU, the device's on
+  CUDA) beside TorchRL's ``PrioritizedSampler`` (``TensorDictPrioritizedReplayBuffer`` on
+  ``LazyTensorStorage(device)``; its C++ trees on the CPU, its CUDA trees on a GPU). Issue
+  51's goal: >= 4x TorchRL's rate on the CPU, >= 2x on CUDA;
 - ``gpu_per256_numpy``: the same round beside NumPy's ``PrioritizedReplayBuffer`` (its
   priorities float64 arrays, the torch buffer's float32 tensors on the device), alternating in
   one process. Issue 51's goal: at most 1.3x its time (>= 0.77x its rate).
