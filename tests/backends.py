@@ -185,9 +185,10 @@ def _jax_prioritized(data_spec, batch_size, max_length, seed):
 _RAY_BUFFERS: dict = {}  # (batch_size, max_length, seed) -> a ShardedReplayBuffer, the 4 latest
 
 
-def _ray_session():
-    """Ray for the sharded backends: started once (2 CPUs, this host) at first use and shut
-    down when the tests exit; tests/test_ray_*.py start and stop their own sessions."""
+def local_ray():
+    """Ray for the sharded backends and the tests/test_ray_*.py modules that need a plain local
+    session: started once (2 CPUs, this host) at first use and shut down when the tests exit
+    (a start costs seconds); a module that needs its own cluster shuts it down first."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -200,7 +201,7 @@ def _ray_sharded(data_spec, batch_size, max_length, seed):
     # two shard actors when there are streams for both (B=3: shards of 2 and 1 streams).
     # Starting shard actors (a process each) costs seconds on 2 cores, so a buffer of the same
     # geometry is reused after clear() (part of the contract: a cleared buffer is a new one).
-    _ray_session()
+    local_ray()
     from replaybuf.ray import ShardedReplayBuffer
 
     key = (batch_size, max_length, seed)

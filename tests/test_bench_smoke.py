@@ -58,20 +58,33 @@ def _smoke_jobs(suites, name):
     return [job.name for job in jobs if job.env is None] or [jobs[0].name]
 
 
-@pytest.mark.parametrize("name", SUITES)
-def test_every_suite_runs_at_tiny_sizes_and_records_the_load(bench, tmp_path, name):
-    runner, report, results, suites = bench
-    suite = suites.load(name)
-    keys = SMOKE.get(name, [w.key for w in suite.WORKLOADS])
-    venv = MAKEFILE_VENV.get(name)
-    if venv and not (BENCH.parent / venv / "bin" / "python").exists():
-        pytest.skip(f"the {name} suite runs in {venv} (make test)")
-    here = [] if venv else ["--here"]
-    argv = [name, "--tiny", *here, "--libs", ",".join(_smoke_jobs(suites, name)), "--workloads", ",".join(keys)]
-    argv += ["--results", str(tmp_path), "--out", str(tmp_path / "bench.md"), "--readme", ""]
-    assert runner.main(argv) == 0
+@pytest.fixture(scope="module")
+def smoke(bench, tmp_path_factory):
+    """``smoke(name)``: suite ``name``'s tiny run, started once per module (the suite-specific
+    tests below check the same run): its workload keys, results file and report."""
+    runner, _, _, suites = bench
+    runs = {}
 
-    data = json.loads((tmp_path / f"{name}.json").read_text())
+    def run(name):
+        if name not in runs:
+            keys = SMOKE.get(name, [w.key for w in suites.load(name).WORKLOADS])
+            venv = MAKEFILE_VENV.get(name)
+            if venv and not (BENCH.parent / venv / "bin" / "python").exists():
+                pytest.skip(f"the {name} suite runs in {venv} (make test)")
+            folder = tmp_path_factory.mktemp(f"smoke-{name}")
+            here = [] if venv else ["--here"]
+            argv = [name, "--tiny", *here, "--libs", ",".join(_smoke_jobs(suites, name))]
+            argv += ["--workloads", ",".join(keys), "--results", str(folder), "--out", str(folder / "bench.md")]
+            assert runner.main(argv + ["--readme", ""]) == 0
+            runs[name] = keys, json.loads((folder / f"{name}.json").read_text()), (folder / "bench.md").read_text()
+        return runs[name]
+
+    return run
+
+
+@pytest.mark.parametrize("name", SUITES)
+def test_every_suite_runs_at_tiny_sizes_and_records_the_load(smoke, name):
+    keys, data, table = smoke(name)
     figures = {(r["workload"], r["lib"]): r for r in data["records"] if "value" in r}
     for key in keys:
         assert (key, "replaybuf") in figures, f"no replaybuf figure for {key}: {data['records']}"
@@ -80,16 +93,13 @@ def test_every_suite_runs_at_tiny_sizes_and_records_the_load(bench, tmp_path, na
         assert rec["load1"] >= 0 and rec["runnable"] >= 1
     (run,) = data["runs"]
     assert run["size"] == "tiny" and "--tiny" in run["command"] and len(run["load_start"]) == 2
-    assert f"Suite `{name}`" in (tmp_path / "bench.md").read_text()
+    assert f"Suite `{name}`" in table
 
 
-def test_w2_is_timed_beside_its_random_gather_floor(bench, tmp_path):
-    runner, *_ = bench
-    argv = ["peers", "--tiny", "--libs", "replaybuf", "--workloads", "w2_sample32", "--results", str(tmp_path)]
-    assert runner.main(argv + ["--out", str(tmp_path / "bench.md"), "--readme", ""]) == 0
-    libs = {r["lib"] for r in json.loads((tmp_path / "peers.json").read_text())["records"] if "value" in r}
+def test_w2_is_timed_beside_its_random_gather_floor(smoke):
+    _, data, table = smoke("peers")
+    libs = {r["lib"] for r in data["records"] if "value" in r and r["workload"] == "w2_sample32"}
     assert {"replaybuf", "gather-floor", "numpy-memcpy", "numpy-take"} <= libs
-    table = (tmp_path / "bench.md").read_text()
     assert "| peers | W2 sample 32 x 84x84x4 uint8 | >= 0.9x gather-floor |" in table
 
 
@@ -186,9 +196,9 @@ def _tiny(runner, tmp_path, suite, *extra):
     return records, (tmp_path / "bench.md").read_text()
 
 
-def test_the_gpu_suite_records_its_device_and_the_bare_loop_beside_every_sample(bench, tmp_path):
-    runner, *_ = bench
-    records, table = _tiny(runner, tmp_path, "gpu", "--libs", "replaybuf")
+def test_the_gpu_suite_records_its_device_and_the_bare_loop_beside_every_sample(smoke):
+    _, data, table = smoke("gpu")  # its main-environment job: replaybuf, every workload
+    records = data["records"]
     figures = {(r["workload"], r["lib"]): r for r in records if "value" in r}
     for key in ("gpu_frames32", "gpu_frames256", "gpu_sample256"):
         assert {(key, "replaybuf"), (key, "replaybuf captured"), (key, "bare loop")} <= set(figures)
@@ -202,17 +212,18 @@ def test_the_gpu_suite_records_its_device_and_the_bare_loop_beside_every_sample(
     assert "| gpu | prioritized sample 256 + update 256, torch beside NumPy (1M capacity) | >= 0.77x numpy" in table
 
 
-def test_the_jax_gpu_suite_times_the_prioritized_rows_beside_the_uniform_sample(bench, tmp_path):
-    runner, *_ = bench
-    records, table = _tiny(runner, tmp_path, "jax_gpu", "--workloads", "jg_j3")
-    assert {r["lib"] for r in records if "value" in r} == {"replaybuf", "uniform pairs"}
+def test_the_jax_gpu_suite_times_the_prioritized_rows_beside_the_uniform_sample(smoke):
+    _, data, table = smoke("jax_gpu")
+    assert {r["lib"] for r in data["records"] if "value" in r and r["workload"] == "jg_j3"} == {
+        "replaybuf",
+        "uniform pairs",
+    }
     assert "| jax_gpu | J3 prioritized sample 256 + update | >= 0.5x uniform pairs |" in table
 
 
-def test_the_her_suite_times_the_relabelled_sample_beside_its_floor_and_sb3(bench, tmp_path):
-    runner, *_ = bench
-    records, table = _tiny(runner, tmp_path, "her")
-    figures = {(r["workload"], r["lib"]) for r in records if "value" in r}
+def test_the_her_suite_times_the_relabelled_sample_beside_its_floor_and_sb3(smoke):
+    _, data, table = smoke("her")  # its one job, every workload
+    figures = {(r["workload"], r["lib"]) for r in data["records"] if "value" in r}
     assert {("her_sample256", label) for label in ("replaybuf", "no-her floor", "stable-baselines3")} <= figures
     assert {("her_sb3_sample256", "replaybuf"), ("her_sb3_sample256", "stable-baselines3")} <= figures
     assert ">= 3x stable-baselines3" in table and ">= 1.5x cpprb" in table

@@ -5,6 +5,8 @@ The full "solves CartPole-v1" run is recorded in docs/demo.md, not asserted here
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import re
 
@@ -30,11 +32,23 @@ TINY = jax_dqn.JaxDqnConfig(
 )
 
 
-def test_a_chunk_collects_adds_and_learns_per_agent():
+@pytest.fixture(scope="module")
+def tiny():
+    """TINY's ``init`` and ``chunk``, and the vmapped chunk jitted with its carry donated: one
+    object for the module, so XLA compiles it once (the tests below run and inspect it)."""
     init, chunk, _ = jax_dqn._builders(TINY)
-    carry = jax.jit(jax.vmap(init))(jax.random.split(jax.random.key(0), TINY.seeds))
+    return init, chunk, jax.jit(jax.vmap(chunk), donate_argnums=0)
+
+
+def _carry(init):
+    """Fresh agents' carry (jitted: leaves in buffers of their own, which donation needs)."""
+    return jax.jit(jax.vmap(init))(jax.random.split(jax.random.key(0), TINY.seeds))
+
+
+def test_a_chunk_collects_adds_and_learns_per_agent(tiny):
+    init, _, run = tiny
+    carry = _carry(init)
     first = jax.tree.map(np.asarray, carry.params)
-    run = jax.jit(jax.vmap(chunk), donate_argnums=0)
     carry, figures = run(carry)
     updates = TINY.chunk_steps // TINY.num_envs
     np.testing.assert_array_equal(np.asarray(carry.step), [TINY.chunk_steps] * TINY.seeds)
@@ -52,11 +66,11 @@ def test_a_chunk_collects_adds_and_learns_per_agent():
     assert set(np.unique(rewards)) == {1.0}
 
 
-def test_a_chunk_is_one_scan_carrying_the_buffer():
+def test_a_chunk_is_one_scan_carrying_the_buffer(tiny):
     """Collect, add, sample and train all run inside the chunk's one ``lax.scan`` (what is
     outside it only averages the figures), and the buffer travels in its carry."""
-    init, chunk, _ = jax_dqn._builders(TINY)
-    carry = jax.vmap(init)(jax.random.split(jax.random.key(0), TINY.seeds))
+    init, chunk, _ = tiny
+    carry = _carry(init)
     jaxpr = jax.make_jaxpr(jax.vmap(chunk))(carry).jaxpr
     scans = [eqn for eqn in jaxpr.eqns if eqn.primitive.name == "scan"]
     assert len(scans) == 1 and scans[0].params["length"] == TINY.chunk_steps // TINY.num_envs
@@ -66,64 +80,48 @@ def test_a_chunk_is_one_scan_carrying_the_buffer():
     assert carry.buffer.rows.shape in carried
 
 
-def test_the_compiled_chunk_copies_no_buffer_storage():
+def test_the_compiled_chunk_copies_no_buffer_storage(tiny):
     """The chunk runs with its carry donated and the write before the read (add_and_sample):
     XLA updates every agent's buffer in place. Without donation it must copy them."""
-    init, chunk, _ = jax_dqn._builders(TINY)
-    carry = jax.vmap(init)(jax.random.split(jax.random.key(0), TINY.seeds))
+    init, chunk, donated = tiny
+    carry = _carry(init)
     storage = rf"\[{TINY.seeds},{TINY.buffer_size // TINY.num_envs},{TINY.num_envs}(,\d+)*\]\S* copy\("
 
-    def copies(donate: tuple) -> list[str]:
-        text = jax.jit(jax.vmap(chunk), donate_argnums=donate).lower(carry).compile().as_text()
+    def copies(jitted) -> list[str]:
+        text = jitted.lower(carry).compile().as_text()
         return [line for line in text.splitlines() if re.search(storage, line)]
 
-    assert copies((0,)) == []
-    assert copies(()), "the check must see the copies XLA makes without donation"
+    assert copies(donated) == []  # the executable the test above runs
+    assert copies(jax.jit(jax.vmap(chunk))), "the check must see the copies XLA makes without donation"
 
 
-def test_the_command_trains_vmapped_agents_and_writes_the_plot(tmp_path, capsys):
-    argv = [
-        "demo",
-        "--backend",
-        "jax",
-        "--steps",
-        "2000",
-        "--seeds",
-        "2",
-        "--eval-episodes",
-        "2",
-        "--out",
-        str(tmp_path),
-        "--seed",
-        "5",
-    ]
-    assert main(argv) == 0
-    out = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """One run of the command for the three tests below (each run compiles its own chunk):
+    2 agents, a step count that is no whole vectorised step, and a --min-return no agent
+    reaches. Its exit code, stdout, stderr and output folder."""
+    out = tmp_path_factory.mktemp("jax-demo")
+    argv = ["demo", "--backend", "jax", "--steps", "1995", "--seeds", "2", "--eval-episodes", "2"]
+    argv += ["--out", str(out), "--seed", "5", "--min-return", "1000"]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = main(argv)
+    return code, stdout.getvalue(), stderr.getvalue(), out
+
+
+def test_the_command_trains_vmapped_agents_and_writes_the_plot(demo):
+    _, out, _, folder = demo
     returns = re.search(r"greedy return per agent, best network kept \(2 fresh episodes each\): (\S+) (\S+)\n", out)
     assert returns and all(1 <= float(r) <= 500 for r in returns.groups())
     assert math.isfinite(float(re.search(r"final loss: (\S+)", out).group(1)))
-    plot = tmp_path / "dqn_CartPole-v1_jax_seed5x2.png"
+    plot = folder / "dqn_CartPole-v1_jax_seed5x2.png"
     assert plot.exists() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_an_unmet_min_return_fails_the_jax_demo(tmp_path, capsys):
-    argv = [
-        "demo",
-        "--backend",
-        "jax",
-        "--steps",
-        "1000",
-        "--seeds",
-        "1",
-        "--eval-episodes",
-        "1",
-        "--out",
-        str(tmp_path),
-        "--min-return",
-        "1000",
-    ]
-    assert main(argv) == 1
-    assert "below --min-return 1000" in capsys.readouterr().err
+def test_an_unmet_min_return_fails_the_jax_demo(demo):
+    code, _, err, _ = demo
+    assert code == 1
+    assert "below --min-return 1000" in err
 
 
 @pytest.mark.parametrize("seeds", [0, -1])
@@ -140,7 +138,5 @@ def test_a_non_positive_count_is_refused_before_training(tmp_path, backend, flag
     assert not any(tmp_path.iterdir())  # nothing trained, nothing written
 
 
-def test_steps_are_rounded_up_to_whole_vectorised_steps(tmp_path, capsys):
-    argv = ["demo", "--backend", "jax", "--steps", "15", "--seeds", "1", "--eval-episodes", "1", "--out", str(tmp_path)]
-    assert main(argv) == 0
-    assert "env steps: 20 per agent x 1 agents" in capsys.readouterr().out  # 2 steps of the 10 envs
+def test_steps_are_rounded_up_to_whole_vectorised_steps(demo):
+    assert "env steps: 2000 per agent x 2 agents" in demo[1]  # 200 steps of the 10 envs, not 199.5

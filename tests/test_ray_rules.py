@@ -1,7 +1,7 @@
 """Sample-count rules on ShardedReplayBuffer on a local Ray (2 CPUs): one epoch over every shard,
 consumption and staleness per item with Ray writers tagging versions, checkpoints, bad input.
 
-One Ray session for the module (started by the fixture, shut down after its last test).
+Ray: the tests' one local session (tests/backends.py local_ray), shut down when they exit.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from replaybuf.errors import ArgumentError, EmptyBufferError, RateLimiterTimeout
 
 ray = pytest.importorskip("ray")
 import replaybuf.ray as rb_ray  # noqa: E402
+from backends import local_ray  # noqa: E402
 
 ShardedReplayBuffer = rb_ray.ShardedReplayBuffer
 pytestmark = pytest.mark.timeout(300)
@@ -26,12 +27,8 @@ SPEC = {"id": replaybuf.ArraySpec((), np.int64), "policy_version": replaybuf.Arr
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    local_ray()  # the tests' one local session (shut down when they exit)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests/
-    yield
-    ray.shutdown()
 
 
 def add_steps(writer, first: int, count: int, per_version: int = 1000) -> None:

@@ -2,7 +2,7 @@
 unequal lengths (and wrapped), checked against the brute-force model of tests/test_sequences.py
 (one model per shard): contents, ids, masks, and exact probabilities across shards.
 
-One Ray session for the module (2 CPUs), shut down after its last test.
+Ray: the tests' one local session (2 CPUs; tests/backends.py local_ray), shut down when they exit.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from sequence_model import BAD_SEQUENCE_ARGUMENTS, SPEC, Model
 
 ray = pytest.importorskip("ray")
 import replaybuf.ray as rb_ray  # noqa: E402 (ours: imported plainly once Ray is there)
+from backends import local_ray  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -25,11 +26,7 @@ SHARDS, BATCH, LENGTH = 2, 4, 16  # two streams a shard
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
-    if ray.is_initialized():  # another module's session
-        ray.shutdown()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
+    local_ray()  # the tests' one local session (shut down when they exit)
 
 
 class Shards:

@@ -1,7 +1,7 @@
 """ShardedReplayBuffer on a local Ray (2 CPUs): sampling across unequal shards, writers in Ray
 actors, the cluster rate limiter, whole-buffer checkpoints, argument errors.
 
-One Ray session for the module (started by the fixture, shut down after its last test).
+Ray: the tests' one local session (tests/backends.py local_ray), shut down when they exit.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from conformance_data import SPEC, assert_items_match_ids, fields_for_ids, step_
 
 ray = pytest.importorskip("ray")
 import replaybuf.ray as rb_ray  # noqa: E402
+from backends import local_ray  # noqa: E402
 
 ShardedReplayBuffer = rb_ray.ShardedReplayBuffer
 
@@ -28,14 +29,10 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
-    if ray.is_initialized():  # the conformance suite's session, if it ran before
-        ray.shutdown()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    local_ray()  # the tests' one local session (shut down when they exit)
     # Ray workers cannot import the modules beside the tests: ship them by value
     for name in ("conformance_data", __name__):
         ray.cloudpickle.register_pickle_by_value(sys.modules[name])
-    yield
-    ray.shutdown()
 
 
 def chi_square_p(observed: np.ndarray, expected: np.ndarray) -> float:
