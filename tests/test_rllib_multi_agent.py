@@ -403,7 +403,7 @@ def test_multi_agent_dqn_trains_on_the_prioritized_buffer():
     )
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False)  # what build_algo would start itself, shut down below
+    ray.init(address="local", num_cpus=2, include_dashboard=False)  # as build_algo would; shut down below
     try:
         algorithm = config.build_algo()
     except BaseException:

@@ -34,7 +34,7 @@ SHORT_STEPS = 2000
 @pytest.fixture(scope="module")
 def ray_local():
     torch.set_num_threads(1)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
