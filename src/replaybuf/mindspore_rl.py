@@ -35,7 +35,7 @@ from replaybuf.persistence.state import require
 from replaybuf.ring import StreamRing, append_rows
 from replaybuf.specs import ArraySpec
 from replaybuf.torch.convert import DeviceBatcher
-from replaybuf.torch.prioritized import TorchPrioritizedSampler
+from replaybuf.torch.priority_samplers import TorchPrioritizedSampler
 from replaybuf.torch.state import TorchCheckpoints
 from replaybuf.torch.storage import TorchStorage
 from replaybuf.torch.uniform import as_device, make_generator

@@ -37,7 +37,7 @@ from replaybuf.ring import StreamRing
 from replaybuf.samplers.sequences import SequenceRule
 from replaybuf.torch.device_priorities import DevicePriorities
 from replaybuf.torch.episodes import HostLeaves
-from replaybuf.torch.prioritized import TorchPrioritizedSampler
+from replaybuf.torch.priority_samplers import TorchPrioritizedSampler
 
 __all__ = ["DeviceTreeSampler"]
 
