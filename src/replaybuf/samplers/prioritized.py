@@ -95,16 +95,24 @@ def priority_update(ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def first_ids_of(ids: Any, priorities: Any) -> Any:
-    """``ids`` (a NumPy or JAX array) as one id per priority: windows ``[..., T]`` count by
-    their first id. Raises ArgumentError unless they are integers shaped like ``priorities``."""
+    """``ids`` (a NumPy or JAX array, or a torch tensor) as one id per priority: windows
+    ``[..., T]`` count by their first id. Raises ArgumentError unless they are integers shaped
+    like ``priorities``."""
     if ids.ndim == priorities.ndim + 1:
         ids = ids[..., 0]
-    if ids.shape != priorities.shape or np.dtype(ids.dtype).kind not in "iu":
+    if ids.shape != priorities.shape or not _integer_dtype(ids.dtype):
         raise ArgumentError(
             f"update_priorities: expected integer ids shaped like priorities {tuple(priorities.shape)} "
             f"(or with one more time axis), got ids {tuple(ids.shape)} {ids.dtype}"
         )
     return ids
+
+
+def _integer_dtype(dtype: Any) -> bool:
+    """Whether a NumPy/JAX dtype or a torch dtype (read by its flags: NumPy cannot) holds integers."""
+    if hasattr(dtype, "is_floating_point"):  # torch.dtype
+        return not (dtype.is_floating_point or dtype.is_complex or str(dtype) == "torch.bool")
+    return np.dtype(dtype).kind in "iu"
 
 
 def check_new_priorities(priorities: Any, count: int) -> np.ndarray:

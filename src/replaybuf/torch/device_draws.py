@@ -5,7 +5,7 @@
 device, queued without reading anything back, so a CUDA learner neither samples nor updates
 in step with the GPU:
 
-- single-step draws (``num_steps`` None or 1, no rule asking for distinct items): uniforms
+- single-step draws (``num_steps`` None or 1; the rules are refused here): uniforms
   from a torch generator seeded by ``seed``, the stratified targets, the descent, ids,
   probabilities and weights. Every stored item with mass is a valid single-step start, so no
   draw needs redrawing. These are not NumPy's draws: the same seed gives other ids than
@@ -54,7 +54,7 @@ class DeviceTreeSampler(TorchPrioritizedSampler):
 
     def single_step(self, num_steps: int | None) -> bool:
         """Whether a draw of this shape is made on the device."""
-        return (num_steps or 1) == 1 and not self.distinct
+        return (num_steps or 1) == 1
 
     def draw(self, rng: Any, ring: StreamRing, sample_batch_size: int | None, num_steps: int | None) -> tuple:
         self.on_device.fault.raise_if_any()

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from replaybuf.errors import ArgumentError, PriorityError
-from replaybuf.samplers.prioritized import check_priority_values
+from replaybuf.samplers.prioritized import check_priority_values, first_ids_of
 from replaybuf.samplers.sumtree import MAX_MASS, MIN_MASS, MIN_WEIGHT
 from replaybuf.torch.sumtree import TorchMinTree, TorchSumTree
 
@@ -127,15 +127,7 @@ class DevicePriorities:
             ids = torch.as_tensor(ids, device=self.device).detach()
         except (TypeError, ValueError, RuntimeError) as err:
             raise ArgumentError(f"priorities: expected numbers, got {priorities!r:.80} ({err})") from None
-        if ids.ndim == priorities.ndim + 1:
-            ids = ids[..., 0]
-        integers = not (ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool)
-        if ids.shape != priorities.shape or not integers:
-            raise ArgumentError(
-                f"update_priorities: expected integer ids shaped like priorities {tuple(priorities.shape)} "
-                f"(or with one more time axis), got ids {tuple(ids.shape)} {ids.dtype}"
-            )
-        ids, priorities = ids.reshape(-1).to(torch.int64), priorities.reshape(-1)
+        ids, priorities = first_ids_of(ids, priorities).reshape(-1).to(torch.int64), priorities.reshape(-1)
         if ids.numel() == 0:
             return
         bad_priority = ~(torch.isfinite(priorities) & (priorities > 0)).all()
